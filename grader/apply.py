@@ -1,0 +1,211 @@
+"""Application: give each candidate a fresh worktree of its base and apply its diff with per-hunk diagnostics.
+
+Methods are tried from strict to lenient (git apply; git apply -C1 --recount; GNU patch --fuzz) and the one
+that worked is recorded. Truncated hunks (cut previews) are dropped before applying and reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from grader.checkout import BuiltBase
+from grader.diffparse import FileSection, parse_sections, render
+from grader.records import ApplyReport, FileReport, HunkReport
+
+MAX_DIFF_BYTES = 1 << 20
+# Files that execute or configure on their own when a tree is on sys.path or is pytest's root.
+SELF_EXECUTING_NAMES = {"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", "tox.ini"}
+METHODS = (
+    ("git apply", ["git", "apply", "-v", "--whitespace=nowarn"]),
+    ("git apply -C1 --recount", ["git", "apply", "-v", "--whitespace=nowarn", "-C1", "--recount"]),
+    ("patch --fuzz=3", ["patch", "-p1", "--fuzz=3", "--forward", "--batch", "--no-backup-if-mismatch",
+                        "--reject-file=-", "--verbose"]),
+)
+HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
+FILE_LINE = re.compile(r"^(?:Checking patch|patching file|Applied patch|Applying patch) (?:%s)?(\S+?)(?:\.\.\.| cleanly\.| with \d+ reject)?$" % "")
+
+
+class UnsafeDiff(Exception):
+    """The diff must not be applied at all."""
+
+
+@dataclass
+class Workspace:
+    """A patched worktree and the import root that exposes only its ``vllm`` package."""
+
+    tree: Path
+    import_root: Path
+    scratch: Path
+
+
+def check_safety(diff: str, sections: list[FileSection]) -> None:
+    """Reject oversized, binary and path-escaping diffs before anything touches a tree."""
+    if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
+        raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
+    if "GIT binary patch" in diff or re.search(r"^Binary files .* differ$", diff, re.M):
+        raise UnsafeDiff("binary patches are not accepted")
+    for section in sections:
+        for path in (section.old_path, section.new_path):
+            if path in (None, "/dev/null"):
+                continue
+            pure = PurePosixPath(path)
+            if pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
+                raise UnsafeDiff(f"path {path!r} points outside the tree")
+        if any(line.startswith(("new file mode 120000", "new mode 120000")) for line in section.header):
+            raise UnsafeDiff(f"{section.path}: symbolic links are not accepted")
+
+
+def _escapes_tree(tree: Path, rel: str) -> bool:
+    resolved = (tree / rel).resolve()
+    return not resolved.is_relative_to(tree.resolve())
+
+
+def _is_self_executing(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return name in SELF_EXECUTING_NAMES or name.endswith(".pth")
+
+
+def _change_of(section: FileSection) -> str:
+    header = "\n".join(section.header)
+    if "new file mode" in header or section.old_path == "/dev/null":
+        return "added"
+    if "deleted file mode" in header or section.new_path == "/dev/null":
+        return "deleted"
+    if "rename from" in header:
+        return "renamed"
+    return "modified"
+
+
+def scratch_root() -> Path:
+    """Where per-candidate trees are made: ``$GRADER_SCRATCH``, else RAM-backed /dev/shm, else the temp dir."""
+    if os.environ.get("GRADER_SCRATCH"):
+        return Path(os.environ["GRADER_SCRATCH"])
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def make_tree(base: BuiltBase, parent: Path) -> Path:
+    """A private copy of the base's files (not its git data), so nothing a candidate does reaches the base."""
+    tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
+    entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
+    subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], check=True, capture_output=True)
+    # An empty repository of its own keeps git apply from resolving paths against an enclosing one.
+    subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
+    return tree
+
+
+def make_import_root(tree: Path, scratch: Path) -> Path:
+    """A folder holding only links to the tree's ``vllm`` package and metadata, for the front of sys.path."""
+    root = scratch / "import-root"
+    root.mkdir()
+    for name in ("vllm", "vllm.egg-info"):
+        if (tree / name).exists():
+            os.symlink(tree / name, root / name)
+    return root
+
+
+def _run_method(argv: list[str], patch_text: str, tree: Path) -> tuple[bool, str]:
+    proc = subprocess.run(argv, input=patch_text, text=True, capture_output=True, cwd=tree, timeout=120)
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _hunk_results(output: str) -> dict[str, dict[int, HunkReport]]:
+    """Per file, the hunks that the tool's verbose output reports as offset, fuzzed or failed."""
+    results: dict[str, dict[int, HunkReport]] = {}
+    current = None
+    for line in output.splitlines():
+        for prefix in ("Checking patch ", "patching file "):
+            if line.startswith(prefix):
+                current = line[len(prefix):].removesuffix("...").strip()
+                results.setdefault(current, {})
+        match = HUNK_RESULT.match(line)
+        if match and current is not None:
+            number, outcome, at, fuzz, offset = match.groups()
+            if outcome == "FAILED":
+                report = HunkReport("", "failed", f"context not found (tried at line {at})")
+            elif fuzz:
+                report = HunkReport("", "fuzz", f"applied at line {at} with fuzz {fuzz}")
+            else:
+                report = HunkReport("", "offset", f"applied at line {at} (offset {offset} lines)")
+            results[current][int(number)] = report
+    return results
+
+
+def _file_reports(sections: list[FileSection], output: str, applied: bool) -> list[FileReport]:
+    """Per-hunk outcome; ``applied`` says how hunks the tool did not mention ended (git is silent on clean ones)."""
+    results = _hunk_results(output)
+    reports = []
+    for section in sections:
+        complete = [h for h in section.hunks if h.complete]
+        per_hunk = results.get(section.path, {})
+        file_applied = applied and (section.path in results or not output)
+        hunks = []
+        for number, hunk in enumerate(complete, start=1):
+            found = per_hunk.get(number)
+            if found is None:
+                found = HunkReport("", "applied" if file_applied else "failed", "" if file_applied else "not applied")
+            hunks.append(HunkReport(hunk.header, found.status, found.detail))
+        hunks += [HunkReport(h.header, "truncated", f"cut off after {len(h.lines)} lines; not applied")
+                  for h in section.hunks if not h.complete]
+        reports.append(FileReport(section.path, _change_of(section), hunks))
+    return reports
+
+
+def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection], list[str]]:
+    kept, dropped = [], []
+    for section in sections:
+        (dropped if _is_self_executing(section.path) else kept).append(section)
+    return kept, [s.path for s in dropped]
+
+
+def apply_diff(diff: str, tree: Path) -> ApplyReport:
+    """Apply ``diff`` inside ``tree`` and report per file and hunk; raises nothing for bad diffs."""
+    if not diff.strip():
+        return ApplyReport("empty", message="the candidate has no diff")
+    sections = parse_sections(diff)
+    if not sections:
+        return ApplyReport("failed", message="no file sections found: not a unified diff")
+    try:
+        check_safety(diff, sections)
+    except UnsafeDiff as exc:
+        return ApplyReport("rejected", message=str(exc))
+    escaping = [s.path for s in sections if _escapes_tree(tree, s.path)]
+    if escaping:
+        return ApplyReport("rejected", message=f"path {escaping[0]!r} resolves outside the tree through a link")
+    sections, neutralized = _drop_self_executing(sections)
+    truncated = any(not h.complete for s in sections for h in s.hunks)
+    patch_text = render(sections)
+    if not patch_text:
+        files = _file_reports(sections, "", False)
+        if truncated:
+            # What the preview shows is graded, and here that is nothing: the tree stays the base.
+            return ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
+                               neutralized)
+        return ApplyReport("failed", None, files, False, "every file it touches is one the grader does not apply"
+                           if neutralized else "nothing to apply", neutralized)
+    output = ""
+    for name, argv in METHODS:
+        ok, output = _run_method(argv, patch_text, tree)
+        if ok:
+            files = _file_reports(sections, output, True)
+            status = "partial" if truncated else "applied"
+            message = "truncated hunks were dropped" if truncated else ""
+            return ApplyReport(status, name, files, truncated, message, neutralized)
+    # The last method (patch) applies what it can; see whether anything landed.
+    files = _file_reports(sections, output, True)
+    if not any(h.status != "failed" for f in files for h in f.hunks if h.status != "truncated"):
+        files = _file_reports(sections, output, False)
+        return ApplyReport("failed", None, files, truncated, _first_error(output), neutralized)
+    return ApplyReport("partial", METHODS[-1][0], files, truncated, "some hunks failed to apply", neutralized)
+
+
+def _first_error(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(("error:", "Hunk #", "patch:")) or "FAILED" in line or "can't find file" in line:
+            return line.strip()
+    return output.strip().splitlines()[-1] if output.strip() else "the patch did not apply"

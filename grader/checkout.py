@@ -1,0 +1,192 @@
+"""Pinned vLLM bases: download the sdist, verify it, unpack, overlay, commit, and prove every expected blob.
+
+A built base is a git repository under the cache dir; candidates get worktrees of it (see ``grader.apply``),
+so the base itself is never modified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+import git
+
+from grader.rubric import BaseRecipe
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+STAMP = ".grader-base.json"
+COMMIT_ENV = {
+    "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost",
+    "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+class BaseBuildError(Exception):
+    """A base could not be built or does not match its recipe."""
+
+
+@dataclass(frozen=True)
+class BuiltBase:
+    task: str
+    path: Path
+    commit: str
+    key: str
+
+
+def cache_dir() -> Path:
+    """Where sdists and built bases live: ``$GRADER_CACHE``, else the user cache dir."""
+    if os.environ.get("GRADER_CACHE"):
+        return Path(os.environ["GRADER_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
+
+
+def configured_index_url() -> str:
+    """The package index pip is configured to use (environment, then pip's config files), else PyPI."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return DEFAULT_INDEX
+    match = re.search(r"^\S*\.index-url='([^']+)'", out, re.M)
+    return match.group(1) if match else DEFAULT_INDEX
+
+
+class _LinkParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: dict[str, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        href = dict(attrs).get("href") if tag == "a" else None
+        if href:
+            name = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
+            self.links[name] = href
+
+
+def sdist_url(version: str, index_url: str) -> str:
+    """Find ``vllm-<version>.tar.gz`` on the index's PEP 503 page for vllm."""
+    page_url = index_url.rstrip("/") + "/vllm/"
+    with urllib.request.urlopen(page_url, timeout=120) as response:
+        parser = _LinkParser()
+        parser.feed(response.read().decode("utf-8", "replace"))
+    filename = f"vllm-{version}.tar.gz"
+    if filename not in parser.links:
+        raise BaseBuildError(f"{filename} is not listed on {page_url}")
+    return urllib.parse.urljoin(page_url, parser.links[filename])
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_sdist(version: str, sha256: str) -> Path:
+    """Return the verified sdist tarball, downloading it into the cache if needed."""
+    target = cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
+    if target.is_file() and sha256_of(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    url = sdist_url(version, configured_index_url())
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        with urllib.request.urlopen(url, timeout=600) as response:
+            shutil.copyfileobj(response, tmp)
+    actual = sha256_of(Path(tmp.name))
+    if actual != sha256:
+        os.unlink(tmp.name)
+        raise BaseBuildError(f"sha256 mismatch for vllm-{version}.tar.gz: expected {sha256}, got {actual}")
+    os.replace(tmp.name, target)
+    return target
+
+
+def recipe_key(recipe: BaseRecipe) -> str:
+    """Identity of a base: the sdist and the overlay's bytes."""
+    digest = hashlib.sha256(recipe.sdist_sha256.encode())
+    if recipe.overlay is not None:
+        digest.update(recipe.overlay.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _unpack(tarball: Path, version: str, dest: Path) -> None:
+    prefix = f"vllm-{version}/"
+    with tarfile.open(tarball) as tar:
+        members = []
+        for member in tar.getmembers():
+            if not member.name.startswith(prefix) or not (member.isfile() or member.isdir()):
+                continue
+            member.name = member.name[len(prefix):]
+            if member.name:
+                members.append(member)
+        tar.extractall(dest, members=members, filter="data")
+
+
+def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
+    """Compare each file's git blob hash with the expected (possibly abbreviated) one; return mismatches."""
+    repo = git.Repo(repo_path)
+    problems = []
+    for rel, expected in blobs.items():
+        if not (repo_path / rel).is_file():
+            problems.append(f"{rel}: expected blob {expected}, file is missing")
+            continue
+        actual = repo.git.hash_object(rel)
+        if not actual.startswith(expected):
+            problems.append(f"{rel}: expected blob {expected}, actual {actual}")
+    return problems
+
+
+def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
+    tarball = fetch_sdist(recipe.sdist_version, recipe.sdist_sha256)
+    staging = Path(tempfile.mkdtemp(prefix=f".{task}-", dir=dest.parent))
+    try:
+        _unpack(tarball, recipe.sdist_version, staging)
+        repo = git.Repo.init(staging)
+        if recipe.overlay is not None:
+            try:
+                repo.git.apply(str(recipe.overlay))
+            except git.GitCommandError as exc:
+                raise BaseBuildError(f"{task}: overlay {recipe.overlay.name} does not apply: {exc.stderr}") from exc
+        problems = verify_blobs(staging, recipe.blobs)
+        if problems:
+            raise BaseBuildError(f"{task}: base does not reproduce the expected blobs:\n  " + "\n  ".join(problems))
+        repo.git.add("-A", "--force")
+        repo.git.commit("-q", "--no-gpg-sign", "-m", f"base for {task}", env=COMMIT_ENV)
+        commit = repo.head.commit.hexsha
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+        return commit
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_base(task: str, recipe: BaseRecipe) -> BuiltBase:
+    """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs."""
+    key = recipe_key(recipe)
+    dest = cache_dir() / "bases" / task
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stamp = dest / ".git" / STAMP
+    if stamp.is_file():
+        recorded = json.loads(stamp.read_text())
+        if recorded.get("key") == key and not verify_blobs(dest, recipe.blobs):
+            return BuiltBase(task, dest, recorded["commit"], key)
+    commit = _build(task, recipe, dest)
+    stamp.write_text(json.dumps({"key": key, "commit": commit}))
+    return BuiltBase(task, dest, commit, key)

@@ -1,0 +1,157 @@
+"""Command line: ``grade PATH...`` (default), ``bases``, ``validate-rubrics``.
+
+Exit codes for ``grade``: 0 all graded and at or above ``--fail-under``; 1 a candidate scored below it;
+2 the grader could not run, or grading of some candidate broke (verdict ``error``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from grader import __version__
+from grader.checkout import BaseBuildError, build_base, verify_blobs
+from grader.ingest import IngestError, ingest
+from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
+from grader.report import markdown_summary, write_html, write_junit, write_results_json
+from grader.rubric import RubricError, all_base_recipes, all_tasks
+from grader.store import ResultStore, cache_key
+from grader.validate import validate_rubrics
+
+COMMANDS = ("grade", "bases", "validate-rubrics")
+
+
+def _grade_parser(sub) -> None:
+    p = sub.add_parser("grade", help="grade candidate diffs (the default command)")
+    p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
+    p.add_argument("--task", help="grade every input as this task instead of inferring it")
+    p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="candidates graded at once")
+    p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds allowed for one candidate's hidden tests")
+    p.add_argument("--junit", type=Path, help="also write JUnit XML here")
+    p.add_argument("--fail-under", type=float, help="exit 1 when a graded candidate scores below this")
+    p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
+    p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grade", description="Rubric-driven grading of vLLM patches.")
+    parser.add_argument("--version", action="version", version=f"grader {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _grade_parser(sub)
+    b = sub.add_parser("bases", help="build the pinned vLLM bases")
+    b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
+    b.add_argument("--task", help="only this task")
+    v = sub.add_parser("validate-rubrics", help="grade base and reference of each task against its rubric")
+    v.add_argument("--task", help="only this task")
+    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
+    v.add_argument("--out", type=Path, default=Path("out"))
+    return parser
+
+
+def _progress(done: int, total: int, result: dict, cached: bool) -> None:
+    score = "-" if result["score"] is None else f"{result['score']:.2f}"
+    note = " (cached)" if cached else ""
+    print(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{note}",
+          file=sys.stderr, flush=True)
+
+
+def run_grade(args) -> int:
+    try:
+        candidates = ingest(args.paths, args.task)
+    except IngestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not candidates:
+        print("error: no candidates found in " + ", ".join(map(str, args.paths)), file=sys.stderr)
+        return 2
+    gpu, gpu_reason = detect_gpu(args.gpu)
+    print(f"grading {len(candidates)} candidate(s) with {args.jobs} worker(s); {gpu_reason}", file=sys.stderr)
+    tasks = all_tasks()
+    store = ResultStore(args.out)
+    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees)
+    bases = BaseCache()
+    results: dict[str, dict] = {}
+    started = time.monotonic()
+    pending = []
+    for candidate in candidates:
+        key = cache_key(candidate, tasks.get(candidate.task or ""), gpu)
+        stored = None if args.no_cache else store.load(candidate.id, key)
+        if stored is not None:
+            results[candidate.id] = stored
+            _progress(len(results), len(candidates), stored, True)
+        else:
+            pending.append((candidate, key))
+
+    def work(item):
+        candidate, key = item
+        result = grade_candidate(candidate, bases, options).to_json()
+        store.save(candidate.id, key, result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for future in as_completed([pool.submit(work, item) for item in pending]):
+            result = future.result()
+            results[result["id"]] = result
+            _progress(len(results), len(candidates), result, False)
+    run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
+                "timings": {"wall_s": round(time.monotonic() - started, 2)}}
+    ordered = [results[c.id] for c in candidates]
+    write_results_json(args.out, ordered, run_info)
+    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates})
+    if args.junit:
+        write_junit(args.junit, ordered)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(markdown_summary(ordered))
+    print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
+    return exit_code(ordered, args.fail_under)
+
+
+def exit_code(results: list[dict], fail_under: float | None) -> int:
+    if any(r["verdict"] == "error" for r in results):
+        return 2
+    if fail_under is not None and any((r["score"] or 0.0) < fail_under for r in results if r["verdict"] != "no_diff"):
+        return 1
+    return 0
+
+
+def run_bases(args) -> int:
+    recipes = all_base_recipes()
+    selected = {args.task: recipes[args.task]} if args.task else recipes
+    failed = 0
+    for task, recipe in selected.items():
+        started = time.monotonic()
+        try:
+            base = build_base(task, recipe)
+            problems = verify_blobs(base.path, recipe.blobs) if args.verify else []
+        except BaseBuildError as exc:
+            problems = [str(exc)]
+        status = "FAILED" if problems else "ok"
+        failed += bool(problems)
+        print(f"{task}: {status} ({time.monotonic() - started:.1f}s, vllm {recipe.sdist_version}, "
+              f"{len(recipe.blobs)} blobs)")
+        for problem in problems:
+            print(f"  {problem}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv.insert(0, "grade")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "grade":
+            return run_grade(args)
+        if args.command == "bases":
+            return run_bases(args)
+        return validate_rubrics(args)
+    except (RubricError, BaseBuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,176 @@
+"""Ingestion: turn directories, single diffs and bundles into ``Candidate`` records with their task.
+
+A bundle is the seed's record format: a repository URL line, then per candidate a verdict paragraph, a blank
+line and the diff, or a single ``no diff captured (...)`` line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+from grader.diffparse import parse_sections
+from grader.records import Candidate
+from grader.rubric import RUBRICS_DIR, all_base_recipes
+
+DIFF_SUFFIXES = (".diff", ".patch")
+NO_DIFF = re.compile(r"^no diff captured \((.*)\)\s*$")
+DIFF_LINE_STARTS = ("diff --git", "index ", "--- ", "+++ ", "@@", "new file mode", "deleted file mode",
+                    "old mode", "new mode", "similarity index", "rename from", "rename to", "Binary files",
+                    "GIT binary patch", " ", "+", "-", "\\")
+
+
+class IngestError(Exception):
+    """An input path cannot be read as candidates at all."""
+
+
+@cache
+def _path_hints() -> dict[str, frozenset[str]]:
+    """Per task, the files its candidates are known to touch: base blobs plus the rubric's inference paths."""
+    hints = {task: set(recipe.blobs) for task, recipe in all_base_recipes().items()}
+    for task in hints:
+        rubric = RUBRICS_DIR / task / "rubric.toml"
+        if rubric.is_file():
+            hints[task].update(tomllib.loads(rubric.read_text()).get("inference", {}).get("paths", []))
+    return {task: frozenset(paths) for task, paths in hints.items()}
+
+
+MODULE_REF = re.compile(r"\b(vllm(?:\.\w+)+)")
+FROM_IMPORT = re.compile(r"^\+\s*from (vllm(?:\.\w+)*) import \(?\s*([\w, ]+)", re.M)
+
+
+def referenced_module_files(diff: str) -> set[str]:
+    """Files of vLLM modules that the diff's added lines import or name (``vllm.a.b`` -> ``vllm/a/b.py``)."""
+    added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
+    files = set()
+    for dotted in MODULE_REF.findall(added):
+        parts = dotted.split(".")
+        files.update("/".join(parts[:n]) + ".py" for n in range(2, len(parts) + 1))
+    for package, names in FROM_IMPORT.findall(diff):
+        files.update(f"{package.replace('.', '/')}/{name.strip()}.py" for name in names.split(",") if name.strip())
+    return files
+
+
+def infer_task(diff: str) -> tuple[str | None, str]:
+    """Tell the task from the pre-image blobs a diff names, else the paths it touches, else the modules it uses."""
+    sections = parse_sections(diff)
+    if not sections:
+        return None, "the diff names no file"
+    recipes = all_base_recipes()
+    blob_votes: Counter[str] = Counter()
+    path_votes: Counter[str] = Counter()
+    module_votes: Counter[str] = Counter()
+    for section in sections:
+        for task, recipe in recipes.items():
+            expected = recipe.blobs.get(section.path)
+            if expected and section.pre_blob and section.pre_blob.startswith(expected[:7]):
+                blob_votes[task] += 1
+            if section.path in _path_hints()[task]:
+                path_votes[task] += 1
+    referenced = referenced_module_files(diff)
+    for task, hints in _path_hints().items():
+        module_votes[task] = len(referenced & hints)
+    module_votes = +module_votes
+    for votes, evidence in ((blob_votes, "pre-image blob"), (path_votes, "touched path"),
+                            (module_votes, "referenced module")):
+        if not votes:
+            continue
+        ranked = votes.most_common()
+        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+            tied = ", ".join(t for t, n in ranked if n == ranked[0][1])
+            return None, f"ambiguous: {evidence}s match {tied} equally"
+        return ranked[0][0], f"{ranked[0][1]} {evidence} match(es) with {ranked[0][0]}"
+    touched = ", ".join(sorted({s.path for s in sections})[:5])
+    return None, f"no touched file or pre-image blob belongs to a known task (touches {touched})"
+
+
+def _candidate(cid: str, source: str, diff: str, task: str | None, **extra) -> Candidate:
+    if task is not None:
+        return Candidate(cid, source, diff, task=task, task_reason="given", **extra)
+    inferred, reason = infer_task(diff) if diff.strip() else (None, "empty diff")
+    return Candidate(cid, source, diff, task=inferred, task_reason=reason, **extra)
+
+
+def is_bundle(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = f.readline().strip()
+    return bool(re.match(r"^https?://\S+$", first))
+
+
+def _is_paragraph_start(line: str, previous_blank: bool) -> bool:
+    return previous_blank and bool(line.strip()) and not line.startswith(DIFF_LINE_STARTS)
+
+
+def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
+    """Read a bundle file into candidates ``<stem>-NNN`` keeping each verdict as ``reference_summary``."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    entries: list[tuple[str | None, list[str]]] = []
+    previous_blank = True
+    for line in lines[1:]:
+        if NO_DIFF.match(line) and previous_blank:
+            entries.append((None, [line]))
+        elif _is_paragraph_start(line, previous_blank):
+            entries.append((line, []))
+        elif entries:
+            entries[-1][1].append(line)
+        previous_blank = not line.strip()
+    candidates = []
+    for position, (paragraph, body) in enumerate(entries):
+        cid = f"{path.stem}-{position:03d}"
+        source = f"{path}#{position}"
+        if paragraph is None:
+            reason = NO_DIFF.match(body[0]).group(1)
+            candidates.append(Candidate(cid, source, "", task=task, task_reason=f"no diff captured ({reason})",
+                                        bundle_position=position))
+            continue
+        while body and not body[-1].strip():
+            body.pop()
+        while body and not body[0].strip():
+            body.pop(0)
+        diff = "\n".join(body) + "\n" if body else ""
+        candidates.append(_candidate(cid, source, diff, task, reference_summary=paragraph,
+                                     bundle_position=position))
+    return candidates
+
+
+def _read_diff(path: Path, cid: str, task: str | None) -> Candidate:
+    try:
+        diff = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
+    return _candidate(cid, str(path), diff, task)
+
+
+def scan_directory(root: Path, task: str | None = None) -> list[Candidate]:
+    """Candidates under ``root``: ``<task-id>/<name>.diff`` takes its task from the folder, others are inferred."""
+    known = set(all_base_recipes())
+    candidates = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in DIFF_SUFFIXES):
+        rel = path.relative_to(root)
+        folder_task = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in known else None
+        cid = rel.with_suffix("").as_posix()
+        candidates.append(_read_diff(path, cid, task or folder_task))
+    return candidates
+
+
+def ingest(paths: list[Path], task: str | None = None) -> list[Candidate]:
+    """All candidates from the given inputs, in input order; ids are unique."""
+    candidates: list[Candidate] = []
+    for path in paths:
+        if path.is_dir():
+            candidates.extend(scan_directory(path, task))
+        elif path.is_file() and is_bundle(path):
+            candidates.extend(parse_bundle(path, task))
+        elif path.is_file():
+            candidates.append(_read_diff(path, path.stem, task))
+        else:
+            raise IngestError(f"{path}: no such file or directory")
+    seen: Counter[str] = Counter()
+    for candidate in candidates:
+        seen[candidate.id] += 1
+        if seen[candidate.id] > 1:
+            candidate.id = f"{candidate.id}~{seen[candidate.id]}"
+    return candidates

@@ -1,0 +1,125 @@
+"""The thin orchestrator: ingest -> checkout -> apply -> run -> score -> summarize, one candidate at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.apply import apply_diff, make_import_root, make_tree, scratch_root
+from grader.checkout import BuiltBase, build_base
+from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
+from grader.rubric import Task, all_tasks
+from grader.run import DEFAULT_TIMEOUT_S, run_hidden_tests
+from grader.score import not_evaluated_all, overall_score, score_criteria, verdict_for
+from grader.summarize import summarize
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    gpu: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    keep_trees: bool = False
+
+
+class BaseCache:
+    """Builds each task's base once per run, even when several workers ask at the same time."""
+
+    def __init__(self) -> None:
+        self._bases: dict[str, BuiltBase] = {}
+        self._lock = threading.Lock()
+
+    def get(self, task: Task) -> BuiltBase:
+        with self._lock:
+            if task.id not in self._bases:
+                self._bases[task.id] = build_base(task.id, task.base)
+            return self._bases[task.id]
+
+
+def detect_gpu(mode: str) -> tuple[bool, str]:
+    """Resolve ``--gpu on|off|auto`` to whether GPU evidence runs, with the reason said plainly."""
+    if mode == "off":
+        return False, "GPU evidence switched off (--gpu off)"
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, timeout=300)
+    available = probe.stdout.strip().endswith("True")
+    if available:
+        return True, "CUDA GPU found: GPU evidence runs"
+    if mode == "on":
+        raise SystemExit("--gpu on was given but torch sees no CUDA device")
+    return False, "no CUDA GPU found: GPU-only criteria are not evaluated"
+
+
+def diff_sha256(diff: str) -> str:
+    return hashlib.sha256(diff.encode("utf-8", "replace")).hexdigest()
+
+
+def _error_result(candidate: Candidate, message: str, task: Task | None = None,
+                  apply: ApplyReport | None = None) -> CandidateResult:
+    criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
+    return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
+                           summary=f"Not graded: {message}", reference_summary=candidate.reference_summary,
+                           error=message, diff_sha256=diff_sha256(candidate.diff))
+
+
+def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
+    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
+    base = bases.get(task)
+    scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
+    timings = {}
+    try:
+        started = time.monotonic()
+        tree = make_tree(base, scratch)
+        apply = apply_diff(diff, tree) if diff.strip() else ApplyReport("empty", message="no diff: the base itself")
+        timings["apply_s"] = round(time.monotonic() - started, 2)
+        if apply.status in ("failed", "rejected"):
+            return apply, None, timings
+        import_root = make_import_root(tree, scratch)
+        run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.timeout)
+        timings["tests_s"] = round(run.duration, 2)
+        return apply, run, timings
+    finally:
+        if not options.keep_trees:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
+    """Grade one candidate; every failure becomes this candidate's error result, never an exception."""
+    if candidate.ingest_error:
+        return _error_result(candidate, candidate.ingest_error)
+    tasks = all_tasks()
+    if candidate.task is None:
+        if not candidate.diff.strip():
+            return _error_result(candidate, f"empty candidate and no task to grade it against ({candidate.task_reason})")
+        return _error_result(candidate, f"task could not be told: {candidate.task_reason}")
+    if candidate.task not in tasks:
+        return _error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
+    task = tasks[candidate.task]
+    if not candidate.diff.strip():
+        apply = ApplyReport("empty", message=candidate.task_reason or "the candidate has no diff")
+        criteria = not_evaluated_all(task, "no diff to grade")
+        result = CandidateResult(candidate.id, task.id, candidate.source, "no_diff", None, criteria, apply, "",
+                                 candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
+        result.summary = summarize(task, result, None)
+        return result
+    try:
+        apply, run, timings = evaluate(task, candidate.diff, bases, options)
+    except Exception:  # the grader's own failure: reported as an error for this candidate only
+        return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+    if run is None:
+        criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
+    else:
+        criteria = score_criteria(task, run)
+    verdict = verdict_for(task, apply, criteria)
+    result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
+                             criteria, apply, "", candidate.reference_summary,
+                             diff_sha256=diff_sha256(candidate.diff), timings=timings)
+    result.summary = summarize(task, result, run)
+    return result

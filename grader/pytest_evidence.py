@@ -1,0 +1,76 @@
+"""pytest plugin, loaded with ``-p grader.pytest_evidence`` into the hidden-test subprocess.
+
+It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, a file the
+grader created outside the candidate's tree. A ``start`` line is written before each test runs, so a test
+that hangs or kills the process is still known by name. Log parsing stays in ``grader.run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+_stream = None
+
+
+def _emit(record: dict) -> None:
+    global _stream
+    if _stream is None:
+        path = os.environ.get("GRADER_EVIDENCE_OUT")
+        if not path:
+            return
+        _stream = open(path, "a", buffering=1, encoding="utf-8")
+    _stream.write(json.dumps(record) + "\n")
+    _stream.flush()
+
+
+def _criteria_of(item) -> list[dict]:
+    found = []
+    for mark in item.iter_markers("criterion"):
+        weight = float(mark.kwargs.get("weight", 1.0))
+        found.extend({"id": cid, "weight": weight} for cid in mark.args)
+    return found
+
+
+def _first_doc_line(item) -> str:
+    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _describe(item) -> dict:
+    return {
+        "nodeid": item.nodeid,
+        "criteria": _criteria_of(item),
+        "kinds": [m for m in ("gpu", "static") if item.get_closest_marker(m)],
+        "doc": _first_doc_line(item),
+    }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    _emit({"event": "start", **_describe(item)})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    record = {
+        "event": "report",
+        **_describe(item),
+        "when": report.when,
+        "outcome": report.outcome,
+        "duration": round(report.duration, 3),
+    }
+    if report.skipped and isinstance(report.longrepr, tuple):
+        record["message"] = str(report.longrepr[2])
+    elif report.failed:
+        record["message"] = report.longreprtext[-4000:]
+    _emit(record)
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _emit({"event": "collect_error", "nodeid": report.nodeid, "message": report.longreprtext[-4000:]})

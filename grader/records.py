@@ -1,0 +1,114 @@
+"""Typed records passed between the pipeline stages, and the versioned results schema they serialize to."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+SCHEMA_VERSION = "1.0"
+
+ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
+HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
+CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
+Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
+TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
+
+
+@dataclass
+class Candidate:
+    """One patch to grade, as ingestion found it."""
+
+    id: str
+    source: str
+    diff: str
+    task: str | None = None
+    task_reason: str = ""
+    reference_summary: str | None = None
+    bundle_position: int | None = None
+    ingest_error: str | None = None
+
+
+@dataclass
+class HunkReport:
+    header: str
+    status: HunkStatus
+    detail: str = ""
+
+
+@dataclass
+class FileReport:
+    path: str
+    change: Literal["modified", "added", "deleted", "renamed"]
+    hunks: list[HunkReport] = field(default_factory=list)
+
+
+@dataclass
+class ApplyReport:
+    status: ApplyStatus
+    method: str | None = None
+    files: list[FileReport] = field(default_factory=list)
+    truncated: bool = False
+    message: str = ""
+    neutralized: list[str] = field(default_factory=list)
+
+    @property
+    def hunks_applied(self) -> int:
+        return sum(h.status in ("applied", "offset", "fuzz") for f in self.files for h in f.hunks)
+
+    @property
+    def hunks_total(self) -> int:
+        return sum(len(f.hunks) for f in self.files)
+
+
+@dataclass
+class TestOutcome:
+    """One hidden test's result, as parsed from the evidence channel."""
+
+    nodeid: str
+    status: TestStatus
+    criteria: dict[str, float]
+    kinds: list[str] = field(default_factory=list)
+    doc: str = ""
+    message: str = ""
+    duration: float = 0.0
+
+
+@dataclass
+class RunReport:
+    """What running a task's hidden tests against one patched tree produced."""
+
+    outcomes: list[TestOutcome]
+    returncode: int | None
+    timed_out: bool
+    log: str
+    duration: float
+    environment_error: str | None = None
+
+
+@dataclass
+class CriterionResult:
+    id: str
+    title: str
+    score: float | None
+    status: CriterionStatus
+    rationale: str
+    evidence: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class CandidateResult:
+    id: str
+    task: str | None
+    source: str
+    verdict: Verdict
+    score: float | None
+    criteria: dict[str, CriterionResult]
+    apply: ApplyReport | None
+    summary: str
+    reference_summary: str | None = None
+    error: str | None = None
+    diff_sha256: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,110 @@
+"""Reports: the versioned results.json, HTML scorecards, JUnit XML and a Markdown summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from grader import __version__
+from grader.records import SCHEMA_VERSION, CandidateResult
+
+_env = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
+CRITERIA = ("c1", "c2", "c3", "c4", "c5")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a killed run never leaves a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
+                                     prefix=f".{path.name}.") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+def page_name(candidate_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id) + ".html"
+
+
+def results_document(results: list[dict], run_info: dict) -> dict:
+    """The results.json document; ``run`` holds the only fields that may differ between identical runs."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "grader_version": __version__,
+        "run": run_info,
+        "candidates": sorted(results, key=lambda r: r["id"]),
+    }
+
+
+def write_results_json(out: Path, results: list[dict], run_info: dict) -> Path:
+    path = out / "results.json"
+    atomic_write(path, json.dumps(results_document(results, run_info), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _by_task(results: list[dict]) -> dict[str, list[dict]]:
+    grouped = defaultdict(list)
+    for r in sorted(results, key=lambda r: r["id"]):
+        grouped[r["task"] or "(no task)"].append(r)
+    return dict(sorted(grouped.items()))
+
+
+def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, str]) -> Path:
+    pages = out / "candidates"
+    for r in results:
+        html = _env.get_template("candidate.html.j2").render(r=r, criteria=CRITERIA, diff=diffs.get(r["id"], ""),
+                                                             run=run_info)
+        atomic_write(pages / page_name(r["id"]), html)
+    index = _env.get_template("index.html.j2").render(groups=_by_task(results), criteria=CRITERIA,
+                                                      page_name=page_name, run=run_info)
+    atomic_write(out / "index.html", index)
+    return out / "index.html"
+
+
+def write_junit(path: Path, results: list[dict]) -> Path:
+    """One testcase per candidate and criterion: met passes, unmet/partial fail, not_evaluated is skipped."""
+    suites = ET.Element("testsuites", name="grader")
+    for task, group in _by_task(results).items():
+        suite = ET.SubElement(suites, "testsuite", name=task)
+        counts = defaultdict(int)
+        for r in group:
+            for cid in CRITERIA:
+                crit = r["criteria"].get(cid)
+                case = ET.SubElement(suite, "testcase", classname=f"{task}.{r['id']}", name=cid)
+                counts["tests"] += 1
+                if r["verdict"] == "error" or crit is None:
+                    ET.SubElement(case, "error", message=(r.get("error") or "not graded")[:500])
+                    counts["errors"] += 1
+                elif crit["status"] == "not_evaluated":
+                    ET.SubElement(case, "skipped", message=crit["rationale"][:500])
+                    counts["skipped"] += 1
+                elif crit["status"] != "met":
+                    failure = ET.SubElement(case, "failure", message=f"{crit['status']} ({crit['score']})")
+                    failure.text = crit["rationale"]
+                    counts["failures"] += 1
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.indent(suites)
+    atomic_write(path, ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
+    return path
+
+
+def markdown_summary(results: list[dict]) -> str:
+    lines = ["| candidate | task | verdict | score | " + " | ".join(CRITERIA) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERIA) + " |"]
+    for r in sorted(results, key=lambda r: r["id"]):
+        marks = [r["criteria"].get(c, {}).get("status", "-") for c in CRITERIA]
+        score = "-" if r["score"] is None else f"{r['score']:.2f}"
+        lines.append(f"| {r['id']} | {r['task'] or '-'} | {r['verdict']} | {score} | " + " | ".join(marks) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def result_dict(result: CandidateResult) -> dict:
+    return result.to_json()

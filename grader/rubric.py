@@ -1,0 +1,108 @@
+"""Task definitions: each folder under ``rubrics/`` is one task (rubric.toml, base.toml, hidden tests)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUBRICS_DIR = REPO_ROOT / "rubrics"
+CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
+CRITERION_KINDS = ("fix", "preserve", "conditional")
+
+
+class RubricError(Exception):
+    """A rubric folder is malformed."""
+
+
+@dataclass(frozen=True)
+class Criterion:
+    id: str
+    title: str
+    requires: str
+    weight: float
+    core: bool
+    kind: str
+    anchor: str | None = None
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    sdist_version: str
+    sdist_sha256: str
+    overlay: Path | None
+    blobs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    title: str
+    problem: str
+    version: int
+    folder: Path
+    base: BaseRecipe
+    criteria: dict[str, Criterion] = field(default_factory=dict)
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.folder / "tests"
+
+    @property
+    def core_criteria(self) -> list[str]:
+        return [c.id for c in self.criteria.values() if c.core]
+
+
+def _load_base(folder: Path) -> BaseRecipe:
+    data = tomllib.loads((folder / "base.toml").read_text())["base"]
+    overlay = folder / data["overlay"] if data.get("overlay") else None
+    if overlay is not None and not overlay.is_file():
+        raise RubricError(f"{folder.name}: overlay {overlay.name} is missing")
+    return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(data.get("blobs", {})))
+
+
+def _load_criteria(task_id: str, data: dict) -> dict[str, Criterion]:
+    raw = data.get("criteria", {})
+    if tuple(sorted(raw)) != CRITERION_IDS:
+        raise RubricError(f"{task_id}: criteria must be exactly {', '.join(CRITERION_IDS)}, found {sorted(raw)}")
+    criteria = {}
+    for cid in CRITERION_IDS:
+        c = raw[cid]
+        kind = c.get("kind")
+        if kind not in CRITERION_KINDS:
+            raise RubricError(f"{task_id}.{cid}: kind must be one of {CRITERION_KINDS}, got {kind!r}")
+        anchor = c.get("anchor")
+        if (kind == "conditional") != (anchor is not None) or (anchor is not None and anchor not in raw):
+            raise RubricError(f"{task_id}.{cid}: a conditional criterion names an existing anchor, others none")
+        criteria[cid] = Criterion(cid, c["title"], c["requires"], float(c.get("weight", 1.0)),
+                                  bool(c.get("core", False)), kind, anchor)
+    return criteria
+
+
+def load_task(folder: Path) -> Task:
+    data = tomllib.loads((folder / "rubric.toml").read_text())
+    if data.get("id") != folder.name:
+        raise RubricError(f"{folder}: rubric id {data.get('id')!r} must equal the folder name")
+    return Task(
+        id=folder.name,
+        title=data["title"],
+        problem=data.get("problem", ""),
+        version=int(data.get("version", 1)),
+        folder=folder,
+        base=_load_base(folder),
+        criteria=_load_criteria(folder.name, data),
+    )
+
+
+@cache
+def all_tasks(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, Task]:
+    """Every task with a rubric, by id."""
+    return {d.name: load_task(d) for d in sorted(rubrics_dir.iterdir()) if (d / "rubric.toml").is_file()}
+
+
+@cache
+def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
+    """Base recipes of every task folder, including tasks whose rubric is not written yet."""
+    return {d.name: _load_base(d) for d in sorted(rubrics_dir.iterdir()) if (d / "base.toml").is_file()}

@@ -1,0 +1,113 @@
+"""Scoring: pure functions from test outcomes and the apply report to criterion results and a verdict.
+
+A real score, an error and "not evaluated" are three different things: a criterion with no evaluated evidence
+has no score at all, and never counts as the candidate's failure.
+"""
+
+from __future__ import annotations
+
+from grader.records import ApplyReport, CriterionResult, RunReport, TestOutcome
+from grader.rubric import Task
+
+MET_AT = 0.75
+UNMET_AT = 0.25
+FULL_AT = 0.9
+EVALUATED = ("passed", "failed", "error", "timeout")
+
+
+def status_for(score: float) -> str:
+    if score >= MET_AT:
+        return "met"
+    if score <= UNMET_AT:
+        return "unmet"
+    return "partial"
+
+
+def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
+    entry = {"test": outcome.nodeid, "status": outcome.status, "weight": weight, "claim": outcome.doc,
+             "kinds": outcome.kinds}
+    if outcome.message:
+        entry["message"] = outcome.message[-1500:]
+    return entry
+
+
+def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> CriterionResult:
+    """Weighted share of passing evaluated tests; not_evaluated (with the reasons) when none was evaluated."""
+    relevant = [(o, o.criteria[cid]) for o in outcomes if cid in o.criteria]
+    evidence = [_evidence_entry(o, w) for o, w in relevant]
+    evaluated = [(o, w) for o, w in relevant if o.status in EVALUATED]
+    total = sum(w for _, w in evaluated)
+    if not evaluated or total <= 0:
+        reasons = sorted({o.message for o, _ in relevant if o.status == "skipped" and o.message})
+        why = "; ".join(reasons) if reasons else "no hidden test evidences this criterion"
+        return CriterionResult(cid, title, None, "not_evaluated", why, evidence)
+    passed = sum(w for o, w in evaluated if o.status == "passed")
+    score = round(passed / total, 4)
+    failing = [o for o, _ in evaluated if o.status != "passed"]
+    rationale = f"{_count(passed)} of {_count(total)} weighted checks pass"
+    if failing:
+        rationale += "; failing: " + ", ".join(_short(o.nodeid) for o in failing[:4])
+        if len(failing) > 4:
+            rationale += f" and {len(failing) - 4} more"
+    skipped = len(relevant) - len(evaluated)
+    if skipped:
+        rationale += f"; {skipped} check(s) not run here"
+    return CriterionResult(cid, title, score, status_for(score), rationale, evidence)
+
+
+def _count(value: float) -> str:
+    return f"{value:g}"
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def apply_conditions(task: Task, results: dict[str, CriterionResult]) -> None:
+    """A conditional criterion judges a mechanism the fix introduces: with its anchor unmet there is none."""
+    for criterion in task.criteria.values():
+        if criterion.kind != "conditional":
+            continue
+        anchor = results[criterion.anchor]
+        result = results[criterion.id]
+        if anchor.status == "not_evaluated":
+            result.score, result.status = None, "not_evaluated"
+            result.rationale = f"anchor {anchor.id} could not be evaluated ({anchor.rationale})"
+        elif anchor.status != "met":
+            own = result.rationale
+            result.score, result.status = 0.0, "unmet"
+            result.rationale = (f"anchor {anchor.id} ({anchor.title}) is {anchor.status}: the change adds no "
+                                f"such mechanism to credit here (own checks: {own})")
+
+
+def not_evaluated_all(task: Task, reason: str) -> dict[str, CriterionResult]:
+    return {c.id: CriterionResult(c.id, c.title, None, "not_evaluated", reason) for c in task.criteria.values()}
+
+
+def score_criteria(task: Task, run: RunReport) -> dict[str, CriterionResult]:
+    results = {c.id: score_from_outcomes(c.id, c.title, run.outcomes) for c in task.criteria.values()}
+    if run.environment_error:
+        for result in results.values():
+            if result.status == "not_evaluated":
+                result.rationale = f"{run.environment_error}; {result.rationale}"
+    apply_conditions(task, results)
+    return results
+
+
+def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | None:
+    """Weighted mean over the criteria that were evaluated."""
+    weighted = [(task.criteria[cid].weight, r.score) for cid, r in criteria.items() if r.score is not None]
+    total = sum(w for w, _ in weighted)
+    return round(sum(w * s for w, s in weighted) / total, 4) if total else None
+
+
+def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult]) -> str:
+    if apply.status == "empty":
+        return "no_diff"
+    if apply.status in ("failed", "rejected"):
+        return "fail"
+    if any(criteria[cid].score is not None and criteria[cid].score < UNMET_AT for cid in task.core_criteria):
+        return "fail"
+    if all(r.score is not None and r.score >= FULL_AT for r in criteria.values()):
+        return "full"
+    return "partial"

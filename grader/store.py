@@ -1,0 +1,51 @@
+"""The results store: one JSON file per finished candidate, written atomically, so a killed run resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from grader import __version__
+from grader.checkout import recipe_key
+from grader.records import Candidate
+from grader.report import atomic_write, page_name
+from grader.rubric import Task
+
+
+def rubric_fingerprint(task: Task) -> str:
+    """Digest of everything in the task's folder: rubric, base recipe and hidden tests."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(task.folder).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_key(candidate: Candidate, task: Task | None, gpu: bool) -> str:
+    """Same key, same result: task, diff, rubric version and files, base, GPU evidence and grader version."""
+    parts = [__version__, candidate.id, candidate.task or "", candidate.diff, str(gpu),
+             candidate.reference_summary or ""]
+    if task is not None:
+        parts += [str(task.version), rubric_fingerprint(task), recipe_key(task.base)]
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()
+
+
+class ResultStore:
+    def __init__(self, out: Path) -> None:
+        self.folder = out / "store"
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, candidate_id: str) -> Path:
+        return self.folder / page_name(candidate_id).replace(".html", ".json")
+
+    def load(self, candidate_id: str, key: str) -> dict | None:
+        path = self._path(candidate_id)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return record["result"] if record.get("key") == key else None
+
+    def save(self, candidate_id: str, key: str, result: dict) -> None:
+        atomic_write(self._path(candidate_id), json.dumps({"key": key, "result": result}, sort_keys=True))

@@ -1,0 +1,70 @@
+"""Summaries: one paragraph per candidate, written from the evidence through the templates in ``templates/``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from grader.records import ApplyReport, CandidateResult, RunReport
+
+_env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
+                   lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
+
+
+def describe_change(apply: ApplyReport | None) -> str:
+    """What the diff touches, in words: files by area and change type."""
+    if apply is None or not apply.files:
+        return "changes nothing the grader could see"
+    areas = Counter()
+    for f in apply.files:
+        area = "test" if f.path.startswith("tests/") else "doc" if f.path.startswith("docs/") else "source"
+        areas[area] += 1
+    source = [f.path.rsplit("/", 1)[-1] for f in apply.files if not f.path.startswith(("tests/", "docs/"))]
+    parts = []
+    if source:
+        parts.append("edits " + _join(sorted(set(source))[:4]) + (" and more" if len(set(source)) > 4 else ""))
+    if areas["test"]:
+        parts.append(f"{areas['test']} test file{'s' if areas['test'] > 1 else ''}")
+    if areas["doc"]:
+        parts.append(f"{areas['doc']} doc file{'s' if areas['doc'] > 1 else ''}")
+    return _join(parts)
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _first_failure(result, cid: str) -> dict | None:
+    for entry in result.criteria[cid].evidence:
+        if entry["status"] not in ("passed", "skipped"):
+            return entry
+    return None
+
+
+def _failure_text(entry: dict | None) -> str:
+    if entry is None:
+        return ""
+    claim = entry.get("claim") or entry["test"].rsplit("::", 1)[-1]
+    message = (entry.get("message") or "").strip().splitlines()
+    last = next((line.strip() for line in reversed(message) if line.strip().startswith("E ")), "")
+    last = last[1:].strip() if last else (message[-1].strip() if message else "")
+    text = f"'{claim}' does not hold ({entry['test'].rsplit('::', 1)[-1]}"
+    return text + (f": {last[:160]})" if last else ")")
+
+
+def summarize(task, result: CandidateResult, run: RunReport | None) -> str:
+    criteria = [result.criteria[c] for c in sorted(result.criteria)]
+    template = _env.get_template("summary.txt.j2")
+    text = template.render(
+        task=task, result=result, apply=result.apply, change=describe_change(result.apply),
+        met=[c for c in criteria if c.status == "met"],
+        partial=[c for c in criteria if c.status == "partial"],
+        unmet=[c for c in criteria if c.status == "unmet"],
+        not_evaluated=[c for c in criteria if c.status == "not_evaluated"],
+        failure=lambda cid: _failure_text(_first_failure(result, cid)),
+        run=run,
+    )
+    return " ".join(text.split())

@@ -1,0 +1,63 @@
+"""c1 / c3: what the LoRA shrink and the base FP8 GEMM receive in an FP8 MoE with a LoRA adapter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+SCHEMES = ["fp8-tensor-dynamic", "fp8-tensor-static", "fp8-token-dynamic", "fp8-block"]
+MAPPING = [0, 1, -1, 0]
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lora_shrink_gets_real_valued_activations(H, rec, scheme):
+    """The w13 LoRA shrink of an FP8 MoE receives real-valued activations of the input's magnitude."""
+    p = H.make_problem(scheme)
+    lo = H.make_lora(p, MAPPING)
+    H.run_moe(p, lo)
+    assert rec.lora, "the MoE-LoRA op was never called for a batch that uses LoRA adapters"
+    x = rec.lora[0].x
+    assert x.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz), (
+        f"LoRA shrink got the FP8-quantized activations ({x.dtype}) without their scale")
+    assert x.shape == p.hidden.shape, f"LoRA input shape {tuple(x.shape)} != {tuple(p.hidden.shape)}"
+    err = H.rel_err(x, p.hidden)
+    assert err < 0.08, f"LoRA input differs from the layer input by {err:.3g} (relative)"
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_fp8_moe_with_lora_matches_fp32_reference(H, rec, scheme):
+    """An FP8 MoE with a LoRA adapter matches an fp32 reference within 5% (relative)."""
+    p = H.make_problem(scheme)
+    lo = H.make_lora(p, MAPPING)
+    out = H.run_moe(p, lo)
+    ref = H.reference_moe(p, lo)
+    err = H.rel_err(out, ref)
+    assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_base_gemm_gets_fp8_input_and_scale_with_lora(H, rec, scheme):
+    """With LoRA active, the base w13 GEMM still gets FP8 activations plus the matching scale."""
+    p = H.make_problem(scheme)
+    lo = H.make_lora(p, MAPPING)
+    H.run_moe(p, lo)
+    assert len(rec.gemm) >= 2, "the base fused-MoE GEMMs were not launched"
+    g = rec.gemm[0]
+    assert g.use_fp8_w8a8, "base w13 GEMM no longer runs as an FP8 w8a8 GEMM"
+    assert g.A.dtype == torch.float8_e4m3fn, f"base w13 GEMM got activations of dtype {g.A.dtype}"
+    assert g.A_scale is not None, "base w13 GEMM got no activation scale"
+    M, K = p.hidden.shape
+    if scheme in ("fp8-tensor-dynamic", "fp8-tensor-static"):
+        assert g.A_scale.numel() == 1
+    elif scheme == "fp8-token-dynamic":
+        assert g.A_scale.numel() == M
+    else:
+        assert tuple(g.A_scale.shape) == (M, K // 128)
+    if scheme == "fp8-tensor-static":
+        assert torch.equal(g.A_scale.reshape(-1).float(), p.quant_config.a1_scale.reshape(-1).float())
+    deq = H.dequant_act(g.A, g.A_scale, 128 if scheme == "fp8-block" else None)
+    err = H.rel_err(deq, p.hidden)
+    assert err < 0.08, f"dequantized base GEMM input is off by {err:.3g} (relative)"

@@ -1,0 +1,147 @@
+"""Inputs and torch references for the int8-kv-rounding hidden tests (no kernel code here).
+
+Every input is chosen so the verdict does not depend on details the tests do not judge:
+- INT8 inputs stay at least 0.05 away from an exact .5 tie after scaling, so round-half-away and
+  round-half-even agree and a 1-2 ulp difference in the kernel's scale (GPU division) cannot flip a result.
+- Exactness cases fix the per-head scale at 1 (the head's absmax is 127) or 2 (absmax 254).
+- FP8 inputs sit at 0, 15, 30, 70 or 85 percent of the way between neighbouring e4m3 values, never near the
+  midpoint, so fp8 round-to-nearest is decided by a wide margin.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+# The same test body on both devices: CPU through the corrected interpreter, CUDA natively (marked gpu).
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+INPUT_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]
+
+# Positive INT8 rows (8 values; the first fixes the scale). All exactly representable in fp32 and fp16.
+INT8_POSITIVE_ROWS = {
+    # scale 1: fractions below 4, where truncation and rounding differ by one step
+    "scale1-small": [127.0, 0.3125, 0.6875, 1.1875, 1.8125, 2.375, 2.625, 3.5625],
+    # scale 1: near the top of the int8 range
+    "scale1-large": [127.0, 126.625, 125.375, 99.75, 64.4375, 10.875, 50.1875, 17.5625],
+    # scale 2: the rounding must apply to the scaled value (5.5 / 2 = 2.75 -> 3)
+    "scale2": [254.0, 5.5, 3.25, 100.75, 6.75, 1.25, 0.75, 203.5],
+}
+ROW_IDS = list(INT8_POSITIVE_ROWS)
+
+# A row whose values are already integers after scaling: stored identically by any rounding mode.
+BENIGN_ROW = [127.0, 1.0, 2.0, 3.0, -4.0, 0.0, 100.0, -127.0]
+
+
+def row(values, dtype, sign=1.0) -> torch.Tensor:
+    """[1 token, 1 head, dim] tensor of ``values`` (times ``sign``) in ``dtype``."""
+    return (torch.tensor(values, dtype=torch.float32) * sign).to(dtype)[None, None, :]
+
+
+def kernel_scale(x: torch.Tensor, qmax: float) -> torch.Tensor:
+    """Per (token, head) scale as the kernel computes it in fp32: max(absmax / qmax, 1e-6)."""
+    absmax = x.float().abs().amax(dim=-1)
+    return torch.clamp(absmax / torch.tensor(qmax, dtype=torch.float32), min=1e-6)
+
+
+def scaled(x: torch.Tensor, qmax: float) -> torch.Tensor:
+    """x * (1 / scale) in fp32, the value the kernel quantises."""
+    s = kernel_scale(x, qmax)
+    return x.float() * (1.0 / s)[..., None]
+
+
+def round_half_away(q: torch.Tensor) -> torch.Tensor:
+    q = q.double()
+    return torch.sign(q) * torch.floor(q.abs() + 0.5)
+
+
+def int8_expected(x: torch.Tensor) -> torch.Tensor:
+    """Round-to-nearest INT8 quantisation of ``x`` per (token, head), clamped to [-128, 127]."""
+    q = scaled(x, 127.0)
+    frac = (q.double().abs() - q.double().abs().floor() - 0.5).abs()
+    assert bool((frac > 0.05).all()), "test input too close to a .5 tie"
+    return round_half_away(q).clamp(-128, 127).to(torch.int8)
+
+
+def int8_truncated(x: torch.Tensor) -> torch.Tensor:
+    """What a truncating store gives (for failure messages)."""
+    return torch.trunc(scaled(x, 127.0).double()).clamp(-128, 127).to(torch.int8)
+
+
+def random_positive_heads(tokens: int, heads: int, dim: int, seed: int) -> torch.Tensor:
+    """Positive fp32 data with a different, non-unit scale per head, kept away from .5 ties after scaling."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(tokens, heads, dim, generator=gen) * 50.0 + 0.01
+    for _ in range(20):
+        q = scaled(x, 127.0).double()
+        frac = q - q.floor()
+        bad = (frac - 0.5).abs() <= 0.06
+        if not bool(bad.any()):
+            return x
+        s = kernel_scale(x, 127.0)[..., None].expand_as(x)
+        # nudge the offending elements by a quarter step in the quantised domain (never the absmax element)
+        x = torch.where(bad & (x < x.amax(dim=-1, keepdim=True)), x + 0.25 * s, x)
+    raise AssertionError("could not build tie-free random data")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# FP8
+# ---------------------------------------------------------------------------------------------------------
+def fp8_positive_grid(fp8_dtype) -> torch.Tensor:
+    """All positive finite values of ``fp8_dtype``, ascending, as float32."""
+    vals = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fp8_dtype).float()
+    vals = vals[torch.isfinite(vals) & (vals > 0)]
+    return torch.unique(vals)
+
+
+def fp8_offgrid_quantised(n: int, fp8_dtype, seed: int) -> torch.Tensor:
+    """``n`` signed values in the fp8 range (quantised domain), the first at +-max, never near a midpoint."""
+    gen = torch.Generator().manual_seed(seed)
+    grid = fp8_positive_grid(fp8_dtype)
+    fmax = float(grid[-1])
+    fractions = torch.tensor([0.0, 0.15, 0.3, 0.7, 0.85])
+    idx = torch.randint(0, len(grid) - 1, (n,), generator=gen)
+    # make sure some values are small with a fractional part (between 1 and 8), where integer rounding shows
+    small = torch.nonzero((grid >= 1.0) & (grid < 8.0)).flatten()
+    idx[1:4] = small[torch.randint(0, len(small), (3,), generator=gen)]
+    t = fractions[torch.randint(0, len(fractions), (n,), generator=gen)]
+    t[1:4] = torch.tensor([0.3, 0.7, 0.15])
+    q = grid[idx] + t * (grid[idx + 1] - grid[idx])
+    sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0)
+    q = q * sign
+    q[0] = fmax if bool(torch.rand(1, generator=gen) < 0.5) else -fmax
+    return q
+
+
+def fp8_expected_bytes(x: torch.Tensor, fp8_dtype, shim) -> tuple[torch.Tensor, torch.Tensor]:
+    """The base kernel's FP8 result: clamp(x / scale, -max, max) cast to fp8 (round to nearest even).
+
+    Returns (bytes as uint8, scales). The cast is torch's (with satfinite saturation, a no-op after the
+    clamp), not the Triton interpreter's, whose own fp32 -> fp8 conversion rounds wrongly.
+    """
+    fmax = float(torch.finfo(fp8_dtype).max)
+    q = scaled(x, fmax).clamp(-fmax, fmax)
+    return shim.torch_fp8_cast(q, fp8_dtype).view(torch.uint8), kernel_scale(x, fmax)
+
+
+def gather(cache: torch.Tensor, slots, block_size: int, dim: int | None = None) -> torch.Tensor:
+    """Rows of a [blocks, block_size, heads, dim] cache for the given slots (padding slots give None)."""
+    out = []
+    for s in slots:
+        if s < 0:
+            continue
+        out.append(cache[s // block_size, s % block_size])
+    stacked = torch.stack(out)
+    return stacked if dim is None else stacked[..., :dim]
+
+
+def untouched_mask(shape_blocks: int, block_size: int, slots) -> torch.Tensor:
+    """Boolean [blocks, block_size] mask of cache rows no valid slot writes."""
+    m = torch.ones(shape_blocks, block_size, dtype=torch.bool)
+    for s in slots:
+        if s >= 0:
+            m[s // block_size, s % block_size] = False
+    return m

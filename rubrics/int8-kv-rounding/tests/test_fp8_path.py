@@ -1,0 +1,78 @@
+"""The FP8 per-token-head path is unchanged: same bytes and scales as the base kernel (c4)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _load(name: str):
+    full = f"_int8kv_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[full] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[full]
+
+
+cases = _load("kv_cases")
+shim = _load("kv_interp_shim")
+DEVICES, INPUT_DTYPES = cases.DEVICES, cases.INPUT_DTYPES
+
+# (tokens, heads, key dim, value dim, slots, per-head scale or None for random scales)
+LAYOUTS = {
+    "scale1": (1, 1, 16, 16, [1], 1.0),
+    "scale0.25-2heads": (1, 2, 16, 16, [3], 0.25),
+    "random-scales": (3, 2, 16, 8, [6, -1, 1], None),
+}
+
+
+def _inputs(layout: str, fp8_dtype, in_dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens, heads, dk, dv, _, scale = LAYOUTS[layout]
+    gen = torch.Generator().manual_seed(seed)
+
+    def one(dim: int, s: int) -> torch.Tensor:
+        q = torch.stack([
+            torch.stack([cases.fp8_offgrid_quantised(dim, fp8_dtype, s + 97 * t + 13 * h) for h in range(heads)])
+            for t in range(tokens)
+        ])
+        if scale is None:
+            per_head = torch.exp(torch.empty(tokens, heads, 1).uniform_(-3.0, 2.0, generator=gen))
+        else:
+            per_head = torch.full((tokens, heads, 1), scale)
+        return (q * per_head).to(in_dtype)
+
+    return one(dk, seed), one(dv, seed + 1)
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_fp8_bytes_and_scales_unchanged(kv_store, fp8_dtype, device, in_dtype, layout):
+    """FP8 key and value caches hold the base's bytes (clamp then fp8 cast, no integer rounding) and scales."""
+    block_size = 4
+    key, value = _inputs(layout, fp8_dtype, in_dtype, seed=5)
+    slots = LAYOUTS[layout][4]
+    kc, vc, ks, vs, _ = kv_store.run(key, value, fp8_dtype, device, slots=slots, block_size=block_size)
+    valid = [i for i, s in enumerate(slots) if s >= 0]
+    for name, cache, scales, x in (("key", kc, ks, key), ("value", vc, vs, value)):
+        want_bytes, want_scale = cases.fp8_expected_bytes(x[valid], fp8_dtype, shim)
+        got = cases.gather(cache, slots, block_size).view(torch.uint8)
+        if not torch.equal(got, want_bytes):
+            bad = (got != want_bytes).nonzero()[:6].tolist()
+            raise AssertionError(
+                f"{name} FP8 cache differs from the base at {bad}: stored "
+                f"{[float(got[tuple(i)].view(fp8_dtype).float()) for i in bad]} want "
+                f"{[float(want_bytes[tuple(i)].view(fp8_dtype).float()) for i in bad]} "
+                f"(pre-cast {[float(cases.scaled(x[valid], float(torch.finfo(fp8_dtype).max))[tuple(i)]) for i in bad]})"
+            )
+        torch.testing.assert_close(cases.gather(scales, slots, block_size), want_scale, rtol=1e-6, atol=0)
+    untouched = cases.untouched_mask(kc.shape[0], block_size, slots)
+    assert bool((kc.view(torch.uint8)[untouched] == kv_store.FP8_SENTINEL_BYTE).all()), "unused FP8 rows written"
+    assert bool((vc.view(torch.uint8)[untouched] == kv_store.FP8_SENTINEL_BYTE).all()), "unused FP8 rows written"

@@ -1,0 +1,98 @@
+"""INT8 per-token-head store: round to nearest (c1 keys, c5 negative keys, c3 value cache)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _load(name: str):
+    full = f"_int8kv_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[full] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[full]
+
+
+cases = _load("kv_cases")
+DEVICES, INPUT_DTYPES, ROWS, ROW_IDS = cases.DEVICES, cases.INPUT_DTYPES, cases.INT8_POSITIVE_ROWS, cases.ROW_IDS
+
+
+def _check_int8(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    want = cases.int8_expected(x)
+    if not torch.equal(got, want):
+        raise AssertionError(
+            f"{what}: stored int8 differs from round-to-nearest\n"
+            f"  input      {x.float().flatten().tolist()}\n"
+            f"  stored     {got.flatten().tolist()}\n"
+            f"  rounded    {want.flatten().tolist()}\n"
+            f"  truncated  {cases.int8_truncated(x).flatten().tolist()}"
+        )
+
+
+def _store_row(kv_store, key, value, device):
+    kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device)
+    return kc[0, 0], vc[0, 0]
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+@pytest.mark.parametrize("row_id", ROW_IDS)
+def test_positive_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
+    """Positive keys are rounded to nearest before the int8 store (2.625 -> 3, 0.6875 -> 1), not truncated."""
+    key = cases.row(ROWS[row_id], in_dtype)
+    value = cases.row(cases.BENIGN_ROW, in_dtype)
+    k_got, _ = _store_row(kv_store, key, value, device)
+    _check_int8(k_got, key[0], f"key cache, {row_id}")
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+@pytest.mark.parametrize("row_id", ROW_IDS)
+def test_negative_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
+    """Negative keys round to nearest (-2.625 -> -3, -2.375 -> -2, -0.6875 -> -1), not toward zero."""
+    key = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
+    value = cases.row(cases.BENIGN_ROW, in_dtype)
+    k_got, _ = _store_row(kv_store, key, value, device)
+    _check_int8(k_got, key[0], f"key cache, negated {row_id}")
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+@pytest.mark.parametrize("row_id", ROW_IDS)
+def test_values_round_to_nearest(kv_store, device, in_dtype, row_id):
+    """The value cache is rounded to nearest too (2.625 -> 3), not only the key cache."""
+    key = cases.row(cases.BENIGN_ROW, in_dtype)
+    value = cases.row(ROWS[row_id], in_dtype)
+    _, v_got = _store_row(kv_store, key, value, device)
+    _check_int8(v_got, value[0], f"value cache, {row_id}")
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("device", DEVICES)
+def test_both_caches_round_per_token_head(kv_store, device):
+    """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
+    block_size = 4
+    key = cases.random_positive_heads(3, 2, 16, seed=11)
+    value = cases.random_positive_heads(3, 2, 8, seed=12)
+    slots = [5, -1, 2]
+    kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device, slots=slots, block_size=block_size)
+    valid = [i for i, s in enumerate(slots) if s >= 0]
+    _check_int8(cases.gather(kc, slots, block_size), key[valid], "key cache")
+    _check_int8(cases.gather(vc, slots, block_size), value[valid], "value cache")
+    torch.testing.assert_close(cases.gather(ks, slots, block_size), cases.kernel_scale(key[valid], 127.0),
+                               rtol=1e-6, atol=0)
+    torch.testing.assert_close(cases.gather(vs, slots, block_size), cases.kernel_scale(value[valid], 127.0),
+                               rtol=1e-6, atol=0)
+    untouched = cases.untouched_mask(kc.shape[0], block_size, slots)
+    assert bool((kc[untouched] == kv_store.INT8_SENTINEL).all()), "a padding slot (-1) or unused row was written"
+    assert bool((vc[untouched] == kv_store.INT8_SENTINEL).all()), "a padding slot (-1) or unused row was written"

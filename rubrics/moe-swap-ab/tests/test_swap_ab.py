@@ -1,0 +1,228 @@
+"""Hidden tests for moe-swap-ab (swapped-operand fused-MoE Triton matmul for FP8, small M, Hopper)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+
+def _swap_kernels(h, source):
+    return {n: h.Flow(fn) for n, fn in h.jit_functions(source).items()}
+
+
+# ------------------------------------------------------------------------------------------------ c1
+@pytest.mark.static
+@pytest.mark.criterion("c1")
+def test_kernel_has_swapped_operand_dot(h, kernel_source):
+    """A fused-MoE Triton kernel multiplies the weight tile by the token tile: dot(B-side, A-side)."""
+    flows = _swap_kernels(h, kernel_source)
+    hits = {n: len(f.swapped_dots()) for n, f in flows.items() if f.swapped_dots()}
+    assert hits, "no tl.dot whose first operand comes from the weight (B) pointer and second from the token (A) pointer"
+
+
+@pytest.mark.static
+@pytest.mark.criterion("c1")
+def test_swapped_accumulator_is_transposed_back(h, kernel_source):
+    """The accumulator built from the swapped dot (BLOCK_N x BLOCK_M) is transposed back before the epilogue."""
+    flows = _swap_kernels(h, kernel_source)
+    assert any(f.swapped_dots() and f.transposes_of_swapped() for f in flows.values()), (
+        "no transposition (tl.trans / tl.permute / .T) of a value computed from a swapped dot"
+    )
+
+
+def _find_on_cap(h, fm, monkeypatch, s, prefer=(9, 0)):
+    caps = [prefer] + [c for c in h.CAPS if c != prefer]
+    for cap in caps:
+        d, _ = h.diff_vs_base(monkeypatch, fm, s, cap)
+        if d:
+            return cap
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.criterion("c1", weight=2)
+def test_swapped_path_compiles_and_runs_on_gpu(h, fm, monkeypatch):
+    """On the GPU, the launch the candidate selects for FP8 block quant with BLOCK_M=16, BLOCK_N=64 runs a dot of shape BLOCK_N x BLOCK_M."""
+    import torch
+
+    s = ("fp8_block", 5, 16, 64, {"N": 200, "K": 320})
+    cap = _find_on_cap(h, fm, monkeypatch, s)
+    assert cap is not None, "no capability among 8.0/8.9/9.0/10.0/12.0 changes this launch: no swapped path is selected"
+    h.fake_capability(monkeypatch, cap)
+    launch, _ = h.launch_of(s, device="cuda")
+    compiled = []
+
+    class Proxy:
+        def __init__(self, real):
+            self.real = real
+
+        def __getitem__(self, grid):
+            def run(*a, **k):
+                compiled.append(self.real[grid](*a, **k))
+
+            return run
+
+        def __getattr__(self, item):
+            return getattr(self.real, item)
+
+    for n, k in h.kernel_objects(fm).items():
+        monkeypatch.setattr(fm, n, Proxy(k))
+    fm.invoke_fused_moe_triton_kernel(**launch)
+    torch.cuda.synchronize()
+    assert compiled and compiled[0] is not None, "kernel launch returned no compiled kernel"
+    ttir = compiled[0].asm["ttir"]
+    dots = re.findall(r"tt\.dot[^\n]*", ttir)
+    assert any(re.search(r"->\s*tensor<64x16xf32", d) for d in dots), f"no 64x16 (BLOCK_N x BLOCK_M) dot: {dots}"
+    assert "tt.trans" in ttir, "the transposed accumulator is not transposed back in the compiled kernel"
+
+
+# ------------------------------------------------------------------------------------------------ c2
+def _c2_survey(h, fm, monkeypatch):
+    on, off = [], []
+    for s, cap in h.C2_GRID:
+        d, rec = h.diff_vs_base(monkeypatch, fm, s, cap)
+        (on if d else off).append((s, cap, d, rec))
+    return on, off
+
+
+@pytest.mark.criterion("c2", weight=2)
+def test_switch_is_a_launch_time_constexpr(h, fm, monkeypatch):
+    """The launcher turns the new path on for some launches and leaves others exactly as the base, through constexpr switches only."""
+    on, off = _c2_survey(h, fm, monkeypatch)
+    assert on, "no launch in the survey differs from the base: nothing is switched at launch"
+    assert off, "every launch in the survey differs from the base: the change is not conditional"
+    for s, cap, d, rec in on:
+        if "kernel" in d:
+            continue  # a separate swapped kernel chosen at launch is an equivalent switch
+        consts = h.constexpr_params(fm, rec["kernel"])
+        extra = d - consts
+        assert not extra, f"{h.key_of(s)} on SM{cap}: non-constexpr launch changes {sorted(extra)}"
+
+
+@pytest.mark.static
+@pytest.mark.criterion("c2", weight=2)
+def test_swapped_code_is_guarded_by_the_switch(h, fm, monkeypatch, kernel_source):
+    """In the launched kernel, the swapped dot and the transpose back sit under the switch that the launcher sets."""
+    on, off = _c2_survey(h, fm, monkeypatch)
+    assert on, "no launch switches the path on"
+    assert off, "the switch is never off: it does not guard anything conditionally"
+    flows = _swap_kernels(h, kernel_source)
+    for s, cap, d, rec in on:
+        flow = flows.get(rec["kernel"])
+        assert flow is not None, f"launched kernel {rec['kernel']} is not a Triton function in fused_moe.py"
+        swapped = flow.swapped_dots()
+        assert swapped, f"{rec['kernel']} has no swapped dot"
+        if "kernel" in d:
+            continue
+        switch_names = set()
+        for name in d:
+            switch_names |= flow.derived_from(name)
+        guards = flow.guards()
+        for node in swapped + flow.transposes_of_swapped():
+            assert set(guards.get(id(node), [])) & switch_names, (
+                f"`{ast.unparse(node)}` is not guarded by the launch switch {sorted(d)}"
+            )
+
+
+@pytest.mark.criterion("c2")
+def test_switch_decision_is_stable(h, fm, monkeypatch):
+    """The launch decision depends on the launch conditions, not on tensor values or on earlier calls."""
+    for s, cap in h.C2_GRID:
+        d0, r0 = h.diff_vs_base(monkeypatch, fm, s, cap, seed=0)
+        d1, r1 = h.diff_vs_base(monkeypatch, fm, s, cap, seed=1)
+        assert d0 == d1 and r0 == r1, f"{h.key_of(s)} on SM{cap}: launch changes between identical-shape calls"
+
+
+# ------------------------------------------------------------------------------------------------ c4
+@pytest.mark.criterion("c4")
+@pytest.mark.parametrize("twin", sorted([
+    "sm80", "sm89", "sm100", "sm120", "block_m_64", "block_m_128", "bf16", "int8_w8a8"]))
+def test_condition_targets_fp8_small_m_hopper(h, fm, monkeypatch, twin):
+    """FP8 w8a8 with BLOCK_M < 64 on SM90 takes the new path, and the twin launch that differs in one condition does not."""
+    ti, twin_s, twin_cap = h.C4_PAIRS[twin]
+    target = h.TARGETS[ti]
+    d_t, _ = h.diff_vs_base(monkeypatch, fm, target, (9, 0))
+    assert d_t, f"target {h.key_of(target)} on SM90 launches exactly as the base (path not taken)"
+    d_w, _ = h.diff_vs_base(monkeypatch, fm, twin_s, twin_cap)
+    assert not d_w, f"twin {h.key_of(twin_s)} on SM{twin_cap} also changes: {sorted(d_w)}"
+
+
+# ------------------------------------------------------------------------------------------------ c5
+@pytest.mark.criterion("c5")
+@pytest.mark.parametrize("case", sorted([
+    "bf16_sm90", "fp16_sm90", "int8_w8a8_block_sm90", "int8_w8a8_channel_sm90", "int8_w8a16_sm90",
+    "fp8_block_large_m_sm90", "fp8_tensor_large_m_sm90", "fp8_block_sm80", "fp8_block_sm89",
+    "fp8_block_sm100", "fp8_block_sm120"]))
+def test_other_cases_launch_as_before(h, fm, monkeypatch, case):
+    """A launch outside the FP8 / small-M / SM90 target passes the kernel, arguments, constexprs, grid and options of the base."""
+    s, cap = h.C5_CASES[case]
+    d, rec = h.diff_vs_base(monkeypatch, fm, s, cap)
+    assert not d, f"{h.key_of(s)} on SM{cap} differs from the base launch in {sorted(d)}"
+
+
+@pytest.mark.static
+@pytest.mark.criterion("c5")
+def test_original_dot_path_kept(h, kernel_source):
+    """fused_moe_kernel still has the original dot(A-side, B-side) path for the launches that do not swap."""
+    fn = h.jit_functions(kernel_source).get("fused_moe_kernel")
+    assert fn is not None, "fused_moe_kernel is gone"
+    assert h.Flow(fn).plain_dots(), "fused_moe_kernel has no dot(A-side, B-side) left"
+
+
+# ------------------------------------------------------------------------------------------------ c3
+def _reference(h, launch, extra):
+    import torch
+
+    A = launch["A"].float().cpu()
+    B = launch["B"].float().cpu()
+    a_s, b_s = launch["A_scale"].cpu(), launch["B_scale"].cpu()
+    M, K = A.shape
+    E, N, _ = B.shape
+    if launch["block_shape"] is not None:
+        gn, gk = launch["block_shape"]
+        A = A * a_s.repeat_interleave(gk, 1)[:, :K]
+        B = B * b_s.repeat_interleave(gn, 1)[:, :N].repeat_interleave(gk, 2)[:, :, :K]
+    elif launch["per_channel_quant"]:
+        A, B = A * a_s, B * b_s
+    else:
+        A, B = A * a_s.reshape(()), B * b_s.reshape(E, 1, 1)
+    topk_ids, topk_w = extra["topk_ids"], extra["topk_w"]
+    bias = launch["B_bias"].float().cpu() if launch["B_bias"] is not None else None
+    out = torch.zeros(M, topk_ids.shape[1], N)
+    for m in range(M):
+        for j in range(topk_ids.shape[1]):
+            e = int(topk_ids[m, j])
+            v = B[e] @ A[m]
+            if bias is not None:
+                v = v + bias[e]
+            if launch["mul_routed_weight"]:
+                v = v * topk_w[m, j]
+            out[m, j] = v
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("case", sorted([
+    "block_n_ragged", "block_k_ragged", "block_nk_ragged_bias", "block_unrouted_bias_m1", "block_m24_e8",
+    "block_m3_topk4", "block_deep_k", "tensor_nk_ragged_bias", "channel_nk_ragged"]))
+def test_swapped_path_numerics(h, fm, monkeypatch, case):
+    """Under the launch that selects the swapped path, the FP8 fused-MoE output matches a float32 reference (rtol 2e-2, atol 2e-2 x max|ref|)."""
+    import torch
+
+    s = h.C3_CASES[case]
+    cap = _find_on_cap(h, fm, monkeypatch, s) or (9, 0)
+    h.fake_capability(monkeypatch, cap)
+    launch, extra = h.launch_of(s, device="cuda", seed=3)
+    fm.invoke_fused_moe_triton_kernel(**launch)
+    torch.cuda.synchronize()
+    out = launch["C"].float().cpu()
+    ref = _reference(h, launch, extra)
+    atol = 2e-2 * ref.abs().max().item()
+    bad = (out - ref).abs() > atol + 2e-2 * ref.abs()
+    assert not bad.any(), (
+        f"{int(bad.sum())}/{bad.numel()} outputs off (SM{cap} launch); max err {(out - ref).abs().max().item():.4g}, "
+        f"max|ref| {ref.abs().max().item():.4g}"
+    )
