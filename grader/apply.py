@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader.checkout import BuiltBase
-from grader.diffparse import FileSection, parse_sections, render
+from grader.diffparse import DIFF_GIT, FileSection, _is_header_only_change, _strip_prefix, parse_sections, render
 from grader.records import ApplyReport, FileReport, HunkReport
 
 MAX_DIFF_BYTES = 1 << 20
+RENAME_KEYS = ("rename from ", "rename to ", "copy from ", "copy to ")
 # Files that execute or configure on their own when a tree is on sys.path or is pytest's root.
 SELF_EXECUTING_NAMES = {"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", "tox.ini"}
 METHODS = (
@@ -47,17 +48,34 @@ def check_safety(diff: str, sections: list[FileSection]) -> None:
     """Reject oversized, binary and path-escaping diffs before anything touches a tree."""
     if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
         raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
-    if "GIT binary patch" in diff or re.search(r"^Binary files .* differ$", diff, re.M):
+    if "GIT binary patch" in diff or re.search(r"^Binary files .* differ\r?$", diff, re.M):
         raise UnsafeDiff("binary patches are not accepted")
     for section in sections:
-        for path in (section.old_path, section.new_path):
-            if path in (None, "/dev/null"):
-                continue
+        for path in _named_paths(section):
             pure = PurePosixPath(path)
             if pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
                 raise UnsafeDiff(f"path {path!r} points outside the tree")
         if any(line.startswith(("new file mode 120000", "new mode 120000")) for line in section.header):
             raise UnsafeDiff(f"{section.path}: symbolic links are not accepted")
+
+
+def _named_paths(section: FileSection) -> list[str]:
+    """Every path a section names: the ``diff --git`` pair, ---/+++ and rename/copy lines (tools differ in which
+    they use, so all of them must be safe)."""
+    paths = [section.old_path, section.new_path]
+    for line in section.header:
+        if git_header := DIFF_GIT.match(line):
+            paths += [_strip_prefix(git_header.group(1)), _strip_prefix(git_header.group(2))]
+        elif line.startswith(("--- ", "+++ ")):
+            paths.append(_strip_prefix(line[4:]))
+        elif line.startswith(RENAME_KEYS):
+            paths.append(line.split(" ", 2)[2])
+    return [p for p in dict.fromkeys(paths) if p not in (None, "", "/dev/null")]
+
+
+def _is_cut_header(section: FileSection) -> bool:
+    """A preview cut inside a file header: no hunk and no header-only change (mode, rename, empty file)."""
+    return not section.hunks and not _is_header_only_change(section)
 
 
 def _escapes_tree(tree: Path, rel: str) -> bool:
@@ -78,6 +96,8 @@ def _change_of(section: FileSection) -> str:
         return "deleted"
     if "rename from" in header:
         return "renamed"
+    if "copy from" in header:
+        return "added"
     return "modified"
 
 
@@ -130,8 +150,10 @@ def _hunk_results(output: str) -> dict[str, dict[int, HunkReport]]:
                 report = HunkReport("", "failed", f"context not found (tried at line {at})")
             elif fuzz:
                 report = HunkReport("", "fuzz", f"applied at line {at} with fuzz {fuzz}")
-            else:
+            elif offset:
                 report = HunkReport("", "offset", f"applied at line {at} (offset {offset} lines)")
+            else:  # patch names every hunk, also those that applied where the header said
+                report = HunkReport("", "applied", "")
             results[current][int(number)] = report
     return results
 
@@ -152,6 +174,8 @@ def _file_reports(sections: list[FileSection], output: str, applied: bool) -> li
             hunks.append(HunkReport(hunk.header, found.status, found.detail))
         hunks += [HunkReport(h.header, "truncated", f"cut off after {len(h.lines)} lines; not applied")
                   for h in section.hunks if not h.complete]
+        if section is sections[-1] and _is_cut_header(section):
+            hunks.append(HunkReport("", "truncated", "cut off inside the file header; no hunk shown"))
         reports.append(FileReport(section.path, _change_of(section), hunks))
     return reports
 
@@ -174,11 +198,13 @@ def apply_diff(diff: str, tree: Path) -> ApplyReport:
         check_safety(diff, sections)
     except UnsafeDiff as exc:
         return ApplyReport("rejected", message=str(exc))
-    escaping = [s.path for s in sections if _escapes_tree(tree, s.path)]
+    escaping = [p for s in sections for p in _named_paths(s) if _escapes_tree(tree, p)]
     if escaping:
         return ApplyReport("rejected", message=f"path {escaping[0]!r} resolves outside the tree through a link")
     sections, neutralized = _drop_self_executing(sections)
-    truncated = any(not h.complete for s in sections for h in s.hunks)
+    # A preview cut inside the last file's header shows no hunk of it: that is truncation too.
+    truncated = any(not h.complete for s in sections for h in s.hunks) or _is_cut_header(sections[-1]) \
+        if sections else False
     patch_text = render(sections)
     if not patch_text:
         files = _file_reports(sections, "", False)

@@ -72,9 +72,22 @@ def _read_hunk(lines: list[str], start: int) -> tuple[Hunk, int]:
     return Hunk(lines[start], body, old_total, new_total, complete), i
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines split at "\\n" only: a carriage return, form feed or U+2028 inside a line is the file's content.
+
+    A diff whose every line ends in "\\r" was carried with CRLF line ends, and those are removed.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if lines and all(line.endswith("\r") for line in lines if line):
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
 def parse_sections(text: str) -> list[FileSection]:
     """Split a diff into file sections with their hunks; never raises on malformed input."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     sections: list[FileSection] = []
     current: FileSection | None = None
     i = 0
@@ -130,5 +143,6 @@ def _is_header_only_change(section: FileSection) -> bool:
     """Mode changes, pure renames and empty new/deleted files carry no hunks but are still changes."""
     if section.hunks:
         return False
-    keys = ("old mode", "new mode", "rename from", "rename to", "new file mode", "deleted file mode")
+    keys = ("old mode", "new mode", "rename from", "rename to", "copy from", "copy to", "new file mode",
+            "deleted file mode")
     return any(line.startswith(keys) for line in section.header)

@@ -104,6 +104,12 @@ def _is_paragraph_start(line: str, previous_blank: bool) -> bool:
     return previous_blank and bool(line.strip()) and not line.startswith(DIFF_LINE_STARTS)
 
 
+def _last_hunk_needs(lines: list[str]) -> bool:
+    """Whether the diff in ``lines`` ends inside a hunk, so that one more context line belongs to it."""
+    sections = parse_sections("\n".join(lines) + "\n")
+    return bool(sections and sections[-1].hunks and not sections[-1].hunks[-1].complete)
+
+
 def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
     """Read a bundle file into candidates ``<stem>-NNN`` keeping each verdict as ``reference_summary``."""
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -126,7 +132,8 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
             candidates.append(Candidate(cid, source, "", task=task, task_reason=f"no diff captured ({reason})",
                                         bundle_position=position))
             continue
-        while body and not body[-1].strip():
+        # The blank lines between entries are empty; a diff's last line may be a blank context line, " ".
+        while body and not body[-1].strip() and not (body[-1].startswith(" ") and _last_hunk_needs(body[:-1])):
             body.pop()
         while body and not body[0].strip():
             body.pop(0)
@@ -138,7 +145,8 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
 
 def _read_diff(path: Path, cid: str, task: str | None) -> Candidate:
     try:
-        diff = path.read_text(encoding="utf-8")
+        # Bytes as they are: text mode would turn the "\r\n" of a CRLF file's lines into "\n".
+        diff = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
     return _candidate(cid, str(path), diff, task)

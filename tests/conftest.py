@@ -1,0 +1,39 @@
+"""Shared fixtures: where the seed lives, and a tiny git tree to apply diffs to."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SEED = SHARED / "seed"
+
+
+@pytest.fixture
+def seed_dir() -> Path:
+    if not (SEED / "graded-candidates.txt").is_file() or not (SEED / "judge-labels.json").is_file():
+        pytest.skip(f"seed bundle not present at {SEED} (it lives outside the repository, in ../shared)")
+    return SEED
+
+
+def lines_file(n: int, prefix: str = "line") -> str:
+    return "".join(f"{prefix} {i}\n" for i in range(1, n + 1))
+
+
+@pytest.fixture
+def make_git_tree(tmp_path):
+    """Factory: a fresh directory with the given {relative path: text} files and an empty git repository."""
+
+    def make(files: dict[str, str], name: str = "tree") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        for rel, text in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text.encode())
+        subprocess.run(["git", "init", "-q", str(root)], check=True, capture_output=True)
+        return root
+
+    return make

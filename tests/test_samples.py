@@ -1,0 +1,82 @@
+"""Every task's base, reference fix and sample candidates get the statuses they were designed for, and every
+rubric passes validation (fix unmet on base and met on reference, preserve met on both, conditional met on
+reference). Statuses come from ``candidates/<task>/expected.toml``; ``[<name>.gpu]`` applies where GPU evidence ran.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from grader.pipeline import BaseCache, GradeOptions, detect_gpu, evaluate
+from grader.rubric import REPO_ROOT, all_tasks
+from grader.score import score_criteria
+from grader.validate import check_rules
+
+CANDIDATES = REPO_ROOT / "candidates"
+REFERENCES = REPO_ROOT / "reference_impl"
+GPU, _ = detect_gpu("auto")
+
+
+def _samples() -> list[tuple[str, str, str]]:
+    """(task, sample name, diff) for every expected section; base is the empty diff."""
+    found = []
+    for task in all_tasks():
+        expected = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())
+        for name in expected:
+            if name == "base":
+                diff = ""
+            elif name == "reference":
+                diff = (REFERENCES / f"{task}.diff").read_text()
+            else:
+                diff = (CANDIDATES / task / f"{name}.diff").read_text()
+            found.append((task, name, diff))
+    return found
+
+
+SAMPLES = _samples()
+
+
+@pytest.fixture(scope="session")
+def graded() -> dict[tuple[str, str], dict]:
+    """Grade every sample once, two at a time; key (task, name) -> criterion results."""
+    tasks, bases = all_tasks(), BaseCache()
+    options = GradeOptions(gpu=GPU)
+
+    def grade(sample):
+        task, name, diff = sample
+        apply, run, _ = evaluate(tasks[task], diff, bases, options)
+        assert run is not None, f"{task}/{name} did not apply: {apply.message}"
+        return (task, name), score_criteria(tasks[task], run)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(grade, SAMPLES))
+
+
+def _designed(task: str, name: str) -> dict[str, str]:
+    section = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())[name]
+    statuses = {k: v for k, v in section.items() if k.startswith("c")}
+    if GPU:
+        statuses.update(section.get("gpu", {}))
+    return statuses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task,name", [(t, n) for t, n, _ in SAMPLES], ids=[f"{t}/{n}" for t, n, _ in SAMPLES])
+def test_sample_gets_designed_statuses(graded, task, name):
+    results = graded[(task, name)]
+    got = {cid: r.status for cid, r in results.items()}
+    want = _designed(task, name)
+    assert got == want, {cid: (got[cid], results[cid].rationale) for cid in got if got[cid] != want.get(cid)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(all_tasks()))
+def test_rubric_validates(graded, task):
+    validation = check_rules(all_tasks()[task], graded[(task, "base")], graded[(task, "reference")])
+    assert not validation.problems
+    if GPU:
+        assert not validation.unevaluated

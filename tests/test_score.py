@@ -1,0 +1,245 @@
+"""Scoring: criterion scores from test outcomes, conditional criteria, verdicts and the overall score."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.records import ApplyReport, CriterionResult, RunReport
+from grader.records import TestOutcome as Outcome  # a name pytest does not collect
+from grader.rubric import RUBRICS_DIR, load_task
+from grader.score import (FULL_AT, MET_AT, UNMET_AT, apply_conditions, overall_score, score_criteria,
+                          score_from_outcomes, status_for, verdict_for)
+from grader.validate import check_rules
+
+
+@pytest.fixture(scope="module")
+def task():
+    """moe-swap-ab: c1 fix (core, weight 2), c2-c4 conditional on c1 (c3 core, weight 2), c5 preserve."""
+    t = load_task(RUBRICS_DIR / "moe-swap-ab")
+    assert [c.kind for c in t.criteria.values()] == ["fix", "conditional", "conditional", "conditional", "preserve"]
+    assert {c.anchor for c in t.criteria.values() if c.kind == "conditional"} == {"c1"}
+    assert t.core_criteria == ["c1", "c3"]
+    return t
+
+
+def out(name: str, status: str, message: str = "", **criteria: float) -> Outcome:
+    return Outcome(f"tests/test_x.py::{name}", status, dict(criteria), doc=f"claim of {name}", message=message)
+
+
+def result(cid: str, score: float | None, status: str | None = None) -> CriterionResult:
+    if status is None:
+        status = "not_evaluated" if score is None else status_for(score)
+    return CriterionResult(cid, f"title {cid}", score, status, f"why {cid}")
+
+
+def results(task, **scores) -> dict[str, CriterionResult]:
+    return {cid: result(cid, scores.get(cid, 1.0)) for cid in task.criteria}
+
+
+# --- one criterion -----------------------------------------------------------------------------------------------------
+
+
+def test_weighted_share():
+    outcomes = [out("a", "passed", c1=3), out("b", "failed", c1=1), out("c", "passed", c2=1)]
+    r = score_from_outcomes("c1", "t", outcomes)
+    assert r.score == 0.75 and r.status == "met"
+    assert [e["test"] for e in r.evidence] == ["tests/test_x.py::a", "tests/test_x.py::b"]
+    assert r.evidence[0]["claim"] == "claim of a" and r.evidence[0]["weight"] == 3
+    assert "3 of 4" in r.rationale and "b" in r.rationale
+
+
+@pytest.mark.parametrize("passed, failed, score, status", [
+    (3, 1, 0.75, "met"),      # the met threshold is inclusive
+    (1, 3, 0.25, "unmet"),    # and so is the unmet one
+    (1, 1, 0.5, "partial"),
+    (2, 1, 0.6667, "partial"),
+    (4, 0, 1.0, "met"),
+    (0, 2, 0.0, "unmet"),
+])
+def test_thresholds(passed, failed, score, status):
+    outcomes = [out(f"p{i}", "passed", c1=1) for i in range(passed)] + [
+        out(f"f{i}", "failed", c1=1) for i in range(failed)]
+    r = score_from_outcomes("c1", "t", outcomes)
+    assert (r.score, r.status) == (score, status)
+
+
+def test_status_for_boundaries():
+    assert (MET_AT, UNMET_AT) == (0.75, 0.25)
+    assert status_for(0.7499) == "partial" and status_for(0.2501) == "partial"
+    assert status_for(0.75) == "met" and status_for(0.25) == "unmet"
+
+
+@pytest.mark.parametrize("bad", ["error", "timeout"])
+def test_errors_and_timeouts_count_as_failures(bad):
+    r = score_from_outcomes("c1", "t", [out("a", "passed", c1=1), out("b", bad, c1=1)])
+    assert (r.score, r.status) == (0.5, "partial")
+
+
+def test_skips_are_left_out_of_the_share():
+    outcomes = [out("a", "passed", c1=1), out("g", "skipped", "environment: no CUDA GPU", c1=5)]
+    r = score_from_outcomes("c1", "t", outcomes)
+    assert (r.score, r.status) == (1.0, "met")
+    assert "not run" in r.rationale
+    assert len(r.evidence) == 2
+
+
+def test_skipped_only_is_not_evaluated_with_the_reason():
+    outcomes = [out("g1", "skipped", "environment: no CUDA GPU", c1=1),
+                out("g2", "skipped", "environment: no CUDA GPU", c1=2),
+                out("h", "passed", c2=1)]
+    r = score_from_outcomes("c1", "t", outcomes)
+    assert r.score is None and r.status == "not_evaluated"
+    assert r.rationale == "environment: no CUDA GPU"
+
+
+def test_no_test_at_all_is_not_evaluated():
+    r = score_from_outcomes("c4", "t", [out("a", "passed", c1=1)])
+    assert r.score is None and r.status == "not_evaluated" and r.rationale and r.evidence == []
+
+
+def test_zero_weight_evidence_is_not_evaluated():
+    r = score_from_outcomes("c1", "t", [out("a", "failed", c1=0)])
+    assert r.score is None and r.status == "not_evaluated"
+
+
+# --- conditional criteria ------------------------------------------------------------------------------------------------
+
+
+def test_conditional_with_unmet_anchor_scores_zero(task):
+    rs = results(task, c1=0.0, c2=1.0, c3=1.0, c4=0.5)
+    apply_conditions(task, rs)
+    for cid in ("c2", "c3", "c4"):
+        assert (rs[cid].score, rs[cid].status) == (0.0, "unmet")
+        assert "c1" in rs[cid].rationale and "unmet" in rs[cid].rationale
+        assert f"why {cid}" in rs[cid].rationale  # its own checks are still shown
+    assert (rs["c1"].score, rs["c5"].score) == (0.0, 1.0)
+
+
+def test_conditional_with_partial_anchor_scores_zero(task):
+    rs = results(task, c1=0.5)
+    apply_conditions(task, rs)
+    assert (rs["c2"].score, rs["c2"].status) == (0.0, "unmet") and "partial" in rs["c2"].rationale
+
+
+def test_conditional_with_met_anchor_keeps_its_score(task):
+    rs = results(task, c1=0.8, c2=0.5, c3=None)
+    apply_conditions(task, rs)
+    assert (rs["c2"].score, rs["c2"].status) == (0.5, "partial")
+    assert rs["c3"].status == "not_evaluated"
+
+
+def test_conditional_with_unevaluated_anchor_is_not_evaluated(task):
+    rs = results(task, c1=None, c2=1.0, c3=0.0)
+    apply_conditions(task, rs)
+    for cid in ("c2", "c3", "c4"):
+        assert rs[cid].score is None and rs[cid].status == "not_evaluated"
+        assert "c1" in rs[cid].rationale and "why c1" in rs[cid].rationale
+
+
+def test_score_criteria_end_to_end(task):
+    outcomes = [out("fix", "failed", c1=1), out("fix2", "failed", c1=1),
+                out("cond", "passed", c2=1, c3=1, c4=1), out("keep", "passed", c5=1),
+                out("gpu", "skipped", "environment: no CUDA GPU", c3=1)]
+    rs = score_criteria(task, RunReport(outcomes, 1, False, "", 1.0))
+    assert rs["c1"].status == "unmet"
+    assert [rs[c].score for c in ("c2", "c3", "c4")] == [0.0, 0.0, 0.0]
+    assert rs["c5"].status == "met"
+
+
+def test_environment_error_explains_unevaluated(task):
+    run = RunReport([out("keep", "passed", c5=1)], None, False, "", 0.0, environment_error="torch import failed")
+    rs = score_criteria(task, run)
+    assert rs["c1"].status == "not_evaluated" and "torch import failed" in rs["c1"].rationale
+    assert rs["c2"].status == "not_evaluated"
+    assert rs["c5"].status == "met" and "torch import failed" not in rs["c5"].rationale
+
+
+# --- verdicts and the overall score -------------------------------------------------------------------------------------
+
+
+APPLIED = ApplyReport("applied", "git apply")
+
+
+def test_verdict_no_diff(task):
+    assert verdict_for(task, ApplyReport("empty"), results(task)) == "no_diff"
+
+
+@pytest.mark.parametrize("status", ["failed", "rejected"])
+def test_verdict_fail_when_apply_failed(task, status):
+    assert verdict_for(task, ApplyReport(status), results(task)) == "fail"
+
+
+@pytest.mark.parametrize("core", ["c1", "c3"])
+def test_verdict_fail_on_core_below_unmet(task, core):
+    assert verdict_for(task, APPLIED, results(task, **{core: 0.2})) == "fail"
+    assert verdict_for(task, APPLIED, results(task, **{core: 0.25})) == "partial"  # fail is strictly below
+
+
+def test_low_non_core_criterion_is_not_fail(task):
+    assert verdict_for(task, APPLIED, results(task, c2=0.0, c4=0.0, c5=0.0)) == "partial"
+
+
+def test_core_not_evaluated_is_not_fail(task):
+    assert verdict_for(task, APPLIED, results(task, c1=None, c3=None)) == "partial"
+
+
+def test_verdict_full_needs_all_five(task):
+    assert FULL_AT == 0.9
+    assert verdict_for(task, APPLIED, results(task, c1=0.9, c2=0.95)) == "full"
+    assert verdict_for(task, ApplyReport("partial", "git apply", truncated=True), results(task)) == "full"
+    assert verdict_for(task, APPLIED, results(task, c5=0.89)) == "partial"
+    assert verdict_for(task, APPLIED, results(task, c4=None)) == "partial"
+
+
+def test_overall_score_weighted_mean_of_evaluated(task):
+    rs = results(task, c1=1.0, c2=None, c3=0.5, c4=0.0, c5=1.0)
+    # weights: c1 2, c3 2, c4 1, c5 1 -> (2 + 1 + 0 + 1) / 6
+    assert overall_score(task, rs) == round(4 / 6, 4)
+    assert overall_score(task, results(task, c1=None, c2=None, c3=None, c4=None, c5=None)) is None
+    assert overall_score(task, results(task)) == 1.0
+
+
+# --- validate-rubrics rules -------------------------------------------------------------------------------------------
+
+
+def statuses_to_results(task, spec: dict[str, float | None]) -> dict[str, CriterionResult]:
+    return {cid: result(cid, spec.get(cid)) for cid in task.criteria}
+
+
+GOOD_BASE = {"c1": 0.0, "c2": 0.0, "c3": 0.0, "c4": 0.0, "c5": 1.0}
+GOOD_REF = {"c1": 1.0, "c2": 1.0, "c3": 1.0, "c4": 1.0, "c5": 1.0}
+
+
+def test_check_rules_accepts_a_sound_rubric(task):
+    v = check_rules(task, statuses_to_results(task, GOOD_BASE), statuses_to_results(task, GOOD_REF))
+    assert v.problems == [] and v.unevaluated == []
+    assert v.base["c1"] == "unmet" and v.reference["c1"] == "met"
+
+
+def test_check_rules_fix_met_on_base(task):
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c1": 1.0}), statuses_to_results(task, GOOD_REF))
+    assert len(v.problems) == 1 and v.problems[0].startswith("c1 (fix)") and "base is met" in v.problems[0]
+
+
+def test_check_rules_preserve_unmet_on_base(task):
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c5": 0.0}), statuses_to_results(task, GOOD_REF))
+    assert len(v.problems) == 1 and v.problems[0].startswith("c5 (preserve)") and "must be met" in v.problems[0]
+
+
+def test_check_rules_reference_must_score_high(task):
+    v = check_rules(task, statuses_to_results(task, GOOD_BASE), statuses_to_results(task, {**GOOD_REF, "c3": 0.8}))
+    assert len(v.problems) == 1 and v.problems[0].startswith("c3 (conditional)") and "0.8" in v.problems[0]
+
+
+def test_check_rules_conditional_ignores_base(task):
+    base = {**GOOD_BASE, "c2": 1.0, "c4": None}
+    v = check_rules(task, statuses_to_results(task, base), statuses_to_results(task, GOOD_REF))
+    assert v.problems == [] and v.unevaluated == []
+
+
+def test_check_rules_unevaluated_is_reported_not_passed(task):
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c1": None}),
+                    statuses_to_results(task, {**GOOD_REF, "c3": None}))
+    assert v.problems == []
+    assert [u.split(":")[0] for u in v.unevaluated] == ["c1", "c3"]
+    assert "why c1" in v.unevaluated[0] and "why c3" in v.unevaluated[1]
