@@ -1,0 +1,23 @@
+# Two entry points (see README): `make grade` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup grade test test-all
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch and triton first, pinned, so no resolver ever pulls a CUDA build of torch.
+	$(PY) -m pip install -q "torch==2.13.0" "triton==3.7.1"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+grade: setup
+	$(PY) grade.py bases --verify
+	$(PY) grade.py candidates --out out --junit out/junit.xml
+
+test: setup
+	$(PY) -m pytest tests -q -m "not gpu"
