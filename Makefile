@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup grade test test-all
+.PHONY: setup browser grade test
+
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,5 +20,11 @@ grade: setup
 	$(PY) grade.py bases --verify
 	$(PY) grade.py candidates --out out --junit out/junit.xml
 
-test: setup
+# Headless Chromium for the scorecard screenshot test; installed only where we may (root with apt-get).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium not installed: the browser test will be skipped"
+
+test: setup browser
 	$(PY) -m pytest tests -q -m "not gpu"

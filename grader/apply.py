@@ -55,6 +55,10 @@ def check_safety(diff: str, sections: list[FileSection]) -> None:
             pure = PurePosixPath(path)
             if pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
                 raise UnsafeDiff(f"path {path!r} points outside the tree")
+            if any(ord(ch) < 32 or ch == "\x7f" for ch in path):
+                raise UnsafeDiff(f"path {path!r} contains control characters")
+            if any(part.lower() == ".git" for part in pure.parts):
+                raise UnsafeDiff(f"path {path!r} writes into git metadata")
         if any(line.startswith(("new file mode 120000", "new mode 120000")) for line in section.header):
             raise UnsafeDiff(f"{section.path}: symbolic links are not accepted")
 
@@ -130,7 +134,10 @@ def make_import_root(tree: Path, scratch: Path) -> Path:
 
 
 def _run_method(argv: list[str], patch_text: str, tree: Path) -> tuple[bool, str]:
-    proc = subprocess.run(argv, input=patch_text, text=True, capture_output=True, cwd=tree, timeout=120)
+    try:
+        proc = subprocess.run(argv, input=patch_text, text=True, capture_output=True, cwd=tree, timeout=120)
+    except subprocess.TimeoutExpired:
+        return False, f"error: {argv[0]} timed out after 120 s"
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -141,8 +148,10 @@ def _hunk_results(output: str) -> dict[str, dict[int, HunkReport]]:
     for line in output.splitlines():
         for prefix in ("Checking patch ", "patching file "):
             if line.startswith(prefix):
-                current = line[len(prefix):].removesuffix("...").strip()
+                current = _reported_name(line[len(prefix):])
                 results.setdefault(current, {})
+        if line.startswith(("can't find file to patch", "No file to patch")):
+            current = None  # patch names no file here; its hunk lines are not the previous file's
         match = HUNK_RESULT.match(line)
         if match and current is not None:
             number, outcome, at, fuzz, offset = match.groups()
@@ -156,6 +165,13 @@ def _hunk_results(output: str) -> dict[str, dict[int, HunkReport]]:
                 report = HunkReport("", "applied", "")
             results[current][int(number)] = report
     return results
+
+
+def _reported_name(name: str) -> str:
+    """The path a tool's progress line names: git's ``old => new...``, patch's ``new (renamed from old)``."""
+    name = name.strip().removesuffix("...")
+    name = re.sub(r" \((?:renamed|copied) from .*\)$", "", name).split(" => ")[-1].strip()
+    return name[1:-1] if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"" else name
 
 
 def _file_reports(sections: list[FileSection], output: str, applied: bool) -> list[FileReport]:
@@ -232,6 +248,6 @@ def apply_diff(diff: str, tree: Path) -> ApplyReport:
 
 def _first_error(output: str) -> str:
     for line in output.splitlines():
-        if line.startswith(("error:", "Hunk #", "patch:")) or "FAILED" in line or "can't find file" in line:
+        if line.startswith(("error:", "patch:")) or "FAILED" in line or "can't find file" in line:
             return line.strip()
     return output.strip().splitlines()[-1] if output.strip() else "the patch did not apply"

@@ -14,15 +14,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from grader import __version__
+from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
 from grader.checkout import BaseBuildError, build_base, verify_blobs
+from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
+from grader.launch import ColdLauncher, start_warm_pool
 from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
 from grader.report import markdown_summary, write_html, write_junit, write_results_json
 from grader.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore, cache_key
 from grader.validate import validate_rubrics
 
-COMMANDS = ("grade", "bases", "validate-rubrics")
+COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate")
 
 
 def _grade_parser(sub) -> None:
@@ -37,6 +40,8 @@ def _grade_parser(sub) -> None:
     p.add_argument("--fail-under", type=float, help="exit 1 when a graded candidate scores below this")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
+    p.add_argument("--cold", action="store_true",
+                   help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"grader {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _grade_parser(sub)
+    add_calibrate_parser(sub)
     b = sub.add_parser("bases", help="build the pinned vLLM bases")
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", help="only this task")
@@ -74,7 +80,6 @@ def run_grade(args) -> int:
     print(f"grading {len(candidates)} candidate(s) with {args.jobs} worker(s); {gpu_reason}", file=sys.stderr)
     tasks = all_tasks()
     store = ResultStore(args.out)
-    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees)
     bases = BaseCache()
     results: dict[str, dict] = {}
     started = time.monotonic()
@@ -88,17 +93,24 @@ def run_grade(args) -> int:
         else:
             pending.append((candidate, key))
 
+    launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
+    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
+                           evidence_cache=None if args.no_cache else EvidenceCache())
+
     def work(item):
         candidate, key = item
         result = grade_candidate(candidate, bases, options).to_json()
         store.save(candidate.id, key, result)
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for future in as_completed([pool.submit(work, item) for item in pending]):
-            result = future.result()
-            results[result["id"]] = result
-            _progress(len(results), len(candidates), result, False)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for future in as_completed([pool.submit(work, item) for item in pending]):
+                result = future.result()
+                results[result["id"]] = result
+                _progress(len(results), len(candidates), result, False)
+    finally:
+        launcher.close()
     run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
                 "timings": {"wall_s": round(time.monotonic() - started, 2)}}
     ordered = [results[c.id] for c in candidates]
@@ -111,6 +123,14 @@ def run_grade(args) -> int:
             f.write(markdown_summary(ordered))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     return exit_code(ordered, args.fail_under)
+
+
+def _launcher(args, pending: list, tasks: dict, bases: BaseCache, gpu: bool):
+    """Warm workers unless --cold, or nothing needs running (everything cached, or no gradable candidate)."""
+    gradable = [c for c in pending if c.task in tasks and c.diff.strip()]
+    if args.cold or not gradable:
+        return ColdLauncher()
+    return start_warm_pool(max(1, args.jobs), bases.get(tasks[gradable[0].task]), gpu)
 
 
 def exit_code(results: list[dict], fail_under: float | None) -> int:
@@ -151,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_grade(args)
         if args.command == "bases":
             return run_bases(args)
+        if args.command == "calibrate":
+            return run_calibrate(args)
         return validate_rubrics(args)
     except (RubricError, BaseBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -10,11 +10,13 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.apply import apply_diff, make_import_root, make_tree, scratch_root
 from grader.checkout import BuiltBase, build_base
+from grader.evidence_cache import EvidenceCache, tree_key
+from grader.launch import ColdLauncher
 from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
 from grader.rubric import Task, all_tasks
 from grader.run import DEFAULT_TIMEOUT_S, run_hidden_tests
@@ -27,6 +29,8 @@ class GradeOptions:
     gpu: bool = False
     timeout: float = DEFAULT_TIMEOUT_S
     keep_trees: bool = False
+    launcher: object = field(default_factory=ColdLauncher)
+    evidence_cache: EvidenceCache | None = None
 
 
 class BaseCache:
@@ -81,9 +85,17 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
             return apply, None, timings
-        import_root = make_import_root(tree, scratch)
-        run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.timeout)
-        timings["tests_s"] = round(run.duration, 2)
+        key = tree_key(task, base, tree, apply, options.gpu)
+        run = options.evidence_cache.load(key) if options.evidence_cache else None
+        if run is None:
+            import_root = make_import_root(tree, scratch)
+            run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.launcher, options.timeout)
+            if options.evidence_cache:
+                options.evidence_cache.save(key, run)
+            timings["tests_s"] = round(run.duration, 2)
+        else:
+            timings["tests_s"] = 0.0
+            timings["evidence_cached"] = 1.0
         return apply, run, timings
     finally:
         if not options.keep_trees:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import platform
 import tomllib
+from importlib import metadata
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -106,3 +109,30 @@ def all_tasks(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, Task]:
 def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
     """Base recipes of every task folder, including tasks whose rubric is not written yet."""
     return {d.name: _load_base(d) for d in sorted(rubrics_dir.iterdir()) if (d / "base.toml").is_file()}
+
+
+# The harness every task's hidden tests run through: a change to it changes what evidence means.
+SHARED_HARNESS = (RUBRICS_DIR / "conftest.py", RUBRICS_DIR / "pytest.ini",
+                  REPO_ROOT / "grader" / "pytest_evidence.py", REPO_ROOT / "grader" / "run.py")
+
+
+def rubric_fingerprint(task: Task) -> str:
+    """Digest of everything in the task's folder (rubric, base recipe, hidden tests) and the shared harness."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in [*files, *SHARED_HARNESS]:
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
+        digest.update(path.read_bytes() if path.is_file() else b"")
+    return digest.hexdigest()[:16]
+
+
+@cache
+def environment_fingerprint() -> str:
+    """Python, torch and triton versions: evidence from another environment is not reused."""
+    versions = [platform.python_version()]
+    for package in ("torch", "triton"):
+        try:
+            versions.append(f"{package}=={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} absent")
+    return ";".join(versions)

@@ -8,39 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from grader.launch import Launch, base_environment
 from grader.records import RunReport, TestOutcome
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task
 
 DEFAULT_TIMEOUT_S = 600
-LIMITS = {
-    # CPU seconds, bytes of address space, bytes per written file.
-    resource.RLIMIT_CPU: 1200,
-    resource.RLIMIT_AS: 32 << 30,
-    resource.RLIMIT_FSIZE: 1 << 30,
-}
-PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
-                      "CUDA_HOME", "LD_LIBRARY_PATH")
-
-
-def _apply_limits() -> None:
-    for limit, value in LIMITS.items():
-        soft, hard = resource.getrlimit(limit)
-        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(limit, (cap, hard))
 
 
 def child_environment(tree: Path, import_root: Path, scratch: Path, evidence: Path, gpu: bool) -> dict[str, str]:
     """A minimal environment: private HOME and caches, the patched vllm first on sys.path, nothing inherited."""
     home = scratch / "home"
     home.mkdir(exist_ok=True)
-    env = {k: os.environ[k] for k in PASSED_THROUGH_ENV if k in os.environ}
+    env = base_environment(gpu)
     env.update({
         "HOME": str(home),
         "TMPDIR": str(home),
@@ -48,58 +30,50 @@ def child_environment(tree: Path, import_root: Path, scratch: Path, evidence: Pa
         "TRITON_CACHE_DIR": str(home / ".triton"),
         "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
         "PYTHONPATH": os.pathsep.join([str(import_root), str(REPO_ROOT)]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
         "GRADER_VLLM_TREE": str(tree),
         "GRADER_EVIDENCE_OUT": str(evidence),
         "GRADER_GPU": "1" if gpu else "0",
-        "VLLM_NO_USAGE_STATS": "1",
-        "HF_HUB_OFFLINE": "1",
     })
-    if not gpu:
-        # Keeps vLLM from probing a driver while leaving the real Triton importable (for its interpreter).
-        env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 
-def pytest_command(task: Task) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-c", str(RUBRICS_DIR / "pytest.ini"), "--rootdir", str(RUBRICS_DIR),
-            "-p", "grader.pytest_evidence", str(task.tests_dir)]
+def pytest_args(task: Task) -> list[str]:
+    return ["-c", str(RUBRICS_DIR / "pytest.ini"), "--rootdir", str(RUBRICS_DIR), "-p", "grader.pytest_evidence",
+            str(task.tests_dir)]
 
 
-def run_hidden_tests(task: Task, tree: Path, import_root: Path, scratch: Path, gpu: bool,
+def run_hidden_tests(task: Task, tree: Path, import_root: Path, scratch: Path, gpu: bool, launcher,
                      timeout: float = DEFAULT_TIMEOUT_S) -> RunReport:
     evidence = scratch / "evidence.jsonl"
     evidence.write_text("")
+    log = scratch / "pytest.log"
     env = child_environment(tree, import_root, scratch, evidence, gpu)
     started = time.monotonic()
-    proc = subprocess.Popen(pytest_command(task), cwd=RUBRICS_DIR, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_apply_limits)
-    timed_out = False
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-    _kill_group(proc.pid)
-    text = log.decode("utf-8", "replace")[-200_000:]
+    returncode, timed_out = launcher.run(Launch(pytest_args(task), env, RUBRICS_DIR, log, timeout))
+    duration = time.monotonic() - started
+    scrub = _path_scrubber(tree, scratch)
+    text = scrub(log.read_text(encoding="utf-8", errors="replace")[-200_000:]) if log.exists() else ""
     outcomes, collect_errors = parse_evidence(evidence.read_text(encoding="utf-8", errors="replace"), timed_out)
+    for outcome in outcomes:
+        outcome.message = scrub(outcome.message)
     env_error = None
     if collect_errors:
-        env_error = "hidden tests could not be collected: " + "; ".join(collect_errors)
-    elif not outcomes and proc.returncode not in (0, 1):
-        env_error = f"pytest exited with status {proc.returncode} before any hidden test ran"
-    return RunReport(outcomes, proc.returncode, timed_out, text, time.monotonic() - started, env_error)
+        env_error = "hidden tests could not be collected: " + scrub("; ".join(collect_errors))
+    elif not outcomes and returncode not in (0, 1) and not timed_out:
+        env_error = f"pytest exited with status {returncode} before any hidden test ran"
+    return RunReport(outcomes, returncode, timed_out, text, duration, env_error)
 
 
-def _kill_group(pgid: int) -> None:
-    """Stop anything the candidate left running in the test's process group."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _path_scrubber(tree: Path, scratch: Path):
+    """Messages name the per-candidate temporary paths; replace them so identical runs give identical text."""
+    pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>")]
+
+    def scrub(text: str) -> str:
+        for raw, placeholder in pairs:
+            text = text.replace(raw, placeholder)
+        return text
+
+    return scrub
 
 
 def _status_of(phases: dict[str, dict]) -> str:

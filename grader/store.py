@@ -10,22 +10,13 @@ from grader import __version__
 from grader.checkout import recipe_key
 from grader.records import Candidate
 from grader.report import atomic_write, page_name
-from grader.rubric import Task
-
-
-def rubric_fingerprint(task: Task) -> str:
-    """Digest of everything in the task's folder: rubric, base recipe and hidden tests."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.relative_to(task.folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
 def cache_key(candidate: Candidate, task: Task | None, gpu: bool) -> str:
     """Same key, same result: task, diff, rubric version and files, base, GPU evidence and grader version."""
-    parts = [__version__, candidate.id, candidate.task or "", candidate.diff, str(gpu),
-             candidate.reference_summary or ""]
+    parts = [__version__, environment_fingerprint(), candidate.id, candidate.task or "", candidate.diff, str(gpu),
+             candidate.reference_summary or "", candidate.source]
     if task is not None:
         parts += [str(task.version), rubric_fingerprint(task), recipe_key(task.base)]
     return hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()

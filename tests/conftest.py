@@ -11,13 +11,6 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEED = SHARED / "seed"
 
 
-@pytest.fixture
-def seed_dir() -> Path:
-    if not (SEED / "graded-candidates.txt").is_file() or not (SEED / "judge-labels.json").is_file():
-        pytest.skip(f"seed bundle not present at {SEED} (it lives outside the repository, in ../shared)")
-    return SEED
-
-
 def lines_file(n: int, prefix: str = "line") -> str:
     return "".join(f"{prefix} {i}\n" for i in range(1, n + 1))
 

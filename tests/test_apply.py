@@ -225,6 +225,19 @@ def test_write_through_existing_symlink_rejected(tree, tmp_path):
     assert (outside / "target.py").read_text() == "x = 1\n"
 
 
+@pytest.mark.parametrize("path, words", [
+    (".git/hooks/post-checkout", "git metadata"),
+    (".git/config", "git metadata"),
+    ("pkg/.GIT/x", "git metadata"),
+    ("a\x00b.py", "control characters"),
+    ("a\x1bb.py", "control characters"),
+])
+def test_git_metadata_and_control_characters_rejected(tree, path, words):
+    report = apply_diff(NEW_FILE.format(p=path), tree)
+    assert report.status == "rejected" and words in report.message
+    assert not (tree / ".git" / "hooks" / "post-checkout").exists()
+
+
 def test_git_binary_patch_rejected(tree):
     diff = ("diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..e69de29\n"
             "GIT binary patch\nliteral 3\nKcmZ?wWB>pF01E&C\n\nliteral 0\nHcmV?d00001\n\n")
@@ -357,7 +370,26 @@ def test_rename_with_edit(tree):
     report = apply_diff(diff, tree)
     assert report.status == "applied", report.message
     assert report.files[0].change == "renamed" and report.files[0].path == "c.py"
+    assert statuses(report) == ["applied"]
     assert (tree / "c.py").read_text() == replace(B, "b 3\n", "B3\n") and not (tree / "b.py").exists()
+
+
+def test_rename_with_edit_next_to_a_failing_hunk(tree):
+    body = udiff("b.py", B, replace(B, "b 3\n", "B3\n")).split("\n", 1)[1].replace("+++ b/b.py", "+++ b/c.py")
+    rename = "diff --git a/b.py b/c.py\nsimilarity index 90%\nrename from b.py\nrename to c.py\n" + body
+    bad = udiff("a.py", replace(A, "line 5\n", "absent\n"), replace(A, "line 5\n", "FIVE\n"), n=0)
+    report = apply_diff(rename + bad, tree)
+    assert report.status == "partial" and report.method == "patch --fuzz=3"
+    assert {f.path: [h.status for h in f.hunks] for f in report.files} == {"c.py": ["applied"], "a.py": ["failed"]}
+    assert "B3\n" in (tree / "c.py").read_text()
+
+
+def test_missing_file_next_to_a_good_one(tree):
+    diff = udiff("nope.py", A, replace(A, "line 10\n", "X\n")) + udiff("b.py", B, replace(B, "b 2\n", "B2\n"))
+    report = apply_diff(diff, tree)
+    assert report.status == "partial" and report.method == "patch --fuzz=3"
+    assert {f.path: [h.status for h in f.hunks] for f in report.files} == {"nope.py": ["failed"], "b.py": ["applied"]}
+    assert "B2\n" in (tree / "b.py").read_text() and not (tree / "nope.py").exists()
 
 
 def test_copy(tree):
@@ -428,3 +460,14 @@ def test_scratch_root(monkeypatch, tmp_path):
     monkeypatch.delenv("GRADER_SCRATCH")
     root = scratch_root()
     assert root.is_dir() and os.access(root, os.W_OK)
+
+
+def test_tool_timeout_is_a_failure_not_an_exception(tree, monkeypatch):
+    import grader.apply as apply_module
+
+    def hang(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs.get("timeout"))
+
+    monkeypatch.setattr(apply_module.subprocess, "run", hang)
+    report = apply_diff(udiff("a.py", A, replace(A, "line 10\n", "X\n")), tree)
+    assert report.status == "failed" and "timed out" in report.message

@@ -274,3 +274,22 @@ def test_configured_index_url_from_pip_config(monkeypatch):
     monkeypatch.setattr(checkout.subprocess, "run",
                         lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "", ""))
     assert configured_index_url() == checkout.DEFAULT_INDEX
+
+
+def test_private_tree_of_a_real_base(bases, tmp_path):
+    """A candidate's tree is a private copy: applying the reference fix there leaves the base proven."""
+    from grader.apply import apply_diff, make_tree
+
+    task = "moe-swap-ab"
+    base = bases[task]
+    tree = make_tree(base, tmp_path)
+    rel = next(iter(all_base_recipes()[task].blobs))
+    assert (tree / rel).read_bytes() == (base.path / rel).read_bytes()
+    reference = Path(__file__).resolve().parents[1] / "reference_impl" / f"{task}.diff"
+    if reference.is_file():
+        report = apply_diff(reference.read_text(), tree)
+        assert report.status == "applied", report.message
+    (tree / rel).write_text("overwritten\n")
+    assert verify_blobs(base.path, all_base_recipes()[task].blobs) == []
+    status = subprocess.run(["git", "-C", str(base.path), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.launch import start_warm_pool
 from grader.pipeline import BaseCache, GradeOptions, detect_gpu, evaluate
 from grader.rubric import REPO_ROOT, all_tasks
 from grader.score import score_criteria
@@ -44,7 +45,8 @@ SAMPLES = _samples()
 def graded() -> dict[tuple[str, str], dict]:
     """Grade every sample once, two at a time; key (task, name) -> criterion results."""
     tasks, bases = all_tasks(), BaseCache()
-    options = GradeOptions(gpu=GPU)
+    launcher = start_warm_pool(2, bases.get(tasks["int8-kv-rounding"]), GPU)
+    options = GradeOptions(gpu=GPU, launcher=launcher)
 
     def grade(sample):
         task, name, diff = sample
@@ -52,8 +54,11 @@ def graded() -> dict[tuple[str, str], dict]:
         assert run is not None, f"{task}/{name} did not apply: {apply.message}"
         return (task, name), score_criteria(tasks[task], run)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(grade, SAMPLES))
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(pool.map(grade, SAMPLES))
+    finally:
+        launcher.close()
 
 
 def _designed(task: str, name: str) -> dict[str, str]:

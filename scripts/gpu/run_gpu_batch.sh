@@ -134,68 +134,78 @@ done
 wait
 pack
 
-# ------------------------------------------------------------------ 4. validate-rubrics (base + reference) per task
-for T in $TASKS; do
-  step "validate-$GPU-$T" 240 $PY grade.py validate-rubrics --gpu "$GPU" --task "$T" --out "$R/validate-$GPU-$T" &
-  sleep 2
-done
-wait
-cat "$R"/validate-"$GPU"-*.log > "$OUT/validate-$GPU.txt" 2>/dev/null
-pack
-
-# ------------------------------------------------------------------ 5. grade the sample candidates, GPU then CPU
 # One folder holding candidates/<task>/ for the selected tasks: ids come out as <task>/<name> and each task is
 # taken from its folder (grading candidates/<task> directly would infer the task from each diff instead).
 CANDS=$W/candidates; mkdir -p "$CANDS"
 for T in $TASKS; do cp -r "candidates/$T" "$CANDS/$T"; done
-step "grade-$GPU" 300 $PY grade.py "$CANDS" --out "$R/grade-$GPU" --gpu "$GPU" --jobs "$JOBS_GPU"
+
+# ------------------------------------------------------------------ 4. CPU grading in the background (GPU runs only)
+# It touches no GPU (CUDA_VISIBLE_DEVICES=""), runs niced so GPU-side timing tests keep the CPUs they need, and
+# overlaps the GPU steps instead of adding its minutes after them.
+CPU_PID=""
+if [ "$GPU" = on ] && [ "${GPU_KIT_CPU:-1}" = 1 ]; then
+  step grade-cpu 400 nice -n 15 $PY grade.py "$CANDS" --out "$R/grade-cpu" --gpu off --jobs "$JOBS_CPU" ${GPU_KIT_GRADE_ARGS:-} &
+  CPU_PID=$!
+fi
+
+# ------------------------------------------------------------------ 5. validate-rubrics (base + reference) per task
+for T in $TASKS; do
+  step "validate-$GPU-$T" 220 $PY grade.py validate-rubrics --gpu "$GPU" --task "$T" --out "$R/validate-$GPU-$T" &
+  sleep 1
+done
+wait $(jobs -p | grep -vx "${CPU_PID:-none}")
+cat "$R"/validate-"$GPU"-*.log > "$OUT/validate-$GPU.txt" 2>/dev/null
 pack
-if [ "$GPU" = on ]; then
-  step grade-cpu 240 $PY grade.py "$CANDS" --out "$R/grade-cpu" --gpu off --jobs "$JOBS_CPU"
+
+# ------------------------------------------------------------------ 6. grade the sample candidates
+step "grade-$GPU" 300 $PY grade.py "$CANDS" --out "$R/grade-$GPU" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
+pack
+if [ -n "$CPU_PID" ]; then
+  wait "$CPU_PID"
   pack
   if [ -f "$R/grade-gpu/results.json" ] && [ -f "$R/grade-cpu/results.json" ]; then
     $PY scripts/gpu/compare_cpu_gpu.py "$R/grade-cpu/results.json" "$R/grade-gpu/results.json" \
       --expected candidates > "$OUT/compare.txt" 2>&1
-    cat "$OUT/compare.txt"; tail -n 4 "$OUT/compare.txt" >> "$SUMMARY"
+    cat "$OUT/compare.txt"; tail -n 3 "$OUT/compare.txt" >> "$SUMMARY"
   fi
 fi
 
-# ------------------------------------------------------------------ 6. benchmarks on patched trees
-# Trees: a copy of the built base (no .git) with reference_impl/<task>.diff or a candidate applied.
-make_tree() {  # make_tree TASK LABEL [DIFF]
+# ------------------------------------------------------------------ 7. benchmarks on patched trees
+# Trees: a copy of the built base (no .git) with reference_impl/<task>.diff or a candidate applied. One bench
+# process per tree, in priority order (base and reference of both tasks first), each time-boxed.
+make_tree() {  # make_tree TASK LABEL [DIFF] -> prints the tree's path
   local dest=$W/trees/$1/$2
-  mkdir -p "$dest"
+  rm -rf "$dest"; mkdir -p "$dest"
   tar -C "$GRADER_CACHE/bases/$1" --exclude=.git -cf - . | tar -C "$dest" -xf - || return 1
   if [ -n "$3" ]; then
-    (cd "$dest" && git apply --whitespace=nowarn "$ROOT/$3" 2>/dev/null \
-      || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$3") > "$R/tree-$1-$2.log" 2>&1 \
+    (cd "$dest" && { git apply --whitespace=nowarn "$ROOT/$3" \
+      || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$3"; }) > "$R/tree-$1-$2.log" 2>&1 \
       || { note "tree $1/$2: diff does not apply" >&2; return 1; }
   fi
   echo "$dest"
 }
-mkdir -p "$R/bench"
-BENCH_TREES_MOE=${GPU_KIT_MOE_TREES:-"base reference unconditional scale-not-swapped"}
-BENCH_TREES_QK=${GPU_KIT_QK_TREES:-"base reference tp1-only-fast-path narrow-only"}
-bench_diff() {  # bench_diff TASK LABEL -> the diff path (empty for base)
+bench_diff() {  # bench_diff TASK LABEL -> the diff to apply (nothing for base)
   case $2 in base) echo "";; reference) echo "reference_impl/$1.diff";; *) echo "candidates/$1/$2.diff";; esac
 }
-if [[ " $TASKS " == *" moe-swap-ab "* ]]; then
-  for L in $BENCH_TREES_MOE; do
-    tree=$(make_tree moe-swap-ab "$L" "$(bench_diff moe-swap-ab "$L")") || continue
+mkdir -p "$R/bench"
+BENCH=${GPU_KIT_BENCH:-"moe:base qk:base moe:reference qk:reference moe:unconditional qk:tp1-only-fast-path moe:scale-not-swapped qk:narrow-only"}
+for item in $BENCH; do
+  kind=${item%%:*}; L=${item#*:}
+  if [ "$kind" = moe ]; then T=moe-swap-ab; else T=minimax-qk-norm; fi
+  [[ " $TASKS " == *" $T "* ]] || continue
+  [ "$(left)" -lt 60 ] && { note "SKIP bench $item (deadline: $(left)s left)"; continue; }
+  tree=$(make_tree "$T" "$L" "$(bench_diff "$T" "$L")") || continue
+  if [ "$kind" = moe ]; then
     extra=""; [ "$DRY" = 1 ] && extra="--dry-run"
-    step "bench-moe-$L" 100 $PY bench/moe_swap_ab.py --tree "$L=$tree" --out "$R/bench/moe-$L.json" $extra
-  done
-  pack
-fi
-if [[ " $TASKS " == *" minimax-qk-norm "* ]]; then
-  for L in $BENCH_TREES_QK; do
-    tree=$(make_tree minimax-qk-norm "$L" "$(bench_diff minimax-qk-norm "$L")") || continue
+    step "bench-moe-$L" 150 $PY bench/moe_swap_ab.py --tree "$L=$tree" --out "$R/bench/moe-$L.json" $extra
+  else
     if [ "$DRY" = 1 ]; then extra="--device cpu --dry-run"
-    else extra="--tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 90"; fi
-    step "bench-qk-$L" 100 $PY bench/minimax_qk_norm.py --tree "$L=$tree" --json "$R/bench/qk-$L.json" $extra
-  done
+    else extra="--tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 120"; fi
+    step "bench-qk-$L" 130 $PY bench/minimax_qk_norm.py --tree "$L=$tree" --json "$R/bench/qk-$L.json" $extra
+  fi
+  rm -rf "$W/trees/$T/$L"
   pack
-fi
+done
 step bench-merge 60 $PY scripts/gpu/merge_bench.py "$R/bench" && cp "$R/bench-merge.log" "$OUT/bench.txt"
 
 note "done in $(( $(date +%s) - START ))s"

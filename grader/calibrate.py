@@ -1,0 +1,476 @@
+"""Calibration: compare the grader's per-criterion results with an earlier judge's labels.
+
+The judge never ran anything and saw more of each diff than a 60-line preview shows, so it is not ground truth;
+calibration tells where the two disagree and why, it never tunes the grader to the labels.
+
+Inputs: the grader's ``results.json`` (graded from the bundle) and a labels file
+``{"criteria": {task: {cid: {...}}}, "entries": [{"bundle_position": i, "task": ..., "c1": 1|0.5|0|null, ...,
+"overall": "full|partial|fail|no_diff"}]}``. Entry ``i`` is the bundle candidate ``<bundle-stem>-NNN``.
+
+Classes: a grader score maps to ``met`` (>= 0.75), ``unmet`` (<= 0.25), else ``partial``; a judge label 1, 0.5, 0
+to ``met``, ``partial``, ``unmet``; a null label is "not stated" and a ``not_evaluated`` grader criterion is left
+out (both counted). Pairs are split by the grader's apply report: ``apply.truncated`` is a truncated preview,
+anything else a whole diff. Headline numbers are whole diffs only; disagreements on truncated previews are
+attributed to truncation.
+
+``calibration.json`` keys: ``schema``, ``inputs``, ``thresholds``, ``criteria``, ``criterion_names`` (the
+judge's inferred criterion names per task), ``counts``, ``headline`` (whole diffs), ``whole``,
+``truncated`` (each: ``agreement``, ``by_criterion``, ``by_task``, ``excluded``, ``verdict``), ``disagreements``
+(whole diffs, each with ``id``, ``task``, ``criterion``, ``grader``, ``judge``, ``direction``,
+``cause``, ``explanation``, ``note``, ``diff``), ``verdict_disagreements``, ``truncated_disagreements`` and ``notes``. A confusion matrix is
+``{judge_class: {grader_class: count}}``.
+
+The arithmetic (``grader_class``, ``judge_class``, ``build_pairs``, ``split_pairs``, ``confusion``, ``agreement``,
+``by_criterion``, ``by_task``, ``verdict_agreement``) is pure; ``run_calibrate`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.score import MET_AT, UNMET_AT
+
+CLASSES = ("met", "partial", "unmet")
+VERDICTS = ("full", "partial", "fail", "no_diff")
+NOTE_VERDICTS = ("judge_wrong", "grader_wrong", "ambiguous")
+SCHEMA = "calibration/1"
+DEFAULT_NOTES = Path("rubrics/calibration-notes.toml")
+_RANK = {"unmet": 0, "partial": 1, "met": 2}
+
+
+# ---------------------------------------------------------------- pure arithmetic
+
+
+def grader_class(criterion: dict | None) -> str | None:
+    """met / partial / unmet from a grader criterion's score; None when it was not evaluated."""
+    if not criterion or criterion.get("status") == "not_evaluated" or criterion.get("score") is None:
+        return None
+    score = criterion["score"]
+    if score >= MET_AT:
+        return "met"
+    if score <= UNMET_AT:
+        return "unmet"
+    return "partial"
+
+
+def judge_class(label) -> str | None:
+    """met / partial / unmet from a judge label 1 / 0.5 / 0; None when the judge did not say."""
+    if label is None:
+        return None
+    value = float(label)
+    if value >= 1.0:
+        return "met"
+    if value <= 0.0:
+        return "unmet"
+    return "partial"
+
+
+@dataclass
+class Pair:
+    """One (candidate, criterion) the judge labelled, with what the grader made of it."""
+
+    id: str
+    task: str
+    criterion: str
+    judge: str | None
+    grader: str | None
+    truncated: bool
+    excluded: str | None = None  # "not_stated", "not_evaluated", "missing_result", "task_mismatch", "error"
+
+    @property
+    def compared(self) -> bool:
+        return self.excluded is None
+
+    @property
+    def agrees(self) -> bool:
+        return self.compared and self.judge == self.grader
+
+
+@dataclass
+class VerdictPair:
+    id: str
+    task: str
+    judge: str | None
+    grader: str | None
+    truncated: bool
+    excluded: str | None = None
+
+
+def candidate_id(stem: str, position: int) -> str:
+    return f"{stem}-{position:03d}"
+
+
+def is_truncated(result: dict | None) -> bool:
+    """A truncated preview per the grader's apply report; everything else counts as a whole diff."""
+    return bool(result and (result.get("apply") or {}).get("truncated"))
+
+
+def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
+                criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> tuple[list[Pair], list[VerdictPair]]:
+    """Pair every labelled entry and criterion with the grader's result for the same bundle candidate."""
+    pairs: list[Pair] = []
+    verdicts: list[VerdictPair] = []
+    for entry in entries:
+        cid = candidate_id(stem, int(entry["bundle_position"]))
+        task = entry.get("task") or ""
+        result = results.get(cid)
+        truncated = is_truncated(result)
+        if result is None:
+            problem = "missing_result"
+        elif result.get("verdict") == "error":
+            problem = "error"
+        elif result.get("task") != task:
+            problem = "task_mismatch"
+        else:
+            problem = None
+        for c in criteria:
+            judged = judge_class(entry.get(c))
+            graded = grader_class((result or {}).get("criteria", {}).get(c)) if problem is None else None
+            if judged is None:
+                excluded = "not_stated"
+            elif problem is not None:
+                excluded = problem
+            elif graded is None:
+                excluded = "not_evaluated"
+            else:
+                excluded = None
+            pairs.append(Pair(cid, task, c, judged, graded, truncated, excluded))
+        overall = entry.get("overall")
+        gverdict = (result or {}).get("verdict")
+        vproblem = "missing_result" if result is None else "error" if gverdict == "error" else \
+            "task_mismatch" if problem == "task_mismatch" else "not_stated" if overall is None else None
+        verdicts.append(VerdictPair(cid, task, overall, gverdict, truncated, vproblem))
+    return pairs, verdicts
+
+
+def split_pairs(pairs: list) -> tuple[list, list]:
+    """(whole, truncated) by the grader's apply report."""
+    return [p for p in pairs if not p.truncated], [p for p in pairs if p.truncated]
+
+
+def confusion(pairs: list[Pair]) -> dict[str, dict[str, int]]:
+    """3x3 counts over compared pairs: rows the judge's class, columns the grader's."""
+    matrix = {j: {g: 0 for g in CLASSES} for j in CLASSES}
+    for p in pairs:
+        if p.compared:
+            matrix[p.judge][p.grader] += 1
+    return matrix
+
+
+def agreement(pairs: list[Pair]) -> dict:
+    """Exact class agreement over compared pairs; rate is None when nothing was compared."""
+    compared = [p for p in pairs if p.compared]
+    agree = sum(p.agrees for p in compared)
+    lower = sum(_RANK[p.grader] < _RANK[p.judge] for p in compared)
+    return {"agree": agree, "total": len(compared), "rate": round(agree / len(compared), 4) if compared else None,
+            "grader_lower": lower, "grader_higher": len(compared) - agree - lower}
+
+
+def excluded_counts(pairs: list) -> dict[str, int]:
+    return dict(sorted(Counter(p.excluded for p in pairs if p.excluded).items()))
+
+
+def by_criterion(pairs: list[Pair], criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> dict:
+    out = {}
+    for c in criteria:
+        subset = [p for p in pairs if p.criterion == c]
+        out[c] = {**agreement(subset), "confusion": confusion(subset), "excluded": excluded_counts(subset)}
+    return out
+
+
+def by_task(pairs: list[Pair], criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> dict:
+    out = {}
+    for task in sorted({p.task for p in pairs}):
+        subset = [p for p in pairs if p.task == task]
+        out[task] = {"all": agreement(subset), "by_criterion": by_criterion(subset, criteria)}
+    return out
+
+
+def verdict_agreement(verdicts: list[VerdictPair]) -> dict:
+    """Grader verdict against the judge's overall, with a confusion matrix over full/partial/fail/no_diff."""
+    compared = [v for v in verdicts if v.excluded is None]
+    matrix = {j: {g: 0 for g in VERDICTS} for j in VERDICTS}
+    for v in compared:
+        if v.judge in matrix and v.grader in matrix[v.judge]:
+            matrix[v.judge][v.grader] += 1
+    agree = sum(v.judge == v.grader for v in compared)
+    return {"agree": agree, "total": len(compared), "rate": round(agree / len(compared), 4) if compared else None,
+            "confusion": matrix, "excluded": excluded_counts(verdicts)}
+
+
+def summarize_split(pairs: list[Pair], verdicts: list[VerdictPair], criteria: tuple[str, ...]) -> dict:
+    return {"agreement": agreement(pairs), "by_criterion": by_criterion(pairs, criteria),
+            "by_task": by_task(pairs, criteria), "excluded": excluded_counts(pairs),
+            "verdict": verdict_agreement(verdicts)}
+
+
+# ---------------------------------------------------------------- explaining a disagreement
+
+_E_LINE = re.compile(r"^E\s+(.*\S)")
+
+
+def short_message(message: str, limit: int = 220) -> str:
+    """The first ``E`` line of a pytest failure (the exception or assertion), else the message's last line."""
+    lines = (message or "").splitlines()
+    picked = next((m.group(1) for m in map(_E_LINE.match, lines) if m), None)
+    if picked is None:
+        picked = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return picked if len(picked) <= limit else picked[: limit - 1] + "…"
+
+
+def _test_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
+
+
+_CRASH = re.compile(r"\b(ImportError|ModuleNotFoundError|NameError|SyntaxError|IndentationError|AttributeError|"
+                    r"TypeError|KeyError|IndexError|RuntimeError|NotImplementedError|UnboundLocalError)\b")
+
+
+def explain(pair: Pair, criterion: dict, result: dict) -> tuple[str, str, list[dict]]:
+    """(cause, explanation, failing evidence) for a grader/judge disagreement, from the grader's evidence only."""
+    evidence = criterion.get("evidence") or []
+    evaluated = [e for e in evidence if e.get("status") in ("passed", "failed", "error", "timeout")]
+    failing = [e for e in evaluated if e.get("status") != "passed"]
+    failing_view = [{"test": e.get("test", ""), "status": e.get("status", ""), "claim": e.get("claim", ""),
+                     "message": short_message(e.get("message", ""))} for e in failing]
+    score = criterion.get("score")
+    head = f"grader: {pair.grader} ({score:.2f})" if isinstance(score, (int, float)) else f"grader: {pair.grader}"
+    tail = f"; judge said {pair.judge}"
+    rationale = criterion.get("rationale", "")
+    apply = result.get("apply") or {}
+    failed_hunks = [f"{f['path']} {h['header']}".strip() for f in apply.get("files", []) for h in f.get("hunks", [])
+                    if h.get("status") == "failed"]
+    lower = _RANK[pair.grader] < _RANK[pair.judge]
+    if lower and rationale.startswith("anchor "):
+        anchor_id = rationale.split()[1]
+        anchor = (result.get("criteria") or {}).get(anchor_id) or {}
+        anchor_fail = next((e for e in anchor.get("evidence") or []
+                            if e.get("status") in ("failed", "error", "timeout")), None)
+        why = ""
+        if anchor_fail:
+            msg = short_message(anchor_fail.get("message", ""))
+            why = f" ({_test_name(anchor_fail.get('test', ''))} fails" + (f": {msg})" if msg else ")")
+        return "anchor_unmet", (f"{head} — {rationale.split(':')[0]}{why}, so the mechanism this criterion judges "
+                                f"is not credited{tail}"), failing_view
+    if lower and failed_hunks:
+        return "apply_incomplete", (f"{head} — {len(failed_hunks)} hunk(s) did not apply (first: {failed_hunks[0]}), "
+                                    f"so only part of the change was tested{tail}"), failing_view
+    if lower and failing:
+        first = failing[0]
+        msg = short_message(first.get("message", ""))
+        statuses = {e.get("status") for e in failing}
+        if "timeout" in statuses:
+            cause = "timeout"
+        elif "error" in statuses or _CRASH.search(msg or ""):
+            cause = "crash"
+        else:
+            cause = "failing_assertion"
+        more = f" (+{len(failing) - 1} more failing)" if len(failing) > 1 else ""
+        verb = "times out" if first.get("status") == "timeout" else "fails"
+        text = f"{head} — {_test_name(first.get('test', ''))} {verb}"
+        text += f" with: {msg}" if msg else ""
+        return cause, text + more + tail, failing_view
+    if not lower and not failing and evaluated:
+        names = ", ".join(_test_name(e.get("test", "")) for e in evaluated[:3])
+        extra = f" and {len(evaluated) - 3} more" if len(evaluated) > 3 else ""
+        return "all_checks_pass", (f"{head} — all {len(evaluated)} evaluated check(s) pass ({names}{extra}); the "
+                                   f"judge's objection is not exercised by a hidden test{tail}"), failing_view
+    if not lower and failing:
+        return "some_checks_pass", f"{head} — {rationale}{tail}", failing_view
+    return "unexplained", f"{head} — {rationale or 'no evidence recorded'}{tail}", failing_view
+
+
+# ---------------------------------------------------------------- notes
+
+
+class NotesError(ValueError):
+    pass
+
+
+def load_notes(path: Path | None) -> dict[str, dict]:
+    """``"<candidate-id>.<criterion>" = {verdict = "judge_wrong"|"grader_wrong"|"ambiguous", note = "..."}``."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise NotesError(f"{path}: {exc}") from exc
+    notes = {}
+    for key, value in data.items():
+        if not isinstance(value, dict) or value.get("verdict") not in NOTE_VERDICTS:
+            raise NotesError(f"{path}: {key!r} needs verdict = one of {', '.join(NOTE_VERDICTS)}")
+        notes[key] = {"verdict": value["verdict"], "note": str(value.get("note", ""))}
+    return notes
+
+
+# ---------------------------------------------------------------- the whole document
+
+
+def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dict] | None = None,
+              diffs: dict[str, str] | None = None, inputs: dict | None = None) -> dict:
+    """The calibration document (see the module docstring for its keys)."""
+    notes = notes or {}
+    criteria = tuple(sorted({c for t in labels.get("criteria", {}).values() for c in t})) or \
+        ("c1", "c2", "c3", "c4", "c5")
+    by_id = {r["id"]: r for r in results}
+    entries = labels.get("entries", [])
+    pairs, verdicts = build_pairs(entries, by_id, stem, criteria)
+    whole, truncated = split_pairs(pairs)
+    vwhole, vtrunc = split_pairs(verdicts)
+    entry_by_id = {candidate_id(stem, int(e["bundle_position"])): e for e in entries}
+
+    disagreements = []
+    for p in whole:
+        if not p.compared or p.agrees:
+            continue
+        result = by_id[p.id]
+        crit = result["criteria"][p.criterion]
+        cause, text, failing = explain(p, crit, result)
+        meaning = labels.get("criteria", {}).get(p.task, {}).get(p.criterion, {})
+        disagreements.append({
+            "id": p.id, "task": p.task, "criterion": p.criterion,
+            "grader": {"class": p.grader, "status": crit.get("status"), "score": crit.get("score"),
+                       "title": crit.get("title", ""), "rationale": crit.get("rationale", ""), "failing": failing,
+                       "verdict": result.get("verdict"), "apply_status": (result.get("apply") or {}).get("status")},
+            "judge": {"class": p.judge, "label": entry_by_id[p.id].get(p.criterion),
+                      "criterion_name": meaning.get("name", ""), "criterion_meaning": meaning.get("meaning", ""),
+                      "overall": entry_by_id[p.id].get("overall"),
+                      "paragraph": result.get("reference_summary") or ""},
+            "direction": "grader_lower" if _RANK[p.grader] < _RANK[p.judge] else "grader_higher",
+            "cause": cause, "explanation": text, "note": notes.get(f"{p.id}.{p.criterion}"),
+            "diff": (diffs or {}).get(p.id, ""),
+        })
+    verdict_disagreements = [
+        {"id": v.id, "task": v.task, "grader": v.grader, "judge": v.judge,
+         "score": by_id[v.id].get("score"), "note": notes.get(f"{v.id}.verdict")}
+        for v in vwhole if v.excluded is None and v.grader != v.judge]
+    truncated_disagreements = [
+        {"id": p.id, "task": p.task, "criterion": p.criterion, "grader": p.grader, "judge": p.judge}
+        for p in truncated if p.compared and not p.agrees]
+
+    used = {f"{d['id']}.{d['criterion']}" for d in disagreements} | {f"{d['id']}.verdict"
+                                                                      for d in verdict_disagreements}
+    labelled_ids = set(entry_by_id)
+    whole_summary = summarize_split(whole, vwhole, criteria)
+    return {
+        "schema": SCHEMA,
+        "inputs": inputs or {},
+        "thresholds": {"met_at": MET_AT, "unmet_at": UNMET_AT},
+        "criteria": list(criteria),
+        "criterion_names": labels.get("criteria", {}),
+        "counts": {
+            "labelled": len(entries),
+            "graded": sum(1 for i in labelled_ids if i in by_id),
+            "missing_results": sorted(i for i in labelled_ids if i not in by_id),
+            "task_mismatch": sorted({p.id for p in pairs if p.excluded == "task_mismatch"}),
+            "errors": sorted({p.id for p in pairs if p.excluded == "error"}),
+            "whole_candidates": len({v.id for v in vwhole}),
+            "truncated_candidates": len({v.id for v in vtrunc}),
+        },
+        "headline": {
+            "scope": "whole diffs",
+            "criteria": whole_summary["agreement"],
+            "by_criterion": {c: {k: v for k, v in d.items() if k in ("agree", "total", "rate")}
+                             for c, d in whole_summary["by_criterion"].items()},
+            "verdict": {k: v for k, v in whole_summary["verdict"].items() if k in ("agree", "total", "rate")},
+            "not_evaluated": whole_summary["excluded"].get("not_evaluated", 0),
+            "not_stated": whole_summary["excluded"].get("not_stated", 0),
+        },
+        "whole": whole_summary,
+        "truncated": summarize_split(truncated, vtrunc, criteria),
+        "disagreements": disagreements,
+        "verdict_disagreements": verdict_disagreements,
+        "truncated_disagreements": truncated_disagreements,
+        "notes": {
+            "by_verdict": dict(sorted(Counter(d["note"]["verdict"] for d in disagreements if d["note"]).items())),
+            "without_note": sum(1 for d in disagreements if not d["note"]),
+            "unmatched": sorted(k for k in notes if k not in used),
+        },
+    }
+
+
+# ---------------------------------------------------------------- I/O and the command
+
+
+def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
+    from grader.report import _env, atomic_write
+
+    json_path, html_path = out / "calibration.json", out / "calibration.html"
+    atomic_write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    html = _env.get_template("calibration.html.j2").render(doc=doc, classes=CLASSES, verdicts=VERDICTS)
+    atomic_write(html_path, html)
+    return json_path, html_path
+
+
+def _pct(rate) -> str:
+    return "-" if rate is None else f"{100 * rate:.0f}%"
+
+
+def headline_text(doc: dict) -> str:
+    h = doc["headline"]
+    parts = [f"{c} {_pct(d['rate'])} ({d['agree']}/{d['total']})" for c, d in h["by_criterion"].items()]
+    crit, verdict = h["criteria"], h["verdict"]
+    return (f"whole diffs: criteria {_pct(crit['rate'])} ({crit['agree']}/{crit['total']}); " + ", ".join(parts)
+            + f"; verdict {_pct(verdict['rate'])} ({verdict['agree']}/{verdict['total']}); "
+            f"{len(doc['disagreements'])} disagreement(s), {h['not_evaluated']} not evaluated")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="compare grading of a bundle with an earlier judge's labels")
+    p.add_argument("bundle", type=Path, help="the bundle file the labels belong to")
+    p.add_argument("--labels", type=Path, required=True, help="judge labels JSON")
+    p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
+    p.add_argument("--results", type=Path, help="reuse this results.json instead of grading the bundle")
+    p.add_argument("--notes", type=Path, help=f"manual notes TOML (default: {DEFAULT_NOTES} if present)")
+    p.add_argument("--jobs", type=int, default=None, help="candidates graded at once")
+    p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds allowed for one candidate's hidden tests")
+
+
+def run_calibrate(args) -> int:
+    import os
+
+    from grader.ingest import IngestError, ingest
+
+    try:
+        labels = json.loads(args.labels.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: cannot read labels {args.labels}: {exc}", file=sys.stderr)
+        return 2
+    results_path = args.results
+    if results_path is None:
+        from grader.cli import run_grade
+
+        grade_args = argparse.Namespace(paths=[args.bundle], task=None, out=args.out,
+                                        jobs=args.jobs or os.cpu_count() or 1, gpu=args.gpu, timeout=args.timeout,
+                                        junit=None, fail_under=None, no_cache=False, keep_trees=False)
+        code = run_grade(grade_args)
+        results_path = args.out / "results.json"
+        if code == 2 and not results_path.is_file():
+            return 2
+    try:
+        results = json.loads(results_path.read_text(encoding="utf-8"))["candidates"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        print(f"error: cannot read results {results_path}: {exc}", file=sys.stderr)
+        return 2
+    notes_path = args.notes if args.notes is not None else (DEFAULT_NOTES if DEFAULT_NOTES.is_file() else None)
+    try:
+        notes = load_notes(notes_path)
+        diffs = {c.id: c.diff for c in ingest([args.bundle])}
+    except (NotesError, IngestError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    inputs = {"bundle": str(args.bundle), "labels": str(args.labels), "results": str(results_path),
+              "notes": str(notes_path) if notes_path else None}
+    doc = calibrate(results, labels, args.bundle.stem, notes, diffs, inputs)
+    json_path, html_path = write_reports(args.out, doc)
+    print(headline_text(doc), file=sys.stderr)
+    print(f"wrote {json_path} and {html_path}", file=sys.stderr)
+    return 0

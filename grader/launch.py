@@ -1,0 +1,180 @@
+"""How a hidden-test run is started: a fresh interpreter per run (cold), or a fork of a warm worker.
+
+Both give each run its own process, process group, environment and ``sys.path``; warm workers only save the
+seconds of importing torch, triton, transformers and the rest before any test runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.checkout import BuiltBase, cache_dir
+from grader.rubric import REPO_ROOT, all_base_recipes
+
+PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
+                      "CUDA_HOME", "LD_LIBRARY_PATH")
+PROBE = """
+import importlib, sys
+before = set(sys.modules)
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        pass
+print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] != "vllm"))
+"""
+
+
+@dataclass
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log: Path
+    timeout: float
+
+
+def base_environment(gpu: bool) -> dict[str, str]:
+    """What every hidden-test process inherits from the grader's environment; nothing else passes."""
+    env = {k: os.environ[k] for k in PASSED_THROUGH_ENV if k in os.environ}
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1",
+                "HF_HUB_OFFLINE": "1"})
+    if not gpu:
+        # Without a GPU, Triton kernels can only run through its interpreter. The variable must be set before
+        # triton is first imported (it decides how triton.language's own helpers are built), and warm workers
+        # import triton before any test runs, so it is set here for every CPU run. CUDA_VISIBLE_DEVICES=""
+        # keeps vLLM from probing a driver while leaving the real Triton importable.
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+class ColdLauncher:
+    """One new ``python -m pytest`` process per run: the simple, slow way."""
+
+    def run(self, launch: Launch) -> tuple[int | None, bool]:
+        with open(launch.log, "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", *launch.argv], cwd=launch.cwd, env=launch.env,
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                return proc.wait(timeout=launch.timeout), False
+            except subprocess.TimeoutExpired:
+                return None, True
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
+
+    def close(self) -> None:
+        pass
+
+
+def vllm_module_names(tree: Path) -> list[str]:
+    """Modules of every file the tasks' candidates touch under vllm/, plus the package itself."""
+    names = ["vllm"]
+    for recipe in all_base_recipes().values():
+        names += [p[:-3].replace("/", ".") for p in recipe.blobs if p.startswith("vllm/") and p.endswith(".py")]
+    return [n for n in dict.fromkeys(names) if (tree / (n.replace(".", "/") + ".py")).exists() or n == "vllm"]
+
+
+def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> list[str]:
+    """What importing vLLM's task modules pulls in from outside vLLM, in import order (cached per environment)."""
+    names = vllm_module_names(tree)
+    key = hashlib.sha256(json.dumps([sys.executable, sys.version, env.get("CUDA_VISIBLE_DEVICES"), names])
+                         .encode()).hexdigest()[:16]
+    cached = cache_dir() / "preimport" / f"{key}.txt"
+    if cached.is_file():
+        return cached.read_text().split()
+    probe_env = dict(env, PYTHONPATH=os.pathsep.join([str(import_root), str(REPO_ROOT)]))
+    out = subprocess.run([sys.executable, "-c", PROBE, *names], env=probe_env, capture_output=True, text=True,
+                         timeout=900).stdout.split()
+    modules = [m for m in out if not m.startswith(("__", "_remote_module")) and m.isascii()]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text("\n".join(modules) + "\n")
+    return modules
+
+
+class _Server:
+    def __init__(self, env: dict[str, str], preimport_file: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "grader.forkserver", str(preimport_file)],
+                                     cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        hello = self.proc.stdout.readline()
+        if not hello or not json.loads(hello).get("ready"):
+            raise RuntimeError("warm worker failed to start")
+
+    def run(self, launch: Launch) -> tuple[int | None, bool]:
+        request = {"argv": launch.argv, "env": launch.env, "cwd": str(launch.cwd), "log": str(launch.log),
+                   "timeout": launch.timeout}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise BrokenPipeError("warm worker died")
+        reply = json.loads(answer)
+        return reply["returncode"], reply["timed_out"]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def start_warm_pool(size: int, base: BuiltBase, gpu: bool) -> WarmPool:
+    """Warm workers preloaded with what the vLLM of ``base`` imports from third parties."""
+    env = base_environment(gpu)
+    root = Path(tempfile.mkdtemp(prefix="grader-probe-"))
+    try:
+        os.symlink(base.path / "vllm", root / "vllm")
+        if (base.path / "vllm.egg-info").exists():
+            os.symlink(base.path / "vllm.egg-info", root / "vllm.egg-info")
+        modules = third_party_modules(root, base.path, env)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return WarmPool(size, env, modules)
+
+
+class WarmPool:
+    """``size`` warm workers; a worker that dies is replaced."""
+
+    def __init__(self, size: int, env: dict[str, str], preimport: list[str]) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="grader-warm-"))
+        self.env = dict(env, HOME=str(self.home), TMPDIR=str(self.home), PYTHONPATH=str(REPO_ROOT))
+        self.preimport_file = self.home / "preimport.txt"
+        self.preimport_file.write_text("\n".join(preimport) + "\n")
+        self.idle: queue.Queue[_Server] = queue.Queue()
+        for _ in range(size):
+            self.idle.put(_Server(self.env, self.preimport_file))
+
+    def run(self, launch: Launch) -> tuple[int | None, bool]:
+        server = self.idle.get()
+        try:
+            result = server.run(launch)
+        except (BrokenPipeError, OSError, ValueError):
+            # The run took its worker down with it: that run ends here, as a crash, and a new worker takes over.
+            server.close()
+            server = _Server(self.env, self.preimport_file)
+            result = (None, False)
+        finally:
+            self.idle.put(server)
+        return result
+
+    def close(self) -> None:
+        while not self.idle.empty():
+            self.idle.get().close()
+        shutil.rmtree(self.home, ignore_errors=True)

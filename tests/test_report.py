@@ -1,0 +1,102 @@
+"""Reports: results.json schema, JUnit XML, Markdown summary, exit codes and the HTML scorecards in a browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from grader.cli import exit_code
+from grader.records import SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.report import markdown_summary, page_name, write_html, write_junit, write_results_json
+
+STATUSES = {"c1": ("met", 1.0), "c2": ("partial", 0.5), "c3": ("unmet", 0.0), "c4": ("not_evaluated", None),
+            "c5": ("met", 0.8)}
+
+
+def _result(cid: str, verdict: str = "partial") -> dict:
+    criteria = {c: CriterionResult(c, f"title {c}", score, status, f"why {c}",
+                                   [{"test": f"t.py::test_{c}", "status": "passed" if status == "met" else "failed",
+                                     "weight": 1.0, "claim": f"claim {c}", "kinds": [], "message": "E  boom <x>"}])
+                for c, (status, score) in STATUSES.items()}
+    apply = ApplyReport("applied", "git apply",
+                        [FileReport("vllm/a.py", "modified", [HunkReport("@@ -1,2 +1,2 @@", "applied")])])
+    return CandidateResult(cid, "int8-kv-rounding", f"{cid}.diff", verdict, 0.575, criteria, apply,
+                           "A summary <b>with markup</b>.").to_json()
+
+
+@pytest.fixture
+def results() -> list[dict]:
+    return [_result("b/second"), _result("a-first", "full")]
+
+
+def test_results_json_is_versioned_and_sorted(tmp_path, results):
+    path = write_results_json(tmp_path, results, {"timings": {"wall_s": 1.0}})
+    doc = json.loads(path.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert [c["id"] for c in doc["candidates"]] == ["a-first", "b/second"]
+    first = doc["candidates"][0]
+    for key in ("id", "task", "source", "verdict", "score", "criteria", "apply", "summary", "reference_summary"):
+        assert key in first
+    assert set(first["criteria"]["c1"]) >= {"score", "status", "evidence", "rationale"}
+
+
+def test_junit_has_one_case_per_candidate_and_criterion(tmp_path, results):
+    root = ET.parse(write_junit(tmp_path / "junit.xml", results)).getroot()
+    cases = root.findall(".//testcase")
+    assert len(cases) == 2 * 5
+    suite = root.find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("10", "4", "2", "0")
+    c4 = next(c for c in cases if c.get("name") == "c4")
+    assert c4.find("skipped") is not None
+
+
+def test_markdown_summary_lists_every_candidate(results):
+    text = markdown_summary(results)
+    assert "| a-first | int8-kv-rounding | full | 0.57 | met | partial | unmet | not_evaluated | met |" in text
+    assert text.count("\n") == 4
+
+
+def test_exit_codes(results):
+    assert exit_code(results, None) == 0
+    assert exit_code(results, 0.5) == 0
+    assert exit_code(results, 0.6) == 1
+    assert exit_code(results + [dict(results[0], verdict="error", id="z")], None) == 2
+
+
+def test_html_escapes_and_links(tmp_path, results):
+    index = write_html(tmp_path, results, {"grader_version": "x", "gpu": "off", "candidates": 2},
+                       {"a-first": "+added <line>\n-removed\n"})
+    html = index.read_text()
+    assert f'href="candidates/{page_name("b/second")}"' in html
+    page = (tmp_path / "candidates" / page_name("a-first")).read_text()
+    assert "&lt;b&gt;with markup&lt;/b&gt;" in page
+    assert '<span class="add">+added &lt;line&gt;</span>' in page
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.browser
+def test_scorecards_render_in_headless_chromium(tmp_path, results):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (make test installs it when run as root)")
+    write_html(tmp_path, results, {"grader_version": "x", "gpu": "off", "candidates": 2}, {"a-first": "+x\n"})
+    for name, page in (("index", tmp_path / "index.html"), ("candidate", tmp_path / "candidates" / page_name("a-first"))):
+        shot = tmp_path / f"{name}.png"
+        proc = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+             "--window-size=1280,900", f"--screenshot={shot}", page.as_uri()],
+            capture_output=True, text=True, timeout=120)
+        console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+        assert not console, console
+        assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert shot.stat().st_size > 5000, "the screenshot is blank"
