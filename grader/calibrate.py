@@ -369,8 +369,9 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
             "labelled": len(entries),
             "graded": sum(1 for i in labelled_ids if i in by_id),
             "missing_results": sorted(i for i in labelled_ids if i not in by_id),
-            "task_mismatch": sorted({p.id for p in pairs if p.excluded == "task_mismatch"}),
-            "errors": sorted({p.id for p in pairs if p.excluded == "error"}),
+            "task_mismatch": sorted(i for i in labelled_ids if i in by_id and by_id[i].get("verdict") != "error"
+                                    and by_id[i].get("task") != entry_by_id[i].get("task")),
+            "errors": sorted(i for i in labelled_ids if by_id.get(i, {}).get("verdict") == "error"),
             "whole_candidates": len({v.id for v in vwhole}),
             "truncated_candidates": len({v.id for v in vtrunc}),
         },

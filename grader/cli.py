@@ -13,8 +13,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import __version__
+from grader import __version__, contain
 from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
+from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.checkout import BaseBuildError, build_base, verify_blobs
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
@@ -25,7 +26,7 @@ from grader.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore, cache_key
 from grader.validate import validate_rubrics
 
-COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate")
+COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate")
 
 
 def _grade_parser(sub) -> None:
@@ -40,6 +41,8 @@ def _grade_parser(sub) -> None:
     p.add_argument("--fail-under", type=float, help="exit 1 when a graded candidate scores below this")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
+    p.add_argument("--contain", choices=("on", "off"), default="on",
+                   help="run candidates' tests in a sandbox (own uid, no network, limits; default on)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
 
@@ -50,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _grade_parser(sub)
     add_calibrate_parser(sub)
+    add_mutate_parser(sub)
     b = sub.add_parser("bases", help="build the pinned vLLM bases")
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", help="only this task")
@@ -95,7 +99,8 @@ def run_grade(args) -> int:
 
     launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
     options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
-                           evidence_cache=None if args.no_cache else EvidenceCache())
+                           evidence_cache=None if args.no_cache else EvidenceCache(),
+                           contained=args.contain == "on")
 
     def work(item):
         candidate, key = item
@@ -112,6 +117,7 @@ def run_grade(args) -> int:
     finally:
         launcher.close()
     run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
+                "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
                 "timings": {"wall_s": round(time.monotonic() - started, 2)}}
     ordered = [results[c.id] for c in candidates]
     write_results_json(args.out, ordered, run_info)
@@ -173,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_bases(args)
         if args.command == "calibrate":
             return run_calibrate(args)
+        if args.command == "mutate":
+            return run_mutate(args)
         return validate_rubrics(args)
     except (RubricError, BaseBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 
 
@@ -36,8 +37,14 @@ def _become_child(request: dict) -> None:
     os.dup2(devnull, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    if request.get("contain"):
+        from grader.contain import enter
+
+        enter(request["contain"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # Modules imported by the server cached values derived from its own environment; reset those we know of.
+    tempfile.tempdir = None
     os.chdir(request["cwd"])
     front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = front
@@ -51,8 +58,10 @@ def _run_child(request: dict) -> None:
         import pytest
 
         code = int(pytest.main(request["argv"]))
-    except BaseException as exc:  # noqa: BLE001 - the child reports, never returns into the server loop
-        print(f"forkserver child failed: {exc!r}", file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the child reports, never returns into the server loop
+        import traceback
+
+        print("forkserver child failed:\n" + traceback.format_exc(), file=sys.stderr)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -17,6 +17,9 @@ from grader.records import Candidate
 from grader.rubric import RUBRICS_DIR, all_base_recipes
 
 DIFF_SUFFIXES = (".diff", ".patch")
+# Bundles show each diff as a preview of at most this many lines; one that reaches it may be cut anywhere,
+# also exactly at a hunk's end, where nothing in the text shows what is missing.
+PREVIEW_LINES = 60
 NO_DIFF = re.compile(r"^no diff captured \((.*)\)\s*$")
 DIFF_LINE_STARTS = ("diff --git", "index ", "--- ", "+++ ", "@@", "new file mode", "deleted file mode",
                     "old mode", "new mode", "similarity index", "rename from", "rename to", "Binary files",
@@ -139,7 +142,7 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
             body.pop(0)
         diff = "\n".join(body) + "\n" if body else ""
         candidates.append(_candidate(cid, source, diff, task, reference_summary=paragraph,
-                                     bundle_position=position))
+                                     bundle_position=position, at_preview_limit=len(body) >= PREVIEW_LINES))
     return candidates
 
 

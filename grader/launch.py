@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import contain
 from grader.checkout import BuiltBase, cache_dir
 from grader.rubric import REPO_ROOT, all_base_recipes
 
@@ -42,6 +43,7 @@ class Launch:
     cwd: Path
     log: Path
     timeout: float
+    box: contain.Sandbox | None = None
 
 
 def base_environment(gpu: bool) -> dict[str, str]:
@@ -63,8 +65,11 @@ class ColdLauncher:
     """One new ``python -m pytest`` process per run: the simple, slow way."""
 
     def run(self, launch: Launch) -> tuple[int | None, bool]:
+        command = [sys.executable, "-m", "pytest", *launch.argv]
+        if launch.box is not None:
+            return contain.run_contained(command, launch.env, launch.cwd, launch.log, launch.timeout, launch.box)
         with open(launch.log, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "pytest", *launch.argv], cwd=launch.cwd, env=launch.env,
+            proc = subprocess.Popen(command, cwd=launch.cwd, env=launch.env,
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
             try:
@@ -118,7 +123,7 @@ class _Server:
 
     def run(self, launch: Launch) -> tuple[int | None, bool]:
         request = {"argv": launch.argv, "env": launch.env, "cwd": str(launch.cwd), "log": str(launch.log),
-                   "timeout": launch.timeout}
+                   "timeout": launch.timeout, "contain": launch.box.spec if launch.box else None}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()

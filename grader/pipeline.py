@@ -31,6 +31,7 @@ class GradeOptions:
     keep_trees: bool = False
     launcher: object = field(default_factory=ColdLauncher)
     evidence_cache: EvidenceCache | None = None
+    contained: bool = True
 
 
 class BaseCache:
@@ -89,7 +90,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         run = options.evidence_cache.load(key) if options.evidence_cache else None
         if run is None:
             import_root = make_import_root(tree, scratch)
-            run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.launcher, options.timeout)
+            run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.launcher, options.timeout,
+                                   options.contained)
             if options.evidence_cache:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
@@ -125,6 +127,9 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOption
         apply, run, timings = evaluate(task, candidate.diff, bases, options)
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+    if candidate.at_preview_limit and apply.status == "applied":
+        apply.status, apply.truncated = "partial", True
+        apply.message = "the preview reaches the bundle's line limit: later hunks or files may be missing"
     if run is None:
         criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
     else:

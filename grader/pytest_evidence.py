@@ -48,6 +48,12 @@ def _describe(item) -> dict:
     }
 
 
+def pytest_collection_finish(session):
+    """Every collected test up front, so tests that never get to run (time limit, crash) still count."""
+    for item in session.items:
+        _emit({"event": "collected", **_describe(item)})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     _emit({"event": "start", **_describe(item)})

@@ -26,6 +26,7 @@ class Candidate:
     reference_summary: str | None = None
     bundle_position: int | None = None
     ingest_error: str | None = None
+    at_preview_limit: bool = False
 
 
 @dataclass
@@ -54,6 +55,10 @@ class ApplyReport:
     @property
     def hunks_applied(self) -> int:
         return sum(h.status in ("applied", "offset", "fuzz") for f in self.files for h in f.hunks)
+
+    @property
+    def hunks_truncated(self) -> int:
+        return sum(h.status == "truncated" for f in self.files for h in f.hunks)
 
     @property
     def hunks_total(self) -> int:

@@ -111,16 +111,13 @@ def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
     return {d.name: _load_base(d) for d in sorted(rubrics_dir.iterdir()) if (d / "base.toml").is_file()}
 
 
-# The harness every task's hidden tests run through: a change to it changes what evidence means.
-SHARED_HARNESS = (RUBRICS_DIR / "conftest.py", RUBRICS_DIR / "pytest.ini",
-                  REPO_ROOT / "grader" / "pytest_evidence.py", REPO_ROOT / "grader" / "run.py")
-
-
 def rubric_fingerprint(task: Task) -> str:
-    """Digest of everything in the task's folder (rubric, base recipe, hidden tests) and the shared harness."""
+    """Digest of the task's folder (rubric, base recipe, hidden tests), the shared test harness and the engine:
+    a change to any of them can change what evidence means."""
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    for path in [*files, *SHARED_HARNESS]:
+    harness = [RUBRICS_DIR / "conftest.py", RUBRICS_DIR / "pytest.ini", *sorted((REPO_ROOT / "grader").glob("*.py"))]
+    for path in [*files, *harness]:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes() if path.is_file() else b"")
     return digest.hexdigest()[:16]

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import resource
 import time
 from pathlib import Path
 
+from grader import contain
 from grader.launch import Launch, base_environment
 from grader.records import RunReport, TestOutcome
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task
 
 DEFAULT_TIMEOUT_S = 600
+# Object reprs in assertion output ("<X object at 0x7f...>") differ between identical runs.
+OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def child_environment(tree: Path, import_root: Path, scratch: Path, evidence: Path, gpu: bool) -> dict[str, str]:
@@ -43,13 +48,20 @@ def pytest_args(task: Task) -> list[str]:
 
 
 def run_hidden_tests(task: Task, tree: Path, import_root: Path, scratch: Path, gpu: bool, launcher,
-                     timeout: float = DEFAULT_TIMEOUT_S) -> RunReport:
+                     timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True) -> RunReport:
     evidence = scratch / "evidence.jsonl"
     evidence.write_text("")
     log = scratch / "pytest.log"
     env = child_environment(tree, import_root, scratch, evidence, gpu)
+    # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
+    box = contain.prepare(scratch, writable=[evidence], as_bytes=resource.RLIM_INFINITY if gpu else
+                          contain.ADDRESS_SPACE_BYTES) if contained else None
     started = time.monotonic()
-    returncode, timed_out = launcher.run(Launch(pytest_args(task), env, RUBRICS_DIR, log, timeout))
+    try:
+        returncode, timed_out = launcher.run(Launch(pytest_args(task), env, RUBRICS_DIR, log, timeout, box))
+    finally:
+        if box is not None:
+            box.cleanup()
     duration = time.monotonic() - started
     scrub = _path_scrubber(tree, scratch)
     text = scrub(log.read_text(encoding="utf-8", errors="replace")[-200_000:]) if log.exists() else ""
@@ -71,7 +83,7 @@ def _path_scrubber(tree: Path, scratch: Path):
     def scrub(text: str) -> str:
         for raw, placeholder in pairs:
             text = text.replace(raw, placeholder)
-        return text
+        return OBJECT_ADDRESS.sub(" at 0x?", text)
 
     return scrub
 
@@ -93,6 +105,7 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
     """Fold the plugin's JSON lines into one outcome per test; a started test with no result hung or crashed."""
     phases: dict[str, dict[str, dict]] = {}
     started: dict[str, dict] = {}
+    collected: dict[str, dict] = {}
     collect_errors: list[str] = []
     for line in text.splitlines():
         try:
@@ -100,7 +113,9 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
         except json.JSONDecodeError:
             continue
         event = record.get("event")
-        if event == "start":
+        if event == "collected":
+            collected[record["nodeid"]] = record
+        elif event == "start":
             started[record["nodeid"]] = record
         elif event == "report":
             phases.setdefault(record["nodeid"], {})[record["when"]] = record
@@ -116,13 +131,19 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
         criteria = {c["id"]: c["weight"] for c in first["criteria"]}
         outcomes.append(TestOutcome(nodeid, status, criteria, first.get("kinds", []), first.get("doc", ""),
                                     message, sum(p.get("duration", 0.0) for p in by_phase.values())))
-    for nodeid, start in started.items():
+    for nodeid, start in {**collected, **started}.items():
         if nodeid not in phases:
-            status, message = _unfinished(timed_out)
+            status, message = _unfinished(timed_out) if nodeid in started else _never_started(timed_out)
             criteria = {c["id"]: c["weight"] for c in start["criteria"]}
             outcomes.append(TestOutcome(nodeid, status, criteria, start.get("kinds", []), start.get("doc", ""),
                                         message))
     return outcomes, collect_errors
+
+
+def _never_started(timed_out: bool) -> tuple[str, str]:
+    if timed_out:
+        return "timeout", "not run: the time limit was reached before this test started"
+    return "error", "not run: the test process ended before this test started"
 
 
 def _unfinished(timed_out: bool) -> tuple[str, str]:

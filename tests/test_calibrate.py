@@ -156,6 +156,9 @@ def test_explain_crash_anchor_and_apply():
     assert explain(Pair("x", "a", "c1", "met", "unmet", False), crash, {"apply": {}})[0] == "crash"
     anchored = crit(0.0, rationale="anchor c1 (title) is unmet: the change adds no such mechanism")
     assert explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, {"apply": {}})[0] == "anchor_unmet"
+    with_anchor = {"apply": {}, "criteria": {"c1": crash}}
+    text = explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, with_anchor)[1]
+    assert "anchor c1 (title) is unmet (test_a fails: ImportError: no x)" in text
     files = [{"path": "vllm/a.py", "hunks": [{"header": "@@ -1 +1 @@", "status": "failed"}]}]
     cause, text, _ = explain(Pair("x", "a", "c1", "met", "unmet", False), crash, {"apply": {"files": files}})
     assert cause == "apply_incomplete" and "vllm/a.py" in text

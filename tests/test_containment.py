@@ -100,7 +100,9 @@ def test_bounded_fork_loop_is_stopped_and_cleaned_up(scratch):
                 print("refused", exc.errno)
                 break
             if pid == 0:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # let the test's pipe close when the parent ends
+                null = os.open(os.devnull, os.O_WRONLY)  # let the test's pipe close when the parent ends
+                os.dup2(null, 1)
+                os.dup2(null, 2)
                 time.sleep(30)
                 os._exit(0)
             made += 1

@@ -123,7 +123,7 @@ def template(tmp_path_factory) -> Path:
     return root
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(diff=any_diff)
 def test_apply_never_raises_and_stays_in_the_tree(template, diff):
     diff = diff.encode("utf-8", "replace").decode("utf-8")  # what ingestion hands on (valid UTF-8 text)

@@ -9,9 +9,10 @@
 # used only where the machine has no git / patch.
 #
 # Every step is time-boxed against one deadline (GPU_KIT_BUDGET seconds, default 530), in priority order:
-# probes, bases, validate-rubrics (GPU), grade (GPU), grade (CPU, for comparison), benchmarks.
+# probes, bases, validate-rubrics (GPU) while grade (CPU, for comparison) runs niced in the background,
+# grade (GPU), CPU-vs-GPU comparison, benchmarks (base and reference first).
 # What comes back ($OUT, at most 8 files): summary.txt, compare.txt, gpu-results.tar.gz (all logs and outputs),
-# grade-gpu.json, grade-cpu.json, validate-gpu.txt.
+# grade-gpu.json, grade-cpu.json, validate-on.txt, bench.txt.
 
 set -x
 set -o pipefail
@@ -111,7 +112,7 @@ EOF
 } > "$R/probe-env.log" 2>&1
 cat "$R/probe-env.log"
 grep -E "^(torch|device|python)|FAIL" "$R/probe-env.log" | tee -a "$SUMMARY"
-# The hidden tests run under RLIMIT_AS = 32 GiB (grader/run.py); does CUDA initialise under that limit?
+# The hidden tests run under RLIMIT_AS = 32 GiB (grader/contain.py); does CUDA initialise under that limit?
 if [ "$GPU" = on ]; then
   step probe-rlimit-as 90 $PY -c '
 import resource
@@ -158,7 +159,8 @@ cat "$R"/validate-"$GPU"-*.log > "$OUT/validate-$GPU.txt" 2>/dev/null
 pack
 
 # ------------------------------------------------------------------ 6. grade the sample candidates
-step "grade-$GPU" 300 $PY grade.py "$CANDS" --out "$R/grade-$GPU" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
+GNAME=grade-gpu; [ "$GPU" = off ] && GNAME=grade-cpu
+step "$GNAME" 300 $PY grade.py "$CANDS" --out "$R/$GNAME" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
 pack
 if [ -n "$CPU_PID" ]; then
   wait "$CPU_PID"

@@ -175,10 +175,16 @@ def scenario_key(quant, M, BM, BN, **extra) -> str:
 
 # --------------------------------------------------------------------------------------------- recording
 def _jit_of(obj):
+    """The JITFunction view of a kernel object, also under TRITON_INTERPRET=1, where kernels are
+    InterpretedFunctions that wrap the plain Python function (rebuilt here as a JITFunction, which compiles nothing)."""
+    from triton.runtime.jit import JITFunction
+
     seen = 0
-    while not hasattr(obj, "arg_names") and hasattr(obj, "fn") and seen < 8:
+    while not hasattr(obj, "params") and hasattr(obj, "fn") and seen < 8:
         obj, seen = obj.fn, seen + 1
-    return obj if hasattr(obj, "arg_names") else None
+    if hasattr(obj, "params"):
+        return obj
+    return JITFunction(obj) if inspect.isfunction(obj) and seen else None
 
 
 def kernel_objects(fm) -> dict:

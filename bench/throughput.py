@@ -1,0 +1,108 @@
+"""Grading throughput on one machine, in one run: naive vs warm workers vs a fully cached re-run.
+
+    python bench/throughput.py [BUNDLE] [--jobs N] [--limit K]
+
+- naive:  one fresh ``python -m pytest`` process per candidate, serial, no caches (``--cold --no-cache --jobs 1``)
+- cold:   warm fork-server workers, ``--jobs N``, empty result and evidence caches
+- cached: the same command again, everything served from the caches
+
+Each mode runs ``grade.py`` as a subprocess with its own GRADER_CACHE (bases copied in, so base building is not
+timed) and output folder. Prints candidates per minute and the ratios, and checks that every mode wrote the same
+results.json apart from timing fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
+
+
+def comparable(results_json: Path) -> list[dict]:
+    doc = json.loads(results_json.read_text())
+    for candidate in doc["candidates"]:
+        candidate.pop("timings", None)
+    return doc["candidates"]
+
+
+def run_mode(name: str, bundle: Path, out: Path, cache: Path, extra: list[str]) -> float:
+    env = dict(os.environ, GRADER_CACHE=str(cache))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(REPO / "grade.py"), str(bundle), "--out", str(out), "--gpu", "off",
+                           *extra], env=env, capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    if proc.returncode not in (0, 1):
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"{name}: grade.py exited with {proc.returncode}")
+    return elapsed
+
+
+def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
+    """The first ``limit`` entries of a bundle (a prefix of its records), or the bundle itself."""
+    if not limit:
+        return bundle
+    sys.path.insert(0, str(REPO))
+    from grader.ingest import parse_bundle
+
+    keep = parse_bundle(bundle)[:limit]
+    lines = [bundle.read_text().splitlines()[0], ""]
+    for c in keep:
+        lines += ([c.reference_summary, "", c.diff.rstrip("\n"), ""] if c.reference_summary
+                  else [f"no diff captured ({c.task_reason.split('(', 1)[-1].rstrip(')')})", ""])
+    target = work / bundle.name
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", nargs="?", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--limit", type=int, help="only the first K entries of the bundle")
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="grader-bench-"))
+    source_cache = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
+    bundle = limited_bundle(args.bundle, args.limit, work)
+    timings = {}
+    for name, extra in (("naive", ["--cold", "--no-cache", "--jobs", "1"]),
+                        ("cold", ["--jobs", str(args.jobs)]),
+                        ("cached", ["--jobs", str(args.jobs)])):
+        cache = work / ("cache-naive" if name == "naive" else "cache-warm")
+        if not cache.exists():
+            # Bases (and the sdists) are built once beforehand: the benchmark times grading, not checkout.
+            cache.mkdir()
+            for part in ("sdists", "bases"):
+                if (source_cache / part).exists():
+                    (cache / part).symlink_to(source_cache / part)
+        out = work / ("out-naive" if name == "naive" else "out-warm")
+        timings[name] = run_mode(name, bundle, out, cache, extra)
+        print(f"{name:7s} {timings[name]:8.1f} s", flush=True)
+    count = len(json.loads((work / "out-naive" / "results.json").read_text())["candidates"])
+    same = comparable(work / "out-naive" / "results.json") == comparable(work / "out-warm" / "results.json")
+    rate = {k: 60.0 * count / v for k, v in timings.items()}
+    print(f"\n{count} candidates, jobs={args.jobs}, {os.cpu_count()} cores")
+    print("mode      seconds   candidates/min")
+    for k in timings:
+        print(f"{k:7s} {timings[k]:9.1f} {rate[k]:12.1f}")
+    print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
+    print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
+    print(f"results.json identical across modes (timings aside): {same}")
+    if args.json:
+        args.json.write_text(json.dumps({"candidates": count, "jobs": args.jobs, "seconds": timings,
+                                         "per_minute": rate, "identical": same}, indent=2) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,697 @@
+"""mutate: rubric strength by mutation.
+
+Mutants are derived from a task's reference fix (``reference_impl/<task>.diff``), each one a diff against the
+task's base that the hidden tests should tell apart from the reference. Operators (the id prefix):
+
+- ``drop-file``: leave out one file of the reference;
+- ``drop-hunk``: leave out one hunk (files with more than one hunk; the one-hunk case is ``drop-file``);
+- ``revert-condition``: in a hunk where a removed and an added line are both conditions of the same kind
+  (``if``/``elif``/``while``/``assert``/a boolean ``return``), put the removed condition back in place of the
+  added one;
+- ``and-to-or``, ``or-to-and``, ``drop-not``, ``is-not-to-is``, ``is-to-is-not``, ``eq-to-ne``, ``ne-to-eq``,
+  ``shift-boundary`` (``>=`` -> ``>``, ``>`` -> ``>=``, ``<=`` -> ``<``, ``<`` -> ``<=``), ``widen-platform``
+  (a platform predicate replaced from ``PLATFORM_WIDENING``), ``capability-down``/``capability-up`` (a
+  compute-capability constant moved one step along ``CAPABILITY_LADDER``): negate or weaken a new condition;
+- ``swap-operands``: ``a - b`` -> ``b - a``, ``a / b`` -> ``b / a``, ``a // b`` -> ``b // a``,
+  ``dot(a, b)`` -> ``dot(b, a)`` in an added line;
+- ``delete-statement``: remove one added line that is a complete simple statement (``pass`` takes its place
+  where the block would be left empty).
+
+Only code is mutated: comments, string literals and docstrings are masked out. Every mutant is built on the
+diff text (``grader.diffparse``) with its hunk headers recounted, so ``git apply`` takes it as it is.
+
+A mutant id is ``<operator>:<path>[:h<hunk>[:l<line>[:<k>]]]`` with 0-based hunk index within the file,
+0-based line index within the hunk body, and ``k`` the occurrence on that line when an operator matches more
+than once: ids depend on the reference diff alone, so they stay stable between runs. Two operators that give the
+same diff text keep the first mutant (operators are tried in the order above).
+
+Grading (``run_mutate``): the reference and each mutant are run through ``pipeline.evaluate`` and
+``score.score_criteria``. Only criteria *met* on the reference count; a mutant is *caught* when at least one of
+them is no longer met (``partial`` or ``unmet``), *not_applicable* when it does not apply cleanly or every
+evaluated test errors on import, *equivalent* when it is missed but listed in
+``rubrics/<task>/equivalent-mutants.toml`` (``"<mutant-id>" = "reason"``; a key may be an ``fnmatch`` pattern),
+and *missed* otherwise. Mutation score = caught / (graded - not_applicable - equivalent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import fnmatch
+import json
+import os
+import re
+import sys
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grader.diffparse import HUNK_HEADER, FileSection, Hunk, parse_sections, render
+
+SCHEMA = "mutation/1"
+CONDITION_KEYWORDS = ("if", "elif", "while", "assert", "return")
+# Platform predicates and what each is widened (or shifted) to.
+PLATFORM_WIDENING = {
+    "is_xpu()": ("is_cuda_alike()",),
+    "is_cuda()": ("is_cuda_alike()",),
+    "is_rocm()": ("is_cuda_alike()",),
+    "is_cuda_alike()": ("is_cuda()",),
+    "is_cpu()": ("is_cuda_alike()",),
+    "on_gfx950()": ("on_gfx9()",),
+    "on_gfx942()": ("on_gfx9()",),
+    "on_gfx90a()": ("on_gfx9()",),
+    "on_gfx9()": ("on_gfx950()",),
+    "on_gfx1x()": ("on_gfx9()",),
+}
+# Compute capabilities (major * 10 + minor) in order; a constant moves to its neighbour on either side.
+CAPABILITY_LADDER = (70, 75, 80, 86, 89, 90, 100, 103, 110, 120)
+CAPABILITY_CONTEXT = re.compile(r"capabilit|\bcap\b|\bcap_|\bsm_?\d|\bSM", re.I)
+SWAP_CALLS = {"dot", "matmul", "mm", "bmm"}
+BOOLEANISH = re.compile(r"\b(and|or|not|is|in)\b|[<>]=?|==|!=|\bTrue\b|\bFalse\b|\b(is|has|on|supports?)_\w*\(")
+IMPORT_BROKEN = re.compile(r"\b(SyntaxError|IndentationError|TabError|ImportError|ModuleNotFoundError)\b")
+
+# (operator, pattern, replacement) over the code of an added line; every match is one mutant.
+TEXT_OPERATORS: tuple[tuple[str, re.Pattern, str], ...] = (
+    ("and-to-or", re.compile(r"\band\b"), "or"),
+    ("or-to-and", re.compile(r"\bor\b"), "and"),
+    ("drop-not", re.compile(r"(?<!\bis )\bnot\s+(?!in\b)"), ""),
+    ("is-not-to-is", re.compile(r"\bis\s+not\b"), "is"),
+    ("is-to-is-not", re.compile(r"\bis\b(?!\s+not\b)"), "is not"),
+    ("eq-to-ne", re.compile(r"=="), "!="),
+    ("ne-to-eq", re.compile(r"!="), "=="),
+)
+BOUNDARY = re.compile(r"(?<![<>=!\-])(>=|<=|>|<)(?![<>=])")
+BOUNDARY_SHIFT = {">=": ">", ">": ">=", "<=": "<", "<": "<="}
+
+
+# ---------------------------------------------------------------- derivation (pure)
+
+
+@dataclass
+class Mutant:
+    id: str
+    operator: str
+    path: str
+    hunk: int | None
+    line: int | None
+    description: str
+    diff: str
+
+
+def scan_code(text: str, state: str | None) -> tuple[list[bool], str | None]:
+    """Which characters of ``text`` are code (not comment, string or docstring); ``state`` is an open ''' or \"\"\"."""
+    mask = [False] * len(text)
+    i = 0
+    while i < len(text):
+        if state:
+            j = text.find(state, i)
+            if j < 0:
+                return mask, state
+            i, state = j + 3, None
+            continue
+        ch = text[i]
+        if ch == "#":
+            break
+        if ch in "'\"":
+            if text.startswith(ch * 3, i):
+                state, i = ch * 3, i + 3
+                continue
+            j = i + 1
+            while j < len(text) and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        mask[i] = True
+        i += 1
+    return mask, state
+
+
+def _bracket_delta(text: str, mask: list[bool]) -> int:
+    return sum((ch in "([{") - (ch in ")]}") for ch, m in zip(text, mask) if m)
+
+
+def state_at(source: str | None, line_no: int) -> tuple[str | None, int]:
+    """(open triple quote or None, bracket depth) just before 1-based line ``line_no`` of ``source``."""
+    state, depth = None, 0
+    if not source:
+        return None, 0
+    for line in source.split("\n")[: max(0, line_no - 1)]:
+        mask, state = scan_code(line, state)
+        depth = max(0, depth + _bracket_delta(line, mask))
+    return state, depth
+
+
+def _code(text: str, mask: list[bool]) -> str:
+    return "".join(ch if m else " " for ch, m in zip(text, mask))
+
+
+def _is_code(mask: list[bool], text: str) -> bool:
+    return any(m and not ch.isspace() for ch, m in zip(text, mask))
+
+
+@dataclass
+class _Line:
+    tag: str          # " ", "-", "+", "\\"
+    text: str         # without the tag
+    mask: list[bool]  # code characters of text
+    depth: int = 0    # bracket depth before the line (on its own side of the diff)
+    after: int = 0    # bracket depth after it
+
+
+def _annotate(hunk: Hunk, state: str | None, depth: int) -> list[_Line]:
+    """Each body line with its code mask and bracket depths; old and new side are followed separately."""
+    old_state = new_state = state
+    old_depth = new_depth = depth
+    out = []
+    for raw in hunk.lines:
+        tag, text = raw[:1], raw[1:]
+        if tag == "\\":
+            out.append(_Line(tag, text, [False] * len(text)))
+            continue
+        if tag in (" ", "+"):
+            mask, new_state = scan_code(text, new_state)
+            line = _Line(tag, text, mask, new_depth, max(0, new_depth + _bracket_delta(text, mask)))
+            new_depth = line.after
+        if tag in (" ", "-"):
+            old_mask, old_state = scan_code(text, old_state)
+            if tag == "-":
+                line = _Line(tag, text, old_mask, old_depth, max(0, old_depth + _bracket_delta(text, old_mask)))
+            old_depth = max(0, old_depth + _bracket_delta(text, old_mask))
+        out.append(line)
+    return out
+
+
+def recount(section: FileSection, bodies: list[list[str] | None]) -> FileSection:
+    """A copy of ``section`` with each hunk's body replaced (None drops it) and every header recounted.
+
+    Old starts stay; each new start moves by how much the hunks before it changed their line balance, so
+    ``git apply`` finds every header consistent.
+    """
+    hunks: list[Hunk] = []
+    shift = 0
+    for hunk, body in zip(section.hunks, bodies):
+        m = HUNK_HEADER.match(hunk.header)
+        old_start, new_start = int(m.group(1)), int(m.group(3))
+        orig_delta = hunk.new_count - hunk.old_count
+        if body is None or not any(line[:1] in "+-" for line in body):
+            shift -= orig_delta
+            continue
+        old = sum(1 for line in body if line[:1] in (" ", "-"))
+        new = sum(1 for line in body if line[:1] in (" ", "+"))
+        header = f"@@ -{old_start},{old} +{new_start + shift},{new} @@{hunk.header[m.end():]}"
+        hunks.append(Hunk(header, list(body), old, new, True))
+        shift += (new - old) - orig_delta
+    return FileSection(list(section.header), hunks, section.old_path, section.new_path, section.pre_blob)
+
+
+def _render_with(sections: list[FileSection], index: int, replacement: FileSection | None) -> str:
+    chosen = [s if i != index else replacement for i, s in enumerate(sections)]
+    return render([s for s in chosen if s is not None])
+
+
+def _line_mutant(sections, fi, hi, body, op, li, k, description) -> Mutant:
+    section = sections[fi]
+    bodies = [list(h.lines) for h in section.hunks]
+    bodies[hi] = body
+    new_section = recount(section, bodies)
+    suffix = f":{k}" if k else ""
+    diff = _render_with(sections, fi, new_section if new_section.hunks else None)
+    return Mutant(f"{op}:{section.path}:h{hi}:l{li}{suffix}", op, section.path, hi, li, description, diff)
+
+
+def _condition_kind(text: str, mask: list[bool]) -> str | None:
+    code = _code(text, mask).strip()
+    word = code.split(" ", 1)[0].rstrip(":")
+    if word not in CONDITION_KEYWORDS:
+        return None
+    if word == "return" and not BOOLEANISH.search(code[len("return"):]):
+        return None
+    return word
+
+
+def _blocks(lines: list[_Line]) -> list[list[int]]:
+    """Indices of each run of changed ('-'/'+') lines."""
+    blocks, current = [], []
+    for i, line in enumerate(lines):
+        if line.tag in "+-" and line.tag:
+            current.append(i)
+        elif line.tag == "\\":
+            continue
+        elif current:
+            blocks.append(current)
+            current = []
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def _revert_pairs(lines: list[_Line]) -> list[tuple[int, int]]:
+    """(added index, removed index) of condition pairs: same kind, in one change block, really changed."""
+    pairs = []
+    for block in _blocks(lines):
+        removed = [i for i in block if lines[i].tag == "-" and _condition_kind(lines[i].text, lines[i].mask)]
+        added = [i for i in block if lines[i].tag == "+" and _condition_kind(lines[i].text, lines[i].mask)]
+        added_texts = {lines[i].text.strip() for i in added}
+        removed_texts = {lines[i].text.strip() for i in removed}
+        free = [i for i in removed if lines[i].text.strip() not in added_texts]
+        for a in added:
+            if lines[a].text.strip() in removed_texts:
+                continue  # unchanged (re-indented) condition
+            kind = _condition_kind(lines[a].text, lines[a].mask)
+            same = [r for r in free if _condition_kind(lines[r].text, lines[r].mask) == kind]
+            if not same:
+                continue
+            best = max(same, key=lambda r: difflib.SequenceMatcher(None, lines[r].text.strip(),
+                                                                   lines[a].text.strip()).ratio())
+            free.remove(best)
+            pairs.append((a, best))
+    return pairs
+
+
+def _indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+
+
+def _parse_line(stripped: str) -> tuple[ast.AST, int] | None:
+    """Parse one added line on its own: (tree, line number the text is on), or None."""
+    attempts = [(stripped, 1)]
+    if stripped.endswith(":"):
+        attempts += [(stripped + " pass", 1), ("if 0: pass\n" + stripped + " pass", 2),
+                     ("try: pass\n" + stripped + " pass", 2)]
+    if stripped.endswith(","):
+        attempts.append(("(\n" + stripped + "\n)", 2))
+    attempts.append(("(\n" + stripped + "\n)", 2))
+    for text, line_no in attempts:
+        try:
+            return ast.parse(text), line_no
+        except (SyntaxError, ValueError):
+            continue
+    return None
+
+
+def _swap_sites(stripped: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, replacement, what) byte spans of non-commutative operations in ``stripped``."""
+    parsed = _parse_line(stripped)
+    if parsed is None:
+        return []
+    tree, line_no = parsed
+    raw = stripped.encode()
+    sites = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) != line_no or getattr(node, "end_lineno", None) != line_no:
+            continue
+        swapped = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Sub, ast.Div, ast.FloorDiv)):
+            swapped = ast.BinOp(left=node.right, op=node.op, right=node.left)
+        elif isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords and \
+                not any(isinstance(a, ast.Starred) for a in node.args):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in SWAP_CALLS:
+                swapped = ast.Call(func=node.func, args=[node.args[1], node.args[0]], keywords=[])
+        if swapped is None:
+            continue
+        original = raw[node.col_offset:node.end_col_offset].decode()
+        replacement = ast.unparse(swapped)
+        if ast.dump(node.left if isinstance(node, ast.BinOp) else node.args[0]) == \
+                ast.dump(node.right if isinstance(node, ast.BinOp) else node.args[1]):
+            continue
+        sites.append((node.col_offset, node.end_col_offset, replacement, original))
+    return sorted(sites)
+
+
+SIMPLE_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Raise, ast.Assert,
+                     ast.Import, ast.ImportFrom, ast.Delete, ast.Break, ast.Continue)
+
+
+def _is_simple_statement(stripped: str) -> bool:
+    if not stripped or stripped.endswith(("\\", ":")):
+        return False
+    try:
+        tree = ast.parse(stripped)
+    except (SyntaxError, ValueError):
+        return False
+    if len(tree.body) != 1 or not isinstance(tree.body[0], SIMPLE_STATEMENTS):
+        return False
+    node = tree.body[0]
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        return False  # a docstring or a bare constant
+    if isinstance(node, ast.AnnAssign) and node.value is None:
+        return False  # a bare annotation does nothing at run time
+    return True
+
+
+def _leaves_block_empty(lines: list[_Line], i: int) -> bool:
+    """Whether removing new-side line ``i`` leaves the block it sits in with no statement."""
+    new_side = [j for j, ln in enumerate(lines) if ln.tag in (" ", "+") and _is_code(ln.mask, ln.text)]
+    pos = new_side.index(i)
+    prev = lines[new_side[pos - 1]] if pos else None
+    if prev is None or not _code(prev.text, prev.mask).rstrip().endswith(":"):
+        return False
+    width = len(_indent(lines[i].text))
+    following = new_side[pos + 1] if pos + 1 < len(new_side) else None
+    return following is None or len(_indent(lines[following].text)) < width
+
+
+def _text_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
+    """(operator, new text, description) for the condition operators on one added line."""
+    out = []
+    code = _code(text, mask)
+
+    def spans(pattern):
+        return [m for m in pattern.finditer(code) if all(mask[m.start():m.end()] or [False])]
+
+    for op, pattern, repl in TEXT_OPERATORS:
+        for m in spans(pattern):
+            new = text[:m.start()] + repl + text[m.end():]
+            out.append((op, new, f"{m.group(0).strip()!r} -> {repl.strip()!r}" if repl else f"drop {m.group(0).strip()!r}"))
+    for m in spans(BOUNDARY):
+        new = text[:m.start()] + BOUNDARY_SHIFT[m.group(0)] + text[m.end():]
+        out.append(("shift-boundary", new, f"{m.group(0)!r} -> {BOUNDARY_SHIFT[m.group(0)]!r}"))
+    for predicate, wider in PLATFORM_WIDENING.items():
+        for m in spans(re.compile(r"(?<![\w])" + re.escape(predicate))):
+            for w in wider:
+                out.append(("widen-platform", text[:m.start()] + w + text[m.end():], f"{predicate} -> {w}"))
+    if CAPABILITY_CONTEXT.search(code):
+        for m in spans(re.compile(r"(?<![\w.])(\d+)(?![\w.])")):
+            value = int(m.group(1))
+            if value not in CAPABILITY_LADDER:
+                continue
+            k = CAPABILITY_LADDER.index(value)
+            for op, j in (("capability-down", k - 1), ("capability-up", k + 1)):
+                if 0 <= j < len(CAPABILITY_LADDER):
+                    step = CAPABILITY_LADDER[j]
+                    out.append((op, text[:m.start()] + str(step) + text[m.end():], f"{value} -> {step}"))
+    return out
+
+
+def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = None) -> list[Mutant]:
+    """Every mutant of ``diff``, in operator order; ``base_source(path)`` (optional) tells docstring state."""
+    sections = [s for s in parse_sections(diff) if s.hunks or s.header]
+    made: list[Mutant] = []
+    for fi, section in enumerate(sections):
+        made.append(Mutant(f"drop-file:{section.path}", "drop-file", section.path, None, None,
+                           f"leave out {section.path}", render(sections[:fi] + sections[fi + 1:])))
+    for fi, section in enumerate(sections):
+        if len(section.hunks) < 2:
+            continue
+        for hi, hunk in enumerate(section.hunks):
+            bodies = [list(h.lines) for h in section.hunks]
+            bodies[hi] = None
+            made.append(Mutant(f"drop-hunk:{section.path}:h{hi}", "drop-hunk", section.path, hi, None,
+                               f"leave out hunk {hi} ({hunk.header})",
+                               _render_with(sections, fi, recount(section, bodies))))
+    line_mutants: list[Mutant] = []
+    for fi, section in enumerate(sections):
+        source = base_source(section.old_path) if base_source and section.old_path not in (None, "/dev/null") \
+            else None
+        if not section.path.endswith(".py"):
+            continue  # prose and data: only dropped whole (drop-file, drop-hunk)
+        for hi, hunk in enumerate(section.hunks):
+            m = HUNK_HEADER.match(hunk.header)
+            lines = _annotate(hunk, *state_at(source, int(m.group(1))))
+            ops: dict[str, list[Mutant]] = {}
+
+            def add(op, li, body, description):
+                k = sum(1 for x in ops.get(op, []) if x.line == li)
+                ops.setdefault(op, []).append(_line_mutant(sections, fi, hi, body, op, li, k, description))
+
+            for a, r in _revert_pairs(lines):
+                body = list(hunk.lines)
+                body[a] = "+" + _indent(lines[a].text) + lines[r].text.strip()
+                add("revert-condition", a, body, f"put back {lines[r].text.strip()!r} for {lines[a].text.strip()!r}")
+            for li, line in enumerate(lines):
+                if line.tag != "+" or not _is_code(line.mask, line.text):
+                    continue
+                for op, new_text, what in _text_mutations(line.text, line.mask):
+                    body = list(hunk.lines)
+                    body[li] = "+" + new_text
+                    add(op, li, body, f"{what} in {line.text.strip()!r}")
+            for li, line in enumerate(lines):
+                if line.tag != "+" or not _is_code(line.mask, line.text):
+                    continue
+                stripped = line.text.strip()
+                for start, end, replacement, original in _swap_sites(stripped):
+                    raw = stripped.encode()
+                    new = (raw[:start] + replacement.encode() + raw[end:]).decode()
+                    body = list(hunk.lines)
+                    body[li] = "+" + _indent(line.text) + new
+                    add("swap-operands", li, body, f"{original!r} -> {replacement!r}")
+            for li, line in enumerate(lines):
+                if line.tag != "+" or not _is_code(line.mask, line.text):
+                    continue
+                if line.depth or line.after or not _is_simple_statement(line.text.strip()):
+                    continue  # inside brackets: part of a longer statement
+                body = list(hunk.lines)
+                if _leaves_block_empty(lines, li):
+                    body[li] = "+" + _indent(line.text) + "pass"
+                else:
+                    del body[li]
+                add("delete-statement", li, body, f"delete {line.text.strip()!r}")
+            order = ["revert-condition"] + [op for op, _, _ in TEXT_OPERATORS] + \
+                ["shift-boundary", "widen-platform", "capability-down", "capability-up", "swap-operands",
+                 "delete-statement"]
+            for op in order:
+                line_mutants.extend(sorted(ops.get(op, []), key=lambda x: (x.line, x.id)))
+    made.extend(line_mutants)
+    seen: set[str] = {diff}
+    unique = []
+    for mutant in made:
+        if mutant.diff in seen:
+            continue
+        seen.add(mutant.diff)
+        unique.append(mutant)
+    return unique
+
+
+def grading_order(mutants: list[Mutant]) -> list[Mutant]:
+    """Source files (under vllm/) first, then the rest; stable within each group (what --limit keeps)."""
+    return sorted(mutants, key=lambda m: (not m.path.startswith("vllm/"),))
+
+
+# ---------------------------------------------------------------- equivalents and classification (pure)
+
+
+def load_equivalents(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    data = tomllib.loads(path.read_text())
+    return {str(k): str(v) for k, v in data.items() if not isinstance(v, dict)}
+
+
+def equivalence_reason(mutant_id: str, equivalents: dict[str, str]) -> str | None:
+    if mutant_id in equivalents:
+        return equivalents[mutant_id]
+    for key, reason in equivalents.items():
+        if any(ch in key for ch in "*?[") and fnmatch.fnmatchcase(mutant_id, key):
+            return reason
+    return None
+
+
+def import_broken(run) -> bool:
+    """Every evaluated test errored on import (a syntax or import error), so the mutant never really ran."""
+    if run is None:
+        return True
+    evaluated = [o for o in run.outcomes if o.status != "skipped"]
+    if not evaluated:
+        return bool(run.environment_error)
+    return all(o.status != "passed" and IMPORT_BROKEN.search(o.message or "") for o in evaluated)
+
+
+def classify(reference: dict, apply, run, criteria: dict | None) -> tuple[str, list[str], str]:
+    """(status, criteria that dropped below met, explanation) for one graded mutant."""
+    if apply.status != "applied":
+        return "not_applicable", [], f"apply {apply.status}: {apply.message}".strip()
+    if run is None or criteria is None:
+        return "not_applicable", [], "no tests ran"
+    if import_broken(run):
+        return "not_applicable", [], "every evaluated test errors on import"
+    watched = [cid for cid, r in reference.items() if r.status == "met"]
+    dropped = [cid for cid in watched if criteria[cid].status in ("partial", "unmet")]
+    if dropped:
+        why = "; ".join(f"{cid} {criteria[cid].status} ({criteria[cid].rationale})" for cid in dropped)
+        return "caught", dropped, why
+    parts = []
+    for cid in watched:
+        r = criteria[cid]
+        note = " (score fell)" if r.score is not None and reference[cid].score is not None and \
+            r.score < reference[cid].score else ""
+        parts.append(f"{cid} {r.status}{note}: {r.rationale}")
+    ignored = [cid for cid, r in reference.items() if r.status != "met"]
+    if ignored:
+        parts.append("ignored (not met on the reference): " + ", ".join(ignored))
+    return "missed", [], "; ".join(parts) or "no criterion is met on the reference"
+
+
+def mutation_score(counts: dict) -> float | None:
+    denominator = counts["graded"] - counts["not_applicable"] - counts["equivalent"]
+    return round(counts["caught"] / denominator, 4) if denominator > 0 else None
+
+
+def count(mutants: list[dict], made: int) -> dict:
+    c = {"made": made, "graded": 0, "caught": 0, "missed": 0, "not_applicable": 0, "equivalent": 0,
+         "not_graded": 0, "error": 0}
+    for m in mutants:
+        c[m["status"]] = c.get(m["status"], 0) + 1
+        if m["status"] not in ("not_graded",):
+            c["graded"] += 1
+    c["graded"] -= c["error"]
+    return c
+
+
+# ---------------------------------------------------------------- grading (I/O)
+
+
+def _criteria_json(criteria: dict | None) -> dict:
+    if not criteria:
+        return {}
+    return {cid: {"status": r.status, "score": r.score, "rationale": r.rationale,
+                  "failing": [e["test"] for e in r.evidence if e["status"] not in ("passed", "skipped")][:8]}
+            for cid, r in criteria.items()}
+
+
+def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
+                  use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
+    from grader.evidence_cache import EvidenceCache
+    from grader.launch import start_warm_pool
+    from grader.pipeline import BaseCache, GradeOptions, evaluate
+    from grader.score import score_criteria
+    from grader.validate import REFERENCE_DIR
+
+    bases = BaseCache()
+    base = bases.get(task)
+    equivalents_path = task.folder / "equivalent-mutants.toml"
+    equivalents = load_equivalents(equivalents_path)
+    ordered = grading_order(mutants)
+    to_grade = ordered if limit is None else ordered[:limit]
+    started = time.monotonic()
+    pool = start_warm_pool(max(1, jobs), base, False)
+    try:
+        options = GradeOptions(gpu=False, timeout=timeout, launcher=pool,
+                               evidence_cache=EvidenceCache() if use_cache else None)
+        reference_diff = (REFERENCE_DIR / f"{task.id}.diff").read_text()
+        ref_apply, ref_run, _ = evaluate(task, reference_diff, bases, options)
+        if ref_run is None:
+            raise RuntimeError(f"{task.id}: the reference does not apply: {ref_apply.message}")
+        reference = score_criteria(task, ref_run)
+        progress(f"{task.id}: reference " + " ".join(f"{c}={r.status}" for c, r in reference.items()))
+
+        def work(mutant: Mutant) -> dict:
+            t0 = time.monotonic()
+            entry = asdict(mutant)
+            try:
+                apply, run, _ = evaluate(task, mutant.diff, bases, options)
+                criteria = score_criteria(task, run) if run is not None else None
+                status, dropped, why = classify(reference, apply, run, criteria)
+                entry.update(apply={"status": apply.status, "method": apply.method, "message": apply.message})
+            except Exception as exc:  # the grader's own failure on this mutant
+                status, dropped, why, criteria = "error", [], f"grading broke: {exc!r}", None
+            if status == "missed":
+                reason = equivalence_reason(mutant.id, equivalents)
+                if reason is not None:
+                    status, why = "equivalent", f"listed equivalent: {reason}"
+            elif status == "caught" and equivalence_reason(mutant.id, equivalents) is not None:
+                why += " (listed in equivalent-mutants.toml, yet caught: the listing is wrong)"
+            entry.update(status=status, dropped=dropped, why=why, criteria=_criteria_json(criteria),
+                         seconds=round(time.monotonic() - t0, 1))
+            return entry
+
+        results: dict[str, dict] = {}
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as executor:
+            futures = {executor.submit(work, m): m for m in to_grade}
+            for future in as_completed(futures):
+                entry = future.result()
+                results[entry["id"]] = entry
+                progress(f"[{len(results)}/{len(to_grade)}] {entry['id']}: {entry['status']} "
+                         f"({entry['seconds']}s)")
+    finally:
+        pool.close()
+    graded_ids = {m.id for m in to_grade}
+    entries = [results[m.id] if m.id in graded_ids else
+               dict(asdict(m), status="not_graded", dropped=[], why="left out by --limit", criteria={})
+               for m in ordered]
+    counts = count(entries, len(mutants))
+    known = {m.id for m in mutants}
+    stale = sorted(k for k in equivalents if not any(ch in k for ch in "*?[") and k not in known)
+    return {"task": task.id, "counts": counts, "score": mutation_score(counts),
+            "reference": {cid: {"status": r.status, "score": r.score} for cid, r in reference.items()},
+            "equivalents_file": str(equivalents_path.relative_to(task.folder.parent.parent))
+            if equivalents_path.is_file() else None,
+            "stale_equivalents": stale, "seconds": round(time.monotonic() - started, 1), "mutants": entries}
+
+
+def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
+    from grader.report import _env, atomic_write
+
+    atomic_write(out / "mutation.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    html = _env.get_template("mutation.html.j2").render(doc=doc)
+    atomic_write(out / "mutation.html", html)
+    return out / "mutation.json", out / "mutation.html"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("mutate", help="rubric strength: grade mutants of each reference fix")
+    p.add_argument("--task", action="append", help="task id (repeatable; default: every task)")
+    p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants graded at once")
+    p.add_argument("--limit", type=int, help="grade at most this many mutants per task (source files first)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds allowed for one mutant's hidden tests")
+    p.add_argument("--no-cache", action="store_true", help="do not reuse or store hidden-test evidence")
+    p.add_argument("--list", action="store_true", help="only list the mutants, grade nothing")
+
+
+def _score_text(t: dict) -> str:
+    c = t["counts"]
+    score = "-" if t["score"] is None else f"{t['score']:.2f}"
+    return (f"{t['task']}: mutation score {score} (caught {c['caught']}, missed {c['missed']}, equivalent "
+            f"{c['equivalent']}, not applicable {c['not_applicable']}; made {c['made']}, graded {c['graded']}"
+            + (f", not graded {c['not_graded']}" if c["not_graded"] else "")
+            + (f", errors {c['error']}" if c["error"] else "") + ")")
+
+
+def run_mutate(args) -> int:
+    from grader.checkout import build_base
+    from grader.rubric import all_tasks
+    from grader.validate import REFERENCE_DIR
+
+    tasks = all_tasks()
+    wanted = args.task or [t for t in tasks if (REFERENCE_DIR / f"{t}.diff").is_file()]
+    unknown = [t for t in wanted if t not in tasks]
+    if unknown:
+        print(f"error: unknown task(s) {', '.join(unknown)} (known: {', '.join(tasks)})", file=sys.stderr)
+        return 2
+    path = args.out / "mutation.json"
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("schema") != SCHEMA:
+            raise ValueError
+    except (OSError, ValueError):
+        doc = {"schema": SCHEMA, "tasks": {}}
+    for task_id in wanted:
+        task = tasks[task_id]
+        base = build_base(task.id, task.base)
+
+        def source(rel: str, root=base.path) -> str | None:
+            try:
+                return (root / rel).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+
+        mutants = derive_mutants((REFERENCE_DIR / f"{task_id}.diff").read_text(), source)
+        if args.list:
+            for m in grading_order(mutants):
+                print(f"{m.id}\t{m.description}")
+            continue
+        print(f"{task_id}: {len(mutants)} mutant(s)", file=sys.stderr, flush=True)
+        doc["tasks"][task_id] = grade_mutants(task, mutants, args.limit, args.jobs, args.timeout, not args.no_cache,
+                                              lambda s: print(s, file=sys.stderr, flush=True))
+        doc["tasks"] = dict(sorted(doc["tasks"].items()))
+        write_reports(args.out, doc)
+        print(_score_text(doc["tasks"][task_id]), flush=True)
+    if args.list:
+        return 0
+    print(f"wrote {args.out / 'mutation.json'} and {args.out / 'mutation.html'}", file=sys.stderr)
+    return 2 if any(t["counts"].get("error") for t in doc["tasks"].values() if t["task"] in wanted) else 0

@@ -1,0 +1,316 @@
+"""Mutation operators on small hand-made diffs: each mutant applies, changes what it should, with stable ids."""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader.diffparse import HUNK_HEADER, parse_sections
+from grader.mutate import (
+    classify,
+    count,
+    derive_mutants,
+    equivalence_reason,
+    grading_order,
+    import_broken,
+    mutation_score,
+)
+from grader.records import ApplyReport, CriterionResult, RunReport
+from grader.records import TestOutcome as Outcome
+
+FILLER = "".join(f"FILLER_{i} = {i}\n" for i in range(12))
+
+BASE_GATE = '''from vllm.platforms import current_platform
+
+
+def supported(dtype):
+    """Whether the dtype is supported and usable here."""
+    if not current_platform.has_device_capability(90):
+        return False
+    return True
+''' + FILLER + '''
+
+def check(dtype, cap):
+    # old rules, with and without fp8
+    if dtype == "fp8":
+        raise ValueError("no fp8")
+    return cap
+''' + FILLER + '''
+
+def scale(a, b):
+    return a
+'''
+
+NEW_GATE = '''from vllm.platforms import current_platform
+
+
+def supported(dtype):
+    """Whether the dtype is supported and usable here."""
+    if not current_platform.has_device_capability(100):
+        return False
+    return True
+''' + FILLER + '''
+
+def check(dtype, cap):
+    # new rules: xpu or cuda, and never fp8 on old parts
+    if not current_platform.is_xpu() and dtype.startswith("fp8"):
+        raise ValueError("fp8 needs SM89 or newer and a real GPU")
+    if cap >= 89:
+        cap = cap - 1
+    return cap
+''' + FILLER + '''
+
+def scale(a, b):
+    """Scaled: a / b, or dot(a, b) and more."""
+    ratio = a / b
+    return dot(a, b) + ratio
+'''
+
+BASE_HELPER = "def helper():\n    return 1\n"
+NEW_HELPER = "def helper():\n    if ready():\n        return 2\n    return 1\n"
+BASE_DOC = "# Notes\n\nSome text.\n"
+NEW_DOC = "# Notes\n\nSome text, and more or less.\n"
+
+BASE = {"pkg/gate.py": BASE_GATE, "pkg/helper.py": BASE_HELPER, "docs/notes.md": BASE_DOC}
+NEW = {"pkg/gate.py": NEW_GATE, "pkg/helper.py": NEW_HELPER, "docs/notes.md": NEW_DOC}
+
+
+def make_diff(base: dict[str, str], new: dict[str, str]) -> str:
+    out = []
+    for path in base:
+        if base[path] == new[path]:
+            continue
+        out.append(f"diff --git a/{path} b/{path}\n")
+        out.extend(difflib.unified_diff(base[path].splitlines(True), new[path].splitlines(True),
+                                        f"a/{path}", f"b/{path}", n=3))
+    return "".join(out)
+
+
+REFERENCE = make_diff(BASE, NEW)
+
+
+def source(path: str) -> str | None:
+    return BASE.get(path)
+
+
+@pytest.fixture(scope="module")
+def mutants():
+    return {m.id: m for m in derive_mutants(REFERENCE, source)}
+
+
+@pytest.fixture
+def apply_in(make_git_tree):
+    """Factory: apply a diff with plain ``git apply`` to a fresh tree of BASE; returns the files after."""
+    counter = iter(range(10_000))
+
+    def apply(diff: str, check_only: bool = False) -> dict[str, str]:
+        tree = make_git_tree(BASE, name=f"t{next(counter)}")
+        argv = ["git", "apply", "--check"] if check_only else ["git", "apply"]
+        done = subprocess.run(argv, cwd=tree, input=diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"git apply failed: {done.stderr}\n{diff}"
+        return {p: (tree / p).read_text() for p in BASE}
+
+    return apply
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    diff = list(difflib.ndiff(before.splitlines(), after.splitlines()))
+    return [l[2:] for l in diff if l.startswith("- ")], [l[2:] for l in diff if l.startswith("+ ")]
+
+
+def test_reference_applies(apply_in):
+    assert apply_in(REFERENCE) == NEW
+
+
+def test_every_mutant_applies_and_differs(mutants, apply_in):
+    assert len(mutants) > 15
+    for m in mutants.values():
+        apply_in(m.diff, check_only=True)
+        after = apply_in(m.diff)
+        assert after != NEW, m.id
+
+
+def test_every_python_mutant_still_parses(mutants, apply_in):
+    import ast
+
+    for m in mutants.values():
+        after = apply_in(m.diff)
+        for path, text in after.items():
+            if path.endswith(".py"):
+                ast.parse(text)  # raises on a mutant that breaks syntax
+
+
+def test_drop_file(mutants, apply_in):
+    after = apply_in(mutants["drop-file:pkg/helper.py"].diff)
+    assert after == {**NEW, "pkg/helper.py": BASE_HELPER}
+    docs = apply_in(mutants["drop-file:docs/notes.md"].diff)
+    assert docs == {**NEW, "docs/notes.md": BASE_DOC}
+
+
+def test_drop_hunk(mutants, apply_in):
+    hunks = parse_sections(REFERENCE)[0].hunks
+    assert len(hunks) == 3
+    after = apply_in(mutants["drop-hunk:pkg/gate.py:h1"].diff)["pkg/gate.py"]
+    assert 'if dtype == "fp8":' in after and "has_device_capability(100)" in after and "ratio = a / b" in after
+    # one-hunk files are left to drop-file
+    assert not any(i.startswith("drop-hunk:pkg/helper.py") for i in mutants)
+
+
+def test_revert_condition(mutants, apply_in):
+    (mid,) = [i for i in mutants if i.startswith("revert-condition:pkg/gate.py:h0")]
+    removed, added = changed_lines(NEW_GATE, apply_in(mutants[mid].diff)["pkg/gate.py"])
+    assert removed == ["    if not current_platform.has_device_capability(100):"]
+    assert added == ["    if not current_platform.has_device_capability(90):"]
+
+
+@pytest.mark.parametrize("prefix,old,new", [
+    ("and-to-or:pkg/gate.py:h1", ' and dtype.startswith("fp8"):', ' or dtype.startswith("fp8"):'),
+    ("drop-not:pkg/gate.py:h1", "if not current_platform.is_xpu()", "if current_platform.is_xpu()"),
+    ("widen-platform:pkg/gate.py:h1", "current_platform.is_xpu()", "current_platform.is_cuda_alike()"),
+    ("shift-boundary:pkg/gate.py:h1", "if cap >= 89:", "if cap > 89:"),
+    ("capability-up:pkg/gate.py:h0", "has_device_capability(100)", "has_device_capability(103)"),
+    ("capability-down:pkg/gate.py:h1", "if cap >= 89:", "if cap >= 86:"),
+    ("swap-operands:pkg/gate.py:h1", "cap = cap - 1", "cap = 1 - cap"),
+])
+def test_condition_and_operand_operators(mutants, apply_in, prefix, old, new):
+    matching = [m for i, m in mutants.items() if i.startswith(prefix)]
+    assert matching, f"no mutant {prefix}*"
+    hits = []
+    for m in matching:
+        removed, added = changed_lines(NEW_GATE, apply_in(m.diff)["pkg/gate.py"])
+        assert len(removed) == len(added) == 1, m.id
+        if old in removed[0] and added[0] == removed[0].replace(old, new):
+            hits.append(m.id)
+    assert hits, [m.id for m in matching]
+
+
+def test_swap_operands_division_and_dot(mutants, apply_in):
+    results = set()
+    for i, m in mutants.items():
+        if i.startswith("swap-operands:pkg/gate.py:h2"):
+            _, added = changed_lines(NEW_GATE, apply_in(m.diff)["pkg/gate.py"])
+            results.add(added[0].strip())
+    assert "ratio = b / a" in results
+    assert "return dot(b, a) + ratio" in results
+
+
+def test_delete_statement(mutants, apply_in):
+    removed, added = changed_lines(NEW_GATE, apply_in(mutants["delete-statement:pkg/gate.py:h2:l5"].diff)["pkg/gate.py"])
+    assert removed == ["    ratio = a / b"] and added == []
+    # the only statement of a block becomes ``pass``, so the file still parses
+    (mid,) = [i for i in mutants if i.startswith("delete-statement:pkg/helper.py")]
+    after = apply_in(mutants[mid].diff)["pkg/helper.py"]
+    assert after == "def helper():\n    if ready():\n        pass\n    return 1\n"
+
+
+def test_comments_strings_and_docstrings_are_not_mutated(mutants):
+    for m in mutants.values():
+        if m.operator in ("drop-file", "drop-hunk", "delete-statement"):
+            continue
+        assert "# new rules" not in m.description
+        assert "Scaled:" not in m.description
+        assert "SM89 or newer" not in m.description
+    # a raise spread over nothing but a string is not a deletable fragment either way, and prose files only drop
+    assert {m.operator for m in mutants.values() if m.path == "docs/notes.md"} == {"drop-file"}
+
+
+def test_ids_are_stable_and_unique(mutants):
+    again = derive_mutants(REFERENCE, source)
+    assert [m.id for m in again] == list(mutants)
+    assert len(set(mutants)) == len(mutants)
+    for mid in mutants:
+        op, path, *rest = mid.split(":")
+        assert path in BASE
+        assert all(part[0] in "hl" or part.isdigit() for part in rest)
+    # another file appended to the reference leaves every existing id in place
+    extra = REFERENCE + make_diff({"pkg/z.py": "x = 1\n"}, {"pkg/z.py": "x = 1 - y\n"})
+    grown = {m.id for m in derive_mutants(extra)}
+    assert set(mutants) - {i for i in mutants if i.startswith(("revert-", "delete-statement"))} <= grown | set()
+
+
+def test_ids_name_operator_file_hunk_and_line(mutants):
+    m = mutants["delete-statement:pkg/gate.py:h2:l5"]
+    assert (m.operator, m.path, m.hunk, m.line) == ("delete-statement", "pkg/gate.py", 2, 3)
+    section = parse_sections(REFERENCE)[0]
+    assert section.hunks[2].lines[5] == "+    ratio = a / b"
+
+
+def test_hunk_headers_are_recounted(mutants):
+    m = mutants["delete-statement:pkg/gate.py:h2:l5"]
+    original = parse_sections(REFERENCE)[0].hunks
+    mutated = parse_sections(m.diff)[0].hunks
+    for hunk in mutated:
+        match = HUNK_HEADER.match(hunk.header)
+        assert int(match.group(2)) == sum(1 for l in hunk.lines if l[:1] in " -")
+        assert int(match.group(4)) == sum(1 for l in hunk.lines if l[:1] in " +")
+        assert hunk.complete
+    assert mutated[2].new_count == original[2].new_count - 1
+    # a revert of 100 -> 90 is the same diff as moving the capability down a step: kept once, as the revert
+    assert not any(i.startswith("capability-down:pkg/gate.py:h0") for i in mutants)
+    # dropping the middle hunk moves the new start of the hunk after it
+    dropped = parse_sections(mutants["drop-hunk:pkg/gate.py:h1"].diff)[0].hunks
+    delta = original[1].new_count - original[1].old_count
+    new_start = lambda h: int(HUNK_HEADER.match(h.header).group(3))
+    assert new_start(dropped[1]) == new_start(original[2]) - delta
+
+
+def test_duplicate_diffs_are_kept_once(mutants):
+    diffs = [m.diff for m in mutants.values()]
+    assert len(diffs) == len(set(diffs))
+    assert REFERENCE not in diffs
+
+
+def test_grading_order_puts_vllm_sources_first():
+    text = make_diff({"tests/t.py": "a = 1\n", "vllm/x.py": "b = 1\n"}, {"tests/t.py": "a = 1 - c\n",
+                                                                           "vllm/x.py": "b = 1 - d\n"})
+    ordered = grading_order(derive_mutants(text))
+    assert ordered[0].path == "vllm/x.py" and ordered[-1].path == "tests/t.py"
+
+
+# ---------------------------------------------------------------- classification (pure, no grading)
+
+
+def crit(cid, status, score):
+    return CriterionResult(cid, cid, score, status, f"{cid} rationale")
+
+
+def outcome(status, message=""):
+    return Outcome("t::x", status, {"c1": 1.0}, message=message)
+
+
+REFERENCE_RESULTS = {"c1": crit("c1", "met", 1.0), "c2": crit("c2", "met", 1.0),
+                     "c3": crit("c3", "not_evaluated", None)}
+
+
+def test_classify_caught_missed_and_not_applicable():
+    run = RunReport([outcome("passed")], 0, False, "", 1.0)
+    applied = ApplyReport("applied", "git apply")
+    mutant = {"c1": crit("c1", "partial", 0.5), "c2": crit("c2", "met", 1.0), "c3": crit("c3", "unmet", 0.0)}
+    assert classify(REFERENCE_RESULTS, applied, run, mutant)[:2] == ("caught", ["c1"])
+    # c3 was not evaluated on the reference: it is ignored
+    quiet = {"c1": crit("c1", "met", 0.9), "c2": crit("c2", "met", 1.0), "c3": crit("c3", "unmet", 0.0)}
+    status, dropped, why = classify(REFERENCE_RESULTS, applied, run, quiet)
+    assert (status, dropped) == ("missed", []) and "score fell" in why
+    assert classify(REFERENCE_RESULTS, ApplyReport("failed", message="hunk 1 failed"), None, None)[0] == \
+        "not_applicable"
+    broken = RunReport([outcome("failed", "E   SyntaxError: invalid syntax"),
+                        outcome("error", "ImportError: cannot import name 'x'")], 1, False, "", 1.0)
+    assert import_broken(broken)
+    assert classify(REFERENCE_RESULTS, applied, broken, mutant)[0] == "not_applicable"
+    assert not import_broken(RunReport([outcome("failed", "AssertionError"), outcome("error", "ImportError")],
+                                       1, False, "", 1.0))
+
+
+def test_equivalents_and_score():
+    listed = {"drop-file:docs/x.md": "docs only", "*:tests/*": "the candidate's own tests"}
+    assert equivalence_reason("drop-file:docs/x.md", listed) == "docs only"
+    assert equivalence_reason("delete-statement:tests/t.py:h0:l1", listed) == "the candidate's own tests"
+    assert equivalence_reason("drop-file:vllm/x.py", listed) is None
+    entries = [{"status": s} for s in ("caught", "caught", "caught", "missed", "equivalent", "not_applicable",
+                                       "not_graded")]
+    counts = count(entries, 7)
+    assert counts["graded"] == 6 and counts["caught"] == 3
+    assert mutation_score(counts) == 0.75
