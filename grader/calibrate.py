@@ -112,6 +112,11 @@ def is_truncated(result: dict | None) -> bool:
     return bool(result and (result.get("apply") or {}).get("truncated"))
 
 
+def _empty_without_task(result: dict) -> bool:
+    """A no_diff candidate with no task to infer is not a task disagreement: there is nothing to infer it from."""
+    return result.get("verdict") == "no_diff" and not result.get("task")
+
+
 def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
                 criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> tuple[list[Pair], list[VerdictPair]]:
     """Pair every labelled entry and criterion with the grader's result for the same bundle candidate."""
@@ -126,7 +131,7 @@ def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
             problem = "missing_result"
         elif result.get("verdict") == "error":
             problem = "error"
-        elif result.get("task") != task:
+        elif result.get("task") != task and not _empty_without_task(result):
             problem = "task_mismatch"
         else:
             problem = None
@@ -370,7 +375,8 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
             "graded": sum(1 for i in labelled_ids if i in by_id),
             "missing_results": sorted(i for i in labelled_ids if i not in by_id),
             "task_mismatch": sorted(i for i in labelled_ids if i in by_id and by_id[i].get("verdict") != "error"
-                                    and by_id[i].get("task") != entry_by_id[i].get("task")),
+                                    and by_id[i].get("task") != entry_by_id[i].get("task")
+                                    and not _empty_without_task(by_id[i])),
             "errors": sorted(i for i in labelled_ids if by_id.get(i, {}).get("verdict") == "error"),
             "whole_candidates": len({v.id for v in vwhole}),
             "truncated_candidates": len({v.id for v in vtrunc}),

@@ -539,6 +539,8 @@ def count(mutants: list[dict], made: int) -> dict:
         if m["status"] not in ("not_graded",):
             c["graded"] += 1
     c["graded"] -= c["error"]
+    # missed, yet some hidden test failed: a criterion's score fell but stayed at or above "met"
+    c["missed_score_fell"] = sum(1 for m in mutants if m["status"] == "missed" and m.get("score_fell"))
     return c
 
 
@@ -595,7 +597,10 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
                     status, why = "equivalent", f"listed equivalent: {reason}"
             elif status == "caught" and equivalence_reason(mutant.id, equivalents) is not None:
                 why += " (listed in equivalent-mutants.toml, yet caught: the listing is wrong)"
+            fell = [cid for cid, r in reference.items() if r.status == "met" and criteria and
+                    criteria[cid].score is not None and r.score is not None and criteria[cid].score < r.score]
             entry.update(status=status, dropped=dropped, why=why, criteria=_criteria_json(criteria),
+                         score_fell=fell if status in ("missed", "equivalent") else [],
                          seconds=round(time.monotonic() - t0, 1))
             return entry
 
@@ -611,7 +616,8 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
         pool.close()
     graded_ids = {m.id for m in to_grade}
     entries = [results[m.id] if m.id in graded_ids else
-               dict(asdict(m), status="not_graded", dropped=[], why="left out by --limit", criteria={})
+               dict(asdict(m), status="not_graded", dropped=[], why="left out by --limit", criteria={},
+                    score_fell=[])
                for m in ordered]
     counts = count(entries, len(mutants))
     known = {m.id for m in mutants}
@@ -648,6 +654,8 @@ def _score_text(t: dict) -> str:
     score = "-" if t["score"] is None else f"{t['score']:.2f}"
     return (f"{t['task']}: mutation score {score} (caught {c['caught']}, missed {c['missed']}, equivalent "
             f"{c['equivalent']}, not applicable {c['not_applicable']}; made {c['made']}, graded {c['graded']}"
+            + (f"; {c['missed_score_fell']} missed with a score that fell but stayed met"
+               if c.get("missed_score_fell") else "")
             + (f", not graded {c['not_graded']}" if c["not_graded"] else "")
             + (f", errors {c['error']}" if c["error"] else "") + ")")
 

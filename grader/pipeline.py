@@ -106,27 +106,31 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
 
 def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
     """Grade one candidate; every failure becomes this candidate's error result, never an exception."""
+    try:
+        return _grade(candidate, bases, options)
+    except Exception:  # the grader's own failure: reported as an error for this candidate only
+        task = all_tasks().get(candidate.task or "")
+        return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+
+
+def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
     if candidate.ingest_error:
         return _error_result(candidate, candidate.ingest_error)
     tasks = all_tasks()
-    if candidate.task is None:
-        if not candidate.diff.strip():
-            return _error_result(candidate, f"empty candidate and no task to grade it against ({candidate.task_reason})")
-        return _error_result(candidate, f"task could not be told: {candidate.task_reason}")
-    if candidate.task not in tasks:
-        return _error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
-    task = tasks[candidate.task]
+    task = tasks.get(candidate.task or "")
     if not candidate.diff.strip():
+        # Nothing to grade, with or without a known task: a verdict about the candidate, not a grader error.
         apply = ApplyReport("empty", message=candidate.task_reason or "the candidate has no diff")
-        criteria = not_evaluated_all(task, "no diff to grade")
-        result = CandidateResult(candidate.id, task.id, candidate.source, "no_diff", None, criteria, apply, "",
-                                 candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
+        criteria = not_evaluated_all(task, "no diff to grade") if task else {}
+        result = CandidateResult(candidate.id, candidate.task, candidate.source, "no_diff", None, criteria, apply,
+                                 "", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
         result.summary = summarize(task, result, None)
         return result
-    try:
-        apply, run, timings = evaluate(task, candidate.diff, bases, options)
-    except Exception:  # the grader's own failure: reported as an error for this candidate only
-        return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+    if candidate.task is None:
+        return _error_result(candidate, f"task could not be told: {candidate.task_reason}")
+    if task is None:
+        return _error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
+    apply, run, timings = evaluate(task, candidate.diff, bases, options)
     if candidate.at_preview_limit and apply.status == "applied":
         apply.status, apply.truncated = "partial", True
         apply.message = "the preview reaches the bundle's line limit: later hunks or files may be missing"

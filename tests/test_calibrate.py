@@ -75,6 +75,14 @@ def test_build_pairs_excludes_and_matches_by_bundle_position():
     assert [v.excluded for v in verdicts] == [None, "missing_result", "task_mismatch", "error"]
 
 
+def test_empty_candidate_without_task_is_compared_as_no_diff():
+    empty = {"id": "bundle-000", "task": None, "verdict": "no_diff", "score": None, "criteria": {},
+             "apply": {"status": "empty", "truncated": False, "files": []}}
+    pairs, verdicts = build_pairs([entry(0, "a", "no_diff")], {"bundle-000": empty}, STEM)
+    assert {p.excluded for p in pairs} == {"not_stated"}
+    assert verdict_agreement(verdicts)["agree"] == 1
+
+
 def test_split_by_apply_truncated():
     entries = [entry(0, "a", "full", c1=1), entry(1, "a", "full", c1=1), entry(2, "a", "full", c1=1)]
     results = {r["id"]: r for r in [result(0, "a", {"c1": 1.0}, truncated=True), result(1, "a", {"c1": 0.0}),
