@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch and triton first, pinned, so no resolver ever pulls a CUDA build of torch.
 	$(PY) -m pip install -q "torch==2.13.0" "triton==3.7.1"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,ray]"
 	touch $(STAMP)
 
 setup: $(STAMP)

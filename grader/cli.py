@@ -45,6 +45,10 @@ def _grade_parser(sub) -> None:
                    help="run candidates' tests in a sandbox (own uid, no network, limits; default on)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="grade in this process's worker pool (default), or one Ray task per candidate (docs/ray.md)")
+    p.add_argument("--address", help="with --backend ray: the Ray cluster to join (default: $RAY_ADDRESS, "
+                                     "else a local cluster of --jobs CPUs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +84,13 @@ def run_grade(args) -> int:
     if not candidates:
         print("error: no candidates found in " + ", ".join(map(str, args.paths)), file=sys.stderr)
         return 2
-    gpu, gpu_reason = detect_gpu(args.gpu)
+    on_ray = getattr(args, "backend", "local") == "ray"
+    if on_ray:
+        from grader import ray_backend
+        ray_backend.connect(args.address, args.jobs)
+        gpu, gpu_reason = ray_backend.detect_gpu(args.gpu, args.address)
+    else:
+        gpu, gpu_reason = detect_gpu(args.gpu)
     print(f"grading {len(candidates)} candidate(s) with {args.jobs} worker(s); {gpu_reason}", file=sys.stderr)
     tasks = all_tasks()
     store = ResultStore(args.out)
@@ -97,25 +107,31 @@ def run_grade(args) -> int:
         else:
             pending.append((candidate, key))
 
-    launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
-    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
-                           evidence_cache=None if args.no_cache else EvidenceCache(),
-                           contained=args.contain == "on")
+    if on_ray:
+        try:
+            ray_backend.grade_pending(pending, len(candidates), results, store, args, gpu, _progress)
+        finally:
+            ray_backend.disconnect()
+    else:
+        launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
+        options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
+                               evidence_cache=None if args.no_cache else EvidenceCache(),
+                               contained=args.contain == "on")
 
-    def work(item):
-        candidate, key = item
-        result = grade_candidate(candidate, bases, options).to_json()
-        store.save(candidate.id, key, result)
-        return result
+        def work(item):
+            candidate, key = item
+            result = grade_candidate(candidate, bases, options).to_json()
+            store.save(candidate.id, key, result)
+            return result
 
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for future in as_completed([pool.submit(work, item) for item in pending]):
-                result = future.result()
-                results[result["id"]] = result
-                _progress(len(results), len(candidates), result, False)
-    finally:
-        launcher.close()
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                for future in as_completed([pool.submit(work, item) for item in pending]):
+                    result = future.result()
+                    results[result["id"]] = result
+                    _progress(len(results), len(candidates), result, False)
+        finally:
+            launcher.close()
     run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
                 "timings": {"wall_s": round(time.monotonic() - started, 2)}}

@@ -38,6 +38,9 @@ def child_environment(tree: Path, import_root: Path, scratch: Path, evidence: Pa
         "GRADER_VLLM_TREE": str(tree),
         "GRADER_EVIDENCE_OUT": str(evidence),
         "GRADER_GPU": "1" if gpu else "0",
+        # The sandbox's uid has no passwd entry; getpass (torch's caches use it) asks these first.
+        "USER": "grader",
+        "LOGNAME": "grader",
     })
     return env
 

@@ -20,15 +20,13 @@ def describe_change(apply: ApplyReport | None) -> str:
     for f in apply.files:
         area = "test" if f.path.startswith("tests/") else "doc" if f.path.startswith("docs/") else "source"
         areas[area] += 1
-    source = [f.path.rsplit("/", 1)[-1] for f in apply.files if not f.path.startswith(("tests/", "docs/"))]
-    parts = []
-    if source:
-        parts.append("edits " + _join(sorted(set(source))[:4]) + (" and more" if len(set(source)) > 4 else ""))
+    source = sorted({f.path.rsplit("/", 1)[-1] for f in apply.files if not f.path.startswith(("tests/", "docs/"))})
+    parts = source[:4] + ([f"{len(source) - 4} more source files"] if len(source) > 4 else [])
     if areas["test"]:
         parts.append(f"{areas['test']} test file{'s' if areas['test'] > 1 else ''}")
     if areas["doc"]:
         parts.append(f"{areas['doc']} doc file{'s' if areas['doc'] > 1 else ''}")
-    return _join(parts)
+    return "changes " + _join(parts)
 
 
 def _join(items: list[str]) -> str:
@@ -49,10 +47,12 @@ def _failure_text(entry: dict | None) -> str:
         return ""
     claim = entry.get("claim") or entry["test"].rsplit("::", 1)[-1]
     message = (entry.get("message") or "").strip().splitlines()
-    last = next((line.strip() for line in reversed(message) if line.strip().startswith("E ")), "")
-    last = last[1:].strip() if last else (message[-1].strip() if message else "")
+    # pytest marks the failure's own lines with "E"; the first of them states what went wrong.
+    first = next((line.strip()[1:].strip() for line in message if line.strip().startswith("E ")
+                  and line.strip()[1:].strip()), "")
+    first = first or (message[-1].strip() if message else "")
     text = f"'{claim}' does not hold ({entry['test'].rsplit('::', 1)[-1]}"
-    return text + (f": {last[:160]})" if last else ")")
+    return text + (f": {first[:160]})" if first else ")")
 
 
 def summarize(task, result: CandidateResult, run: RunReport | None) -> str:

@@ -108,13 +108,23 @@ def runs(tmp_path_factory):
     log2 = _finish(second)
     results2 = json.loads((out / "results.json").read_text())
 
-    # Run 3: everything regraded from scratch into a fresh folder.
+    # Run 3: everything regraded from scratch into a fresh folder, the naive way: serial, cold, uncached.
     fresh = root / "fresh"
-    third = _grade([root / "in"], fresh, "--no-cache")
+    third = _grade([root / "in"], fresh, "--no-cache", "--cold")
     log3 = _finish(third)
     results3 = json.loads((fresh / "results.json").read_text())
+
+    # Runs 4 and 5: parallel warm workers with the caches on, then the same again served from the caches.
+    parallel = root / "parallel"
+    fourth = _grade([root / "in"], parallel, "--jobs", "2")
+    log4 = _finish(fourth)
+    results4 = json.loads((parallel / "results.json").read_text())
+    fifth = _grade([root / "in"], parallel, "--jobs", "2")
+    log5 = _finish(fifth)
+    results5 = json.loads((parallel / "results.json").read_text())
     return {"stored": stored, "store": store, "log2": log2, "rc2": second.returncode, "results2": results2,
-            "log3": log3, "rc3": third.returncode, "results3": results3}
+            "log3": log3, "rc3": third.returncode, "results3": results3,
+            "log4": log4, "results4": results4, "log5": log5, "results5": results5}
 
 
 def test_killed_run_resumes_without_regrading_or_losing_candidates(runs):
@@ -152,3 +162,11 @@ def _differences(a, b, where: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")]
     return [] if a == b else [f"{where}: {str(a)[:80]!r} != {str(b)[:80]!r}"]
+
+
+def test_parallel_and_cached_runs_equal_a_serial_uncached_run(runs):
+    serial = strip_timings(runs["results3"])
+    assert sum(line.endswith("(cached)") for line in runs["log5"].splitlines()) == len(SAMPLES), runs["log5"]
+    for name in ("results4", "results5"):
+        other = strip_timings(runs[name])
+        assert other == serial, "; ".join(_differences(other, serial)[:20])

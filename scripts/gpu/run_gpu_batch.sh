@@ -114,7 +114,9 @@ cat "$R/probe-env.log"
 grep -E "^(torch|device|python)|FAIL" "$R/probe-env.log" | tee -a "$SUMMARY"
 # The hidden tests run under RLIMIT_AS = 32 GiB (grader/contain.py); does CUDA initialise under that limit?
 if [ "$GPU" = on ]; then
-  step probe-rlimit-as 90 $PY -c '
+  # Triton's @jit reads the kernel's source, so the probe is a file (python -c fails: "@jit functions should be
+  # defined in a Python file", as the 2026-11-29 run showed).
+  cat > "$W/probe_rlimit_as.py" <<'PYEOF'
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (32 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
 import torch, triton, triton.language as tl
@@ -123,7 +125,9 @@ x = torch.ones(1 << 20, device="cuda")
 def k(p, n: tl.constexpr):
     o = tl.arange(0, n); tl.store(p + o, tl.load(p + o) * 2)
 k[(1,)](x, 1024)
-torch.cuda.synchronize(); print("CUDA + Triton under RLIMIT_AS=32GiB: ok", float(x[:1024].sum()))'
+torch.cuda.synchronize(); print("CUDA + Triton under RLIMIT_AS=32GiB: ok", float(x[:1024].sum()))
+PYEOF
+  step probe-rlimit-as 90 $PY "$W/probe_rlimit_as.py"
 fi
 
 # ------------------------------------------------------------------ 3. seed the cache and build the bases
@@ -184,13 +188,18 @@ make_tree() {  # make_tree TASK LABEL [DIFF] -> prints the tree's path
       || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$3"; }) > "$R/tree-$1-$2.log" 2>&1 \
       || { note "tree $1/$2: diff does not apply" >&2; return 1; }
   fi
+  # vllm/platforms/cuda.py imports the compiled vllm._C_stable_libtorch; bench/minimax_qk_norm.py installs no
+  # stand-in for it (bench/moe_swap_ab.py does), so its trees get an empty module (benchmark trees only).
+  [ "$1" = minimax-qk-norm ] && [ ! -e "$dest/vllm/_C_stable_libtorch.py" ] \
+    && echo "# empty stand-in for the compiled extension (benchmark trees only)" > "$dest/vllm/_C_stable_libtorch.py"
   echo "$dest"
 }
 bench_diff() {  # bench_diff TASK LABEL -> the diff to apply (nothing for base)
   case $2 in base) echo "";; reference) echo "reference_impl/$1.diff";; *) echo "candidates/$1/$2.diff";; esac
 }
 mkdir -p "$R/bench"
-BENCH=${GPU_KIT_BENCH:-"moe:base qk:base moe:reference qk:reference moe:unconditional qk:tp1-only-fast-path moe:scale-not-swapped qk:narrow-only"}
+# qk trees take ~30-40 s each on the H200, moe trees ~210-230 s (2026-11-29), so the qk ones go first.
+BENCH=${GPU_KIT_BENCH:-"qk:base qk:reference moe:base moe:reference qk:tp1-only-fast-path qk:narrow-only moe:unconditional moe:scale-not-swapped"}
 for item in $BENCH; do
   kind=${item%%:*}; L=${item#*:}
   if [ "$kind" = moe ]; then T=moe-swap-ab; else T=minimax-qk-norm; fi
@@ -199,7 +208,7 @@ for item in $BENCH; do
   tree=$(make_tree "$T" "$L" "$(bench_diff "$T" "$L")") || continue
   if [ "$kind" = moe ]; then
     extra=""; [ "$DRY" = 1 ] && extra="--dry-run"
-    step "bench-moe-$L" 150 $PY bench/moe_swap_ab.py --tree "$L=$tree" --out "$R/bench/moe-$L.json" $extra
+    step "bench-moe-$L" 260 $PY bench/moe_swap_ab.py --tree "$L=$tree" --out "$R/bench/moe-$L.json" $extra
   else
     if [ "$DRY" = 1 ]; then extra="--device cpu --dry-run"
     else extra="--tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 120"; fi

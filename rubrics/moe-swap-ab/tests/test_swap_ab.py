@@ -47,7 +47,7 @@ def test_swapped_path_compiles_and_runs_on_gpu(h, fm, monkeypatch):
     """On the GPU, the launch the candidate selects for FP8 block quant with BLOCK_M=16, BLOCK_N=64 runs a dot of shape BLOCK_N x BLOCK_M."""
     import torch
 
-    s = ("fp8_block", 5, 16, 64, {"N": 200, "K": 320})
+    s = h.GPU_RUN_CASE
     cap = _find_on_cap(h, fm, monkeypatch, s)
     assert cap is not None, "no capability among 8.0/8.9/9.0/10.0/12.0 changes this launch: no swapped path is selected"
     h.fake_capability(monkeypatch, cap)

@@ -1,0 +1,145 @@
+"""The Ray backend (``grade --backend ray``) on a local Ray cluster.
+
+- Two xpu-kv-cache-dtypes samples (the fastest hidden suite) graded through the CLI with ``--backend ray`` give
+  the same ``results.json`` and HTML pages as the local backend on the same input, apart from the timing fields
+  documented as varying (``run.timings`` and each candidate's ``timings``). No field records the backend, so
+  nothing else is stripped. A Ray rerun on the local run's output takes everything from the store.
+- A Ray task that kills its own worker process on its first attempt is retried by the backend's retry wrapper
+  and succeeds on the second attempt; one that always kills its worker gets an ``error`` result once the
+  retries are spent, and only that candidate does.
+
+Needs ``ray`` (``pip install -e ".[ray]"``); skipped without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from grader import ray_backend  # noqa: E402
+from grader.records import Candidate  # noqa: E402
+from grader.store import ResultStore  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "xpu-kv-cache-dtypes"
+SAMPLES = ["backend-only", "bf16-only"]
+
+
+def _grade(paths: list[Path], out: Path, *extra: str) -> str:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(REPO / "grade.py"), *map(str, paths), "--out", str(out),
+                           "--jobs", "2", "--gpu", "off", "--timeout", "300", *extra],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout
+    return proc.stdout
+
+
+def _without_timings(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    doc["run"].pop("timings")
+    for result in doc["candidates"]:
+        result.pop("timings")
+    return doc
+
+
+def test_ray_backend_matches_local(tmp_path):
+    inputs = tmp_path / "in" / TASK
+    inputs.mkdir(parents=True)
+    for name in SAMPLES:
+        (inputs / f"{name}.diff").write_text((REPO / "candidates" / TASK / f"{name}.diff").read_text())
+    # --no-cache: both runs execute the hidden tests (no evidence cache), the Ray one inside Ray tasks.
+    local = _grade([inputs.parent], tmp_path / "local", "--no-cache")
+    on_ray = _grade([inputs.parent], tmp_path / "ray", "--no-cache", "--backend", "ray")
+
+    def progress(log: str) -> list[str]:  # completion order varies: the lines without their [n/m] counter
+        return sorted(line.split("] ", 1)[1] for line in log.splitlines() if line.startswith("["))
+
+    assert progress(on_ray) == progress(local) and len(progress(local)) == len(SAMPLES)
+    assert _without_timings(tmp_path / "ray" / "results.json") == _without_timings(tmp_path / "local" / "results.json")
+    pages = sorted(p.name for p in (tmp_path / "local" / "candidates").iterdir())
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "local", tmp_path / "ray",
+                                               ["index.html", *(f"candidates/{p}" for p in pages)], shallow=False)
+    assert not mismatch and not errors
+    assert sorted(p.name for p in (tmp_path / "ray" / "store").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "store").iterdir())
+
+    # Same store, same keys: a Ray rerun on the local run's output regrades nothing.
+    rerun = _grade([inputs.parent], tmp_path / "local", "--backend", "ray")
+    assert sum("(cached)" in line for line in rerun.splitlines()) == len(SAMPLES), rerun
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    os.environ.pop("RAY_ADDRESS", None)
+    ray_backend.connect(None, num_cpus=2)  # ray.init(num_cpus=2, include_dashboard=False, ...)
+    yield
+    ray_backend.disconnect()
+
+
+def test_killed_worker_is_retried(local_cluster, tmp_path):
+    marker = tmp_path / "attempts"
+
+    def dies_once(path: str) -> str:
+        with open(path, "a") as f:
+            f.write("attempt\n")
+        if open(path).read().count("attempt") == 1:
+            os._exit(1)  # the worker process dies mid-task, as on an OOM kill or a lost node
+        return "graded"
+
+    got, failures = {}, {}
+    task = ray_backend.remote(dies_once, num_cpus=1)
+    ray_backend.stream({task.remote(str(marker)): "only"}, got.__setitem__, failures.__setitem__)
+    assert got == {"only": "graded"} and not failures
+    assert marker.read_text().count("attempt") == 2
+
+
+def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, tmp_path):
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+
+    def work(candidate, *_args):
+        with open(attempts / candidate.id, "a") as f:
+            f.write("attempt\n")
+        if candidate.id == "crashes":
+            os._exit(1)
+        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5}
+
+    pending = [(Candidate("crashes", "crashes.diff", "+x\n", TASK), "k1"),
+               (Candidate("fine", "fine.diff", "+y\n", TASK), "k2")]
+    store, results, lines = ResultStore(tmp_path / "out"), {}, []
+    args = argparse.Namespace(timeout=60, keep_trees=False, contain="on", no_cache=False)
+    ray_backend.grade_pending(pending, 2, results, store, args, False,
+                              lambda done, total, r, cached: lines.append((done, r["id"], r["verdict"])), work=work)
+
+    assert results["fine"]["verdict"] == "partial" and store.load("fine", "k2") == results["fine"]
+    crashed = results["crashes"]
+    assert crashed["verdict"] == "error" and crashed["score"] is None
+    assert "died" in crashed["error"] and "WorkerCrashedError" in crashed["error"]
+    assert {c["status"] for c in crashed["criteria"].values()} == {"not_evaluated"}
+    assert store.load("crashes", "k1") is None  # not stored: a rerun grades it again
+    assert (attempts / "crashes").read_text().count("attempt") == 1 + ray_backend.MAX_RETRIES
+    assert (attempts / "fine").read_text().count("attempt") == 1
+    assert sorted((done, cid) for done, cid, _ in lines)[-1][0] == 2
+    assert sorted(cid for _, cid, _ in lines) == ["crashes", "fine"]
+
+
+def test_resources_follow_the_rubric():
+    assert ray_backend.task_has_gpu_tests("moe-swap-ab")
+    assert not ray_backend.task_has_gpu_tests(TASK)
+    assert ray_backend.resources_for("moe-swap-ab", True) == {"num_cpus": 1, "num_gpus": 1}
+    assert ray_backend.resources_for("moe-swap-ab", False) == {"num_cpus": 1, "num_gpus": 0}
+    assert ray_backend.resources_for(TASK, True) == {"num_cpus": 1, "num_gpus": 0}
+    assert ray_backend.resources_for(None, True) == {"num_cpus": 1, "num_gpus": 0}
