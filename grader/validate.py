@@ -28,6 +28,8 @@ class Validation:
     unevaluated: list[str] = field(default_factory=list)
     base: dict[str, str] = field(default_factory=dict)
     reference: dict[str, str] = field(default_factory=dict)
+    # Why each criterion got its status, with the failing tests' messages: what to read when a rubric breaks.
+    evidence: dict[str, dict] = field(default_factory=dict)
 
 
 def grade_tree(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> dict[str, CriterionResult]:
@@ -40,7 +42,11 @@ def grade_tree(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -
 def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[str, CriterionResult]) -> Validation:
     """Pure: compare base and reference statuses with what each criterion's kind demands."""
     v = Validation(task.id, base={c: r.status for c, r in base.items()},
-                   reference={c: r.status for c, r in reference.items()})
+                   reference={c: r.status for c, r in reference.items()},
+                   evidence={side: {c: {"rationale": r.rationale,
+                                        "failing": [e for e in r.evidence if e["status"] not in ("passed", "skipped")]}
+                                    for c, r in results.items()}
+                             for side, results in (("base", base), ("reference", reference))})
     for criterion in task.criteria.values():
         b, r = base[criterion.id], reference[criterion.id]
         wanted_base = {"fix": "unmet", "preserve": "met"}.get(criterion.kind)

@@ -280,16 +280,14 @@ def test_import_time_infinite_loop_times_out_and_is_reported(graded):
     result, seconds = graded["import-loop"]
     assert seconds < LOOP_TIMEOUT + 60
     every = [e for c in result.criteria.values() for e in c.evidence]
-    assert any(e.status == "timeout" and "time limit" in e.message for e in every)
+    assert any(e["status"] == "timeout" and "time limit" in e.get("message", "") for e in every)
     assert not any(c.status in ("met", "partial") for c in result.criteria.values())
     assert result.verdict not in ("full", "error")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="engine: tests that never started before a time-out are unknown to the "
-                   "evidence, so their criteria read 'not_evaluated: no hidden test evidences this criterion' and "
-                   "the verdict is partial (score 0.00) instead of fail")
 def test_import_time_infinite_loop_fails_every_criterion_it_kept_from_running(graded):
+    """Tests that never started before the time limit still count, as time-outs, for their criteria."""
     result, _ = graded["import-loop"]
     assert result.verdict == "fail", result.summary
     assert all(c.status == "unmet" for c in result.criteria.values()), result.summary
@@ -299,7 +297,7 @@ def test_import_time_infinite_loop_fails_every_criterion_it_kept_from_running(gr
 def test_memory_hog_fails_its_criteria_with_memory_error(graded):
     result, _ = graded["memory-hog"]
     assert result.verdict == "fail"
-    assert any("MemoryError" in e.message for c in result.criteria.values() for e in c.evidence)
+    assert any("MemoryError" in e.get("message", "") for c in result.criteria.values() for e in c.evidence)
 
 
 @pytest.mark.slow

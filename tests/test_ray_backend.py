@@ -1,6 +1,6 @@
 """The Ray backend (``grade --backend ray``) on a local Ray cluster.
 
-- Two xpu-kv-cache-dtypes samples (the fastest hidden suite) graded through the CLI with ``--backend ray`` give
+- Three whole xpu-kv-cache-dtypes entries of the seed bundle (the fastest hidden suite) graded through the CLI with ``--backend ray`` give
   the same ``results.json`` and HTML pages as the local backend on the same input, apart from the timing fields
   documented as varying (``run.timings`` and each candidate's ``timings``). No field records the backend, so
   nothing else is stripped. A Ray rerun on the local run's output takes everything from the store.
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "xpu-kv-cache-dtypes"
-SAMPLES = ["backend-only", "bf16-only"]
 
 
 def _grade(paths: list[Path], out: Path, *extra: str) -> str:
@@ -55,19 +54,34 @@ def _without_timings(path: Path) -> dict:
     return doc
 
 
+SEED_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
+
+
+def _seed_subset(path: Path, count: int = 3) -> Path:
+    """The first ``count`` whole (uncut) xpu-kv-cache-dtypes entries of the seed bundle, as a bundle file."""
+    from grader.ingest import parse_bundle
+
+    if not SEED_BUNDLE.is_file():
+        pytest.skip(f"the seed bundle is not at {SEED_BUNDLE}")
+    entries = [c for c in parse_bundle(SEED_BUNDLE) if c.task == TASK and not c.at_preview_limit][:count]
+    lines = [SEED_BUNDLE.read_text().splitlines()[0], ""]
+    for c in entries:
+        lines += [c.reference_summary, "", c.diff.rstrip("\n"), ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def test_ray_backend_matches_local(tmp_path):
-    inputs = tmp_path / "in" / TASK
-    inputs.mkdir(parents=True)
-    for name in SAMPLES:
-        (inputs / f"{name}.diff").write_text((REPO / "candidates" / TASK / f"{name}.diff").read_text())
+    bundle = _seed_subset(tmp_path / "in" / "seed-subset.txt")
     # --no-cache: both runs execute the hidden tests (no evidence cache), the Ray one inside Ray tasks.
-    local = _grade([inputs.parent], tmp_path / "local", "--no-cache")
-    on_ray = _grade([inputs.parent], tmp_path / "ray", "--no-cache", "--backend", "ray")
+    local = _grade([bundle], tmp_path / "local", "--no-cache")
+    on_ray = _grade([bundle], tmp_path / "ray", "--no-cache", "--backend", "ray")
 
     def progress(log: str) -> list[str]:  # completion order varies: the lines without their [n/m] counter
         return sorted(line.split("] ", 1)[1] for line in log.splitlines() if line.startswith("["))
 
-    assert progress(on_ray) == progress(local) and len(progress(local)) == len(SAMPLES)
+    assert progress(on_ray) == progress(local) and len(progress(local)) == 3
     assert _without_timings(tmp_path / "ray" / "results.json") == _without_timings(tmp_path / "local" / "results.json")
     pages = sorted(p.name for p in (tmp_path / "local" / "candidates").iterdir())
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "local", tmp_path / "ray",
@@ -77,8 +91,8 @@ def test_ray_backend_matches_local(tmp_path):
         sorted(p.name for p in (tmp_path / "local" / "store").iterdir())
 
     # Same store, same keys: a Ray rerun on the local run's output regrades nothing.
-    rerun = _grade([inputs.parent], tmp_path / "local", "--backend", "ray")
-    assert sum("(cached)" in line for line in rerun.splitlines()) == len(SAMPLES), rerun
+    rerun = _grade([bundle], tmp_path / "local", "--backend", "ray")
+    assert sum("(cached)" in line for line in rerun.splitlines()) == 3, rerun
 
 
 @pytest.fixture(scope="module")
