@@ -34,6 +34,15 @@ def comparable(results_json: Path) -> list[dict]:
     return doc["candidates"]
 
 
+def differences(a, b, where: str = "") -> list[str]:
+    """Where two JSON values differ, as paths (for the report when modes disagree)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
+
+
 def run_mode(name: str, bundle: Path, out: Path, cache: Path, extra: list[str]) -> float:
     env = dict(os.environ, GRADER_CACHE=str(cache))
     started = time.monotonic()
@@ -88,7 +97,8 @@ def main() -> int:
         timings[name] = run_mode(name, bundle, out, cache, extra)
         print(f"{name:7s} {timings[name]:8.1f} s", flush=True)
     count = len(json.loads((work / "out-naive" / "results.json").read_text())["candidates"])
-    same = comparable(work / "out-naive" / "results.json") == comparable(work / "out-warm" / "results.json")
+    naive, warm = comparable(work / "out-naive" / "results.json"), comparable(work / "out-warm" / "results.json")
+    same = naive == warm
     rate = {k: 60.0 * count / v for k, v in timings.items()}
     print(f"\n{count} candidates, jobs={args.jobs}, {os.cpu_count()} cores")
     print("mode      seconds   candidates/min")
@@ -97,6 +107,8 @@ def main() -> int:
     print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
     print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
     print(f"results.json identical across modes (timings aside): {same}")
+    for line in differences(naive, warm)[:20]:
+        print("  differs at", line)
     if args.json:
         args.json.write_text(json.dumps({"candidates": count, "jobs": args.jobs, "seconds": timings,
                                          "per_minute": rate, "identical": same}, indent=2) + "\n")
