@@ -39,6 +39,24 @@ def gpu_enabled() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.fixture(autouse=True)
+def _seeded_random_state():
+    """Every hidden test starts from the same random state, whatever ran before it in the process (a warm
+    worker's imports, earlier tests): evidence, failure messages included, is then the same in every run."""
+    import random
+
+    import torch
+
+    random.seed(0)
+    torch.manual_seed(0)
+    try:
+        import numpy
+
+        numpy.random.seed(0)
+    except ImportError:
+        pass
+
+
 @pytest.fixture(scope="session")
 def vllm_tree() -> Path:
     """Root of the patched vLLM tree under grading."""
