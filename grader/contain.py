@@ -481,25 +481,26 @@ def prepare(scratch: Path, writable: list[Path] | None = None, cpu_s: int = CPU_
     elif not caps.is_root:
         spec["nproc"] = max_tasks
     box = Sandbox(spec, caps)
+    name = f"grader-{os.getpid()}-{scratch.name}"
     if caps.cgroup:
-        group = Path(caps.cgroup) / f"grader-{os.getpid()}-{scratch.name}"
-        try:
-            group.mkdir()
-            (group / "pids.max").write_text(str(max_tasks))
-            spec["cgroup"] = str(group)
-            box.cgroup_path = group
-        except OSError:
-            pass
+        box.cgroup_path = _new_cgroup(Path(caps.cgroup) / name, "pids.max", max_tasks)
+        if box.cgroup_path is not None:
+            spec["cgroup"] = str(box.cgroup_path)
     if caps.memory_cgroup:
-        group = Path(caps.memory_cgroup) / f"grader-{os.getpid()}-{scratch.name}"
-        try:
-            group.mkdir()
-            (group / "memory.limit_in_bytes").write_text(str(memory_bytes))
-            spec["memory_cgroup"] = str(group)
-            box.memory_cgroup_path = group
-        except OSError:
-            pass
+        box.memory_cgroup_path = _new_cgroup(Path(caps.memory_cgroup) / name, "memory.limit_in_bytes", memory_bytes)
+        if box.memory_cgroup_path is not None:
+            spec["memory_cgroup"] = str(box.memory_cgroup_path)
     return box
+
+
+def _new_cgroup(group: Path, limit_file: str, limit: int) -> Path | None:
+    """Create one candidate's cgroup with its limit; None where this machine refuses (containment goes on without)."""
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(limit))
+    except OSError:
+        return None
+    return group
 
 
 def _chown_tree(path: Path, uid: int) -> None:
