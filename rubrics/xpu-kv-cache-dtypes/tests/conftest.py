@@ -68,7 +68,9 @@ def use_platform(monkeypatch, modules):
     """Install a fake platform as ``current_platform`` everywhere vLLM code can see it; undone after the test."""
     import vllm.platforms as vp
 
-    original = vp.current_platform
+    # The real platform and every fake installed so far: a test may switch platforms several times (the
+    # all-cases tests do), and each switch must reach every module that still holds an earlier one.
+    replaced = [vp.current_platform]
 
     def install(kind: str, capability: tuple[int, int] | None = None):
         fake = make_platform(kind, capability)
@@ -77,8 +79,9 @@ def use_platform(monkeypatch, modules):
             if mod is None or not (name == "vllm" or name.startswith("vllm.")):
                 continue
             held = getattr(mod, "__dict__", {}).get("current_platform")
-            if held is original:
+            if any(held is earlier for earlier in replaced):
                 monkeypatch.setattr(mod, "current_platform", fake)
+        replaced.append(fake)
         # The two sites under test must see the fake even if they bound the platform some other way.
         for mod in modules:
             monkeypatch.setattr(mod, "current_platform", fake, raising=False)

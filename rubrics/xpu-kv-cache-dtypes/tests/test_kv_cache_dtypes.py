@@ -24,6 +24,25 @@ def _accepts(site: str, kv_cache_dtype: str, build_impl, validator) -> bool:
     return True
 
 
+def _wrong_verdicts(site, cases, build_impl, validator) -> list[str]:
+    """Every (label, dtype, expected) case the site gets wrong, each described; an unexpected exception counts.
+
+    ``cases`` yields (label, install, dtype, accepted) where ``install()`` puts the platform in place.
+    """
+    wrong = []
+    for label, install, dtype, accepted in cases:
+        install()
+        try:
+            got = _accepts(site, dtype, build_impl, validator)
+        except Exception as exc:  # noqa: BLE001 - a crash is a wrong verdict, reported with the rest
+            wrong.append(f"{label} {dtype}: raised {type(exc).__name__}: {exc}")
+            continue
+        if got != accepted:
+            wrong.append(f"{label} {dtype}: expected {'accept' if accepted else 'reject'}, "
+                         f"got {'accept' if got else 'reject'}")
+    return wrong
+
+
 # --- c1: fp8 on XPU ---------------------------------------------------------------------------------------------
 
 
@@ -58,6 +77,9 @@ CUDA_CASES = [
     ((8, 0), "bfloat16", True),
     ((8, 9), "fp8", True),
     ((9, 0), "fp8", True),
+    # A capability error is kept only where it was: dtypes that need no capability stay accepted on old GPUs.
+    ((7, 5), "float16", True),
+    ((7, 5), "auto", True),
 ]
 
 
@@ -69,13 +91,25 @@ CUDA_CASES = [
     ids=[f"sm{c[0]}{c[1]}-{d}-{'accept' if a else 'reject'}" for c, d, a in CUDA_CASES],
 )
 def test_cuda_capability_rules_kept(capability, kv_cache_dtype, accepted, site, use_platform, build_impl, validator):
-    """On CUDA, fp8 still needs SM89+ and bfloat16 SM80+, at both validation sites."""
+    """On CUDA, fp8 still needs SM89+ and bfloat16 SM80+ (float16 and auto nothing), at both validation sites."""
     use_platform("cuda", capability)
     got = _accepts(site, kv_cache_dtype, build_impl, validator)
     assert got == accepted, (
         f"{site} on CUDA SM{capability[0]}{capability[1]} with kv_cache_dtype={kv_cache_dtype!r}: "
         f"expected {'accept' if accepted else 'reject'}, got {'accept' if got else 'reject'}"
     )
+
+
+# The per-case tests above give partial credit; this one asks that a site keeps *all* of the CUDA rules. Its
+# weight equals the site's case count, so a site that gets even one rule wrong leaves c3 below met: keeping the
+# capability errors means keeping every one of them, not most of them.
+@pytest.mark.criterion("c3", weight=len(CUDA_CASES))
+@pytest.mark.parametrize("site", SITES)
+def test_cuda_capability_rules_all_kept_per_site(site, use_platform, build_impl, validator):
+    """One validation site gets every CUDA capability case right: SM89+ for fp8, SM80+ for bf16, fp16 anywhere."""
+    cases = [(f"CUDA SM{c[0]}{c[1]}", lambda c=c: use_platform("cuda", c), d, a) for c, d, a in CUDA_CASES]
+    wrong = _wrong_verdicts(site, cases, build_impl, validator)
+    assert not wrong, f"{site} gets {len(wrong)} CUDA case(s) wrong: " + "; ".join(wrong)
 
 
 # --- c4: the exemption is limited to XPU ----------------------------------------------------------------------
@@ -86,11 +120,12 @@ OTHER_PLATFORMS = [
     ("oot", None),
     ("rocm", (7, 5)),
 ]
+C4_DTYPES = ["fp8", "bfloat16"]
 
 
 @pytest.mark.criterion("c4")
 @pytest.mark.parametrize("site", SITES)
-@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "bfloat16"])
+@pytest.mark.parametrize("kv_cache_dtype", C4_DTYPES)
 @pytest.mark.parametrize(
     "kind,capability",
     OTHER_PLATFORMS,
@@ -105,6 +140,22 @@ def test_non_xpu_without_capability_still_rejected(
         f"{site} accepted kv_cache_dtype={kv_cache_dtype!r} on {kind} (capability {capability}); "
         "only XPU is exempt from the capability check"
     )
+
+
+# As for c3: the per-case tests give partial credit, this one asks that a site rejects on *every* platform that is
+# not XPU and lacks the capability. A rejection must be a clean one (ValueError / NotImplementedError or False);
+# code that crashes on a platform without a capability (for instance reading the missing capability) is wrong.
+@pytest.mark.criterion("c4", weight=len(OTHER_PLATFORMS) * len(C4_DTYPES))
+@pytest.mark.parametrize("site", SITES)
+def test_non_xpu_rejections_all_kept_per_site(site, use_platform, build_impl, validator):
+    """One validation site rejects fp8 and bf16 on every non-XPU platform that lacks the capability."""
+    cases = [
+        (f"{kind} (capability {cap})", lambda k=kind, c=cap: use_platform(k, c), dtype, False)
+        for kind, cap in OTHER_PLATFORMS
+        for dtype in C4_DTYPES
+    ]
+    wrong = _wrong_verdicts(site, cases, build_impl, validator)
+    assert not wrong, f"{site} gets {len(wrong)} non-XPU case(s) wrong: " + "; ".join(wrong)
 
 
 # --- c5: every validation site agrees -------------------------------------------------------------------------
