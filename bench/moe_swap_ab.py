@@ -4,7 +4,8 @@
 Each vLLM tree is imported in its own subprocess (PYTHONPATH=<tree>), so the kernels of different trees never share
 a module or a Triton cache entry. Per tree, shape, M and config mode the worker times invoke_fused_moe_triton_kernel
 (the one Triton launch, no routing or quantisation) with triton.testing.do_bench: warm-up, L2 flushed before every
-trial (do_bench zeroes a 256 MB buffer), median of the trials. It also checks each output against a float32
+trial (do_bench zeroes a 256 MB buffer), median of the trials; every point is timed in ROUNDS passes over all
+points and reports the median of those. It also checks each output against a float32
 reference of the same quantised operands.
 
 Config modes:
@@ -41,6 +42,7 @@ FORCED = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SI
 DRY_SHAPES = [(4, 256, 256)]
 DRY_M = [1, 4]
 DRY_TOPK = 2
+ROUNDS = 3  # interleaved timing passes over all points; each point reports the median of its samples
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -94,40 +96,46 @@ def _align(topk_ids, n_experts, block_m, device):
     return t(sorted_ids), t(expert_ids), t([len(sorted_ids)])
 
 
-def _inputs(E, N, K, M, topk, device, dry):
+def _weights(E, N, K, device, dry):
+    """Expert weights and block scales of one shape, made once on the device (they are up to 1.8 GB in fp32)."""
     import torch
 
-    g = torch.Generator().manual_seed(E * 7 + N * 3 + K + M)
+    g = torch.Generator(device=device).manual_seed(E * 7 + N * 3 + K)
     gn, gk = BLOCK
+    b = torch.randn(E, N, K, generator=g, device=device) * 8 / K ** 0.5
+    B = b if dry else b.to(torch.float8_e4m3fn)  # the interpreter mis-handles fp8 conversions: float32 data there
+    del b
+    b_s = torch.rand(E, -(-N // gn), -(-K // gk), generator=g, device=device) * 0.05 + 0.01
+    return dict(B=B, B_scale=b_s)
+
+
+def _activations(E, K, M, topk, device, dry):
+    import torch
+
+    g = torch.Generator().manual_seed(E * 7 + K + M)
     a = torch.randn(M, K, generator=g)
-    b = torch.randn(E, N, K, generator=g) * 8 / K ** 0.5
-    if dry:
-        A, B = a, b  # the interpreter mis-handles fp8 conversions; keep the FP8 code path, float32 data
-    else:
-        A, B = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-    a_s = torch.rand(M, -(-K // gk), generator=g) + 0.5
-    b_s = torch.rand(E, -(-N // gn), -(-K // gk), generator=g) * 0.05 + 0.01
-    scores = torch.rand(M, E, generator=g)
-    topk_w, topk_ids = torch.topk(scores, topk, dim=1)
-    return dict(A=A.to(device), B=B.to(device), A_scale=a_s.to(device), B_scale=b_s.to(device),
-                topk_weights=topk_w.to(device), topk_ids=topk_ids)
+    a_s = torch.rand(M, -(-K // BLOCK[1]), generator=g) + 0.5
+    topk_w, topk_ids = torch.topk(torch.rand(M, E, generator=g), topk, dim=1)
+    A = a if dry else a.to(torch.float8_e4m3fn)
+    return dict(A=A.to(device), A_scale=a_s.to(device), topk_weights=topk_w.to(device), topk_ids=topk_ids)
 
 
 def _reference(inp, device):
+    """float32 result of the same quantised operands, on the device, for the experts the tokens use."""
     import torch
 
     gn, gk = BLOCK
-    A, B = inp["A"].float().cpu(), inp["B"].float().cpu()
+    A, B = inp["A"].float(), inp["B"]
     M, K = A.shape
     E, N, _ = B.shape
-    A = A * inp["A_scale"].cpu().repeat_interleave(gk, 1)[:, :K]
-    ids, w = inp["topk_ids"], inp["topk_weights"].cpu()
-    out = torch.empty(M, ids.shape[1], N)
+    A = A * inp["A_scale"].repeat_interleave(gk, 1)[:, :K]
+    ids, w = inp["topk_ids"].to(device), inp["topk_weights"]
+    out = torch.empty(M, ids.shape[1], N, device=device)
     for e in ids.unique().tolist():
-        Bd = B[e] * inp["B_scale"][e].cpu().repeat_interleave(gn, 0)[:N].repeat_interleave(gk, 1)[:, :K]
+        Bd = B[e].float() * inp["B_scale"][e].repeat_interleave(gn, 0)[:N].repeat_interleave(gk, 1)[:, :K]
         rows, cols = (ids == e).nonzero(as_tuple=True)
         out[rows, cols] = (A[rows] @ Bd.T) * w[rows, cols][:, None]
-    return out
+    return out.cpu()
 
 
 def _config(fm, mode, E, N, K, M, topk):
@@ -139,7 +147,47 @@ def _config(fm, mode, E, N, K, M, topk):
     return fm.try_get_optimal_moe_config(w1_shape, w2_shape, topk, "fp8_w8a8", M, BLOCK)
 
 
+def _prepare_point(fm, tl, inp, mode, E, N, K, M, topk, device, dry):
+    """Launch once (compiling), check against the float32 result; return (row fields, launcher)."""
+    import torch
+
+    cfg = _config(fm, mode, E, N, K, M, topk)
+    st, ex, ntp = _align(inp["topk_ids"], E, cfg["BLOCK_SIZE_M"], device)
+    C = torch.empty(M, topk, N, dtype=torch.float32 if dry else torch.bfloat16, device=device)
+
+    def call():
+        fm.invoke_fused_moe_triton_kernel(
+            A=inp["A"], B=inp["B"], C=C, A_scale=inp["A_scale"], B_scale=inp["B_scale"],
+            topk_weights=inp["topk_weights"], sorted_token_ids=st, expert_ids=ex, num_tokens_post_padded=ntp,
+            mul_routed_weight=True, top_k=topk, config=dict(cfg), compute_type=tl.float32 if dry else tl.bfloat16,
+            use_fp8_w8a8=True, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+            per_channel_quant=False, block_shape=BLOCK)
+
+    call()
+    ref = _reference(inp, device)
+    err = ((C.float().cpu() - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item()
+    return dict(max_rel_err=err, config={k: cfg[k] for k in sorted(cfg)}), call
+
+
+def _time_us(call, dry):
+    if dry:
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            call()
+            ts.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(ts)
+    import torch
+    from triton.testing import do_bench
+
+    torch.cuda.synchronize()
+    return do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
+
+
 def worker(args):
+    """Compile and check every point first, then time all points in ROUNDS interleaved passes (a slow first
+    pass, clock ramp-up or a noisy neighbour then moves one sample of each point, not one point) and report
+    the median of each point's samples."""
     import torch
 
     dry = args.dry_run
@@ -147,45 +195,31 @@ def worker(args):
     import triton.language as tl
 
     device = "cpu" if dry else "cuda"
-    if not dry:
-        from triton.testing import do_bench
     shapes, m_list, topk = (DRY_SHAPES, DRY_M, DRY_TOPK) if dry else (SHAPES, M_LIST, TOPK)
     modes = ["forced", "default"] if dry else ["forced", "default", "tuned"]
-    rows = []
+    rows, calls = [], []
     for E, N, K in shapes:
+        weights = _weights(E, N, K, device, dry)
         for M in m_list:
-            inp = _inputs(E, N, K, M, topk, device, dry)
-            ref = _reference(inp, device)
+            inp = {**weights, **_activations(E, K, M, topk, device, dry)}
             for mode in modes:
                 row = dict(tree=args.label, E=E, N=N, K=K, M=M, mode=mode)
                 try:
-                    cfg = _config(fm, mode, E, N, K, M, topk)
-                    st, ex, ntp = _align(inp["topk_ids"], E, cfg["BLOCK_SIZE_M"], device)
-                    C = torch.empty(M, topk, N, dtype=torch.float32 if dry else torch.bfloat16, device=device)
-                    call = lambda: fm.invoke_fused_moe_triton_kernel(
-                        A=inp["A"], B=inp["B"], C=C, A_scale=inp["A_scale"], B_scale=inp["B_scale"],
-                        topk_weights=inp["topk_weights"], sorted_token_ids=st, expert_ids=ex,
-                        num_tokens_post_padded=ntp, mul_routed_weight=True, top_k=topk, config=cfg,
-                        compute_type=tl.float32 if dry else tl.bfloat16, use_fp8_w8a8=True, use_int8_w8a8=False,
-                        use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, block_shape=BLOCK)
-                    call()
-                    if dry:
-                        ts = []
-                        for _ in range(3):
-                            t0 = time.perf_counter()
-                            call()
-                            ts.append((time.perf_counter() - t0) * 1e6)
-                        us = statistics.median(ts)
-                    else:
-                        torch.cuda.synchronize()
-                        us = do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
-                    out = C.float().cpu()
-                    err = ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item()
-                    row.update(us=us, max_rel_err=err, config={k: cfg[k] for k in sorted(cfg)})
+                    fields, call = _prepare_point(fm, tl, inp, mode, E, N, K, M, topk, device, dry)
+                    row.update(fields, samples_us=[])
+                    calls.append((row, call))
                 except Exception as e:  # a broken tree gets a row saying so, the others still run
                     row.update(us=None, error=f"{type(e).__name__}: {e}"[:300])
                 rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
+    for _ in range(1 if dry else ROUNDS):
+        for row, call in calls:
+            try:
+                row["samples_us"].append(_time_us(call, dry))
+            except Exception as e:
+                row.update(error=f"{type(e).__name__}: {e}"[:300])
+    for row, _ in calls:
+        row["us"] = statistics.median(row["samples_us"]) if row["samples_us"] and "error" not in row else None
+        print(json.dumps(row), file=sys.stderr, flush=True)
     with open(args.json_out, "w") as f:
         json.dump(rows, f)
 
@@ -265,7 +299,7 @@ def main():
     print(table)
     meta = dict(trees=dict(trees), dry_run=args.dry_run, m_list=DRY_M if args.dry_run else M_LIST,
                 shapes=DRY_SHAPES if args.dry_run else SHAPES, topk=DRY_TOPK if args.dry_run else TOPK,
-                block_shape=BLOCK, forced_config=FORCED, timing="triton.testing.do_bench median, L2 flushed",
+                block_shape=BLOCK, forced_config=FORCED, timing=f"do_bench median (L2 flushed); median of {ROUNDS} interleaved passes",
                 python=sys.version.split()[0])
     try:
         import torch, triton

@@ -112,11 +112,12 @@ def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
 
 
 def rubric_fingerprint(task: Task) -> str:
-    """Digest of the task's folder (rubric, base recipe, hidden tests), the shared test harness and the engine:
-    a change to any of them can change what evidence means."""
+    """Digest of the task's folder (rubric, base recipe, hidden tests), the shared test harness (rubrics/*.py,
+    pytest.ini) and the engine: a change to any of them can change what evidence means."""
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    harness = [RUBRICS_DIR / "conftest.py", RUBRICS_DIR / "pytest.ini", *sorted((REPO_ROOT / "grader").glob("*.py"))]
+    harness = [*sorted(RUBRICS_DIR.glob("*.py")), RUBRICS_DIR / "pytest.ini",
+               *sorted((REPO_ROOT / "grader").glob("*.py"))]
     for path in [*files, *harness]:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes() if path.is_file() else b"")

@@ -6,28 +6,24 @@ where that tree is (``GRADER_VLLM_TREE``) and whether GPU evidence is wanted (``
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-# Compiled extensions a source tree lacks (vLLM's CUDA platform imports this one at import time on any machine
-# where NVML sees a GPU). An empty stand-in is the grader's environment, not the candidate's code: the hidden
-# tests never call into it.
-COMPILED_STAND_INS = ("vllm._C_stable_libtorch",)
+
+def _prepare_test_process() -> None:
+    """Stand-ins for the compiled extensions the patched tree lacks and, for CPU evidence, for NVML (see
+    vllm_stand_ins.py)."""
+    path = Path(__file__).with_name("vllm_stand_ins.py")
+    spec = importlib.util.spec_from_file_location("grader_vllm_stand_ins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.prepare_process()
 
 
-def _stand_in_for_missing_compiled_extensions() -> None:
-    package = Path(os.environ.get("GRADER_VLLM_TREE", "")) / "vllm"
-    for name in COMPILED_STAND_INS:
-        stem = name.rsplit(".", 1)[1]
-        if name not in sys.modules and not any(package.glob(f"{stem}*.so")):
-            sys.modules[name] = types.ModuleType(name)
-
-
-_stand_in_for_missing_compiled_extensions()
+_prepare_test_process()
 
 
 def gpu_enabled() -> bool:

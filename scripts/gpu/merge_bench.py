@@ -2,7 +2,7 @@
 """Merge the per-tree benchmark JSONs that run_gpu_batch.sh writes (one bench run per tree, so that a slow or
 broken tree costs only itself) into the benchmarks' own comparison tables.
 
-Usage: python scripts/gpu/merge_bench.py DIR     (DIR holds moe-<label>.json and qk-<label>.json)
+Usage: python scripts/gpu/merge_bench.py DIR     (DIR holds moe-*.json and qk-<label>.json files)
 Tree order: base, reference, then the rest as found; speedups are against the base.
 """
 
@@ -34,16 +34,16 @@ def merge_moe(folder: Path) -> None:
     if not files:
         return
     moe = _module("moe_swap_ab")
-    rows, labels, meta = [], [], {}
+    rows, meta = [], {}
     for f in files:
         doc = json.loads(f.read_text())
         meta = meta or doc.get("meta", {})
-        label = f.stem[len("moe-"):]
-        labels.append(label)
         for r in doc.get("rows", []):
             if "error" in r and "E" not in r:
-                print(f"[moe {label}] {r['error']}")
+                print(f"[moe {r.get('tree', f.stem)}] {r['error']}")
             rows.append(r)
+    # A file holds one tree (per-tree runs) or several (the side-by-side run): the labels come from the rows.
+    labels = sorted(dict.fromkeys(r["tree"] for r in rows if "tree" in r), key=lambda l: ORDER.get(l, 9))
     print(f"== moe-swap-ab ({meta.get('device', '?')}, torch {meta.get('torch', '?')}, "
           f"triton {meta.get('triton', '?')}, dry_run {meta.get('dry_run')})")
     print(moe._table([r for r in rows if "E" in r], labels))

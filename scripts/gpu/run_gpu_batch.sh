@@ -198,8 +198,24 @@ bench_diff() {  # bench_diff TASK LABEL -> the diff to apply (nothing for base)
   case $2 in base) echo "";; reference) echo "reference_impl/$1.diff";; *) echo "candidates/$1/$2.diff";; esac
 }
 mkdir -p "$R/bench"
-# qk trees take ~30-40 s each on the H200, moe trees ~210-230 s (2026-11-29), so the qk ones go first.
-BENCH=${GPU_KIT_BENCH:-"qk:base qk:reference moe:base moe:reference qk:tp1-only-fast-path qk:narrow-only moe:unconditional moe:scale-not-swapped"}
+# moe-swap-ab side by side: base, reference and (when carried) the upstream 0.25.0 package, in one bench run.
+# .gpu/upstream/vllm-0.25.0-pkg.tar.xz is the vllm/ folder of the PyPI sdist (sha256 7e04e2b3...), see docs/gpu.md.
+if [[ " $TASKS " == *" moe-swap-ab "* ]] && [ "${GPU_KIT_MOE_SIDE_BY_SIDE:-1}" = 1 ]; then
+  trees=""
+  for L in base reference; do
+    t=$(make_tree moe-swap-ab "$L" "$(bench_diff moe-swap-ab "$L")") && trees="$trees --tree $L=$t"
+  done
+  if [ -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then
+    mkdir -p "$W/trees/moe-swap-ab/upstream" && tar -C "$W/trees/moe-swap-ab/upstream" -xJf .gpu/upstream/vllm-0.25.0-pkg.tar.xz \
+      && trees="$trees --tree upstream-0.25.0=$W/trees/moe-swap-ab/upstream"
+  fi
+  extra=""; [ "$DRY" = 1 ] && extra="--dry-run"
+  step bench-moe-side-by-side 330 $PY bench/moe_swap_ab.py $trees --out "$R/bench/moe-side-by-side.json" $extra
+  cp "$R/bench-moe-side-by-side.log" "$OUT/bench-moe.txt" 2>/dev/null
+  pack
+fi
+# qk trees take ~30-40 s each on the H200; single moe trees ~60-90 s since the weights are made on the device.
+BENCH=${GPU_KIT_BENCH:-"qk:base qk:reference qk:tp1-only-fast-path qk:narrow-only moe:unconditional moe:scale-not-swapped"}
 for item in $BENCH; do
   kind=${item%%:*}; L=${item#*:}
   if [ "$kind" = moe ]; then T=moe-swap-ab; else T=minimax-qk-norm; fi

@@ -12,8 +12,8 @@
 #      bench/minimax_qk_norm.py (unlike bench/moe_swap_ab.py) installs no stand-in for it;
 #   4. bench/minimax_qk_norm.py --tp2-real on base and reference: NCCL, one process per GPU (torch mp.spawn),
 #      correctness of the gathered TP=2 output against a full-width fp32 RMSNorm, host time with the all-reduce;
-#   5. GPU_TP2_BENCH=1 (default): single-GPU benchmarks, GPU 0: qk base+reference then moe base;
-#      GPU 1: moe reference. Then scripts/gpu/merge_bench.py.
+#   5. GPU_TP2_BENCH=1 (default): single-GPU benchmarks, GPU 0: qk base then reference; GPU 1: moe base,
+#      reference and (when .gpu/upstream/ is carried) upstream 0.25.0 in one invocation. Then merge_bench.py.
 # What comes back: tp2.txt, bench.txt, summary-tp2.txt, tp2-results.tar.gz.
 set -x
 set -o pipefail
@@ -105,17 +105,22 @@ cat "$OUT/tp2.txt"; pack
 # ---- single-GPU benchmarks on the two GPUs in parallel
 if [ "$BENCH" = 1 ]; then
   MB=$(make_tree moe-swap-ab base ""); MR=$(make_tree moe-swap-ab reference reference_impl/moe-swap-ab.diff)
+  MOE_TREES="--tree base=$MB --tree reference=$MR"
+  if [ -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then  # the vllm/ folder of the 0.25.0 sdist, see docs/gpu.md
+    mkdir -p "$W/trees/moe-upstream" && tar -C "$W/trees/moe-upstream" -xJf .gpu/upstream/vllm-0.25.0-pkg.tar.xz \
+      && MOE_TREES="$MOE_TREES --tree upstream-0.25.0=$W/trees/moe-upstream"
+  fi
   (
     export CUDA_VISIBLE_DEVICES=0
     step bench-qk-base 120 $PY bench/minimax_qk_norm.py --tree "base=$QB" --json "$R/bench/qk-base.json" \
       --tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 110
     step bench-qk-reference 120 $PY bench/minimax_qk_norm.py --tree "reference=$QR" --json "$R/bench/qk-reference.json" \
       --tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 110
-    step bench-moe-base 600 $PY bench/moe_swap_ab.py --tree "base=$MB" --out "$R/bench/moe-base.json"
   ) &
   (
+    # base, reference and upstream side by side in one invocation, alone on its GPU
     export CUDA_VISIBLE_DEVICES=1
-    step bench-moe-reference 600 $PY bench/moe_swap_ab.py --tree "reference=$MR" --out "$R/bench/moe-reference.json"
+    step bench-moe-side-by-side 600 $PY bench/moe_swap_ab.py $MOE_TREES --out "$R/bench/moe-side-by-side.json"
   ) &
   wait
   $PY scripts/gpu/merge_bench.py "$R/bench" > "$OUT/bench.txt" 2>&1; cat "$OUT/bench.txt"

@@ -657,10 +657,16 @@ def make_kernel(p: Problem, lora: LoraSetup | None, prepare_finalize=None, paral
 
 
 def ensure_workspace(device: str) -> None:
+    """vLLM's workspace manager is one per process and keeps the device it was made for: a CUDA test that runs
+    after a CPU test in the same pytest process needs it made again on CUDA."""
     from vllm.v1.worker import workspace as ws
 
-    if not ws.is_workspace_manager_initialized():
-        ws.init_workspace_manager(torch.device(device))
+    want = torch.device(device)
+    if ws.is_workspace_manager_initialized():
+        have = getattr(ws.current_workspace_manager(), "_device", None)
+        if have is not None and torch.device(have).type == want.type:
+            return
+    ws.init_workspace_manager(want)
 
 
 def run_moe(p: Problem, lora: LoraSetup | None, **kw) -> torch.Tensor:

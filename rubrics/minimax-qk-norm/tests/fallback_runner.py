@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 sys.modules["triton"] = None  # Triton unavailable
 for _n in list(sys.modules):
@@ -24,6 +25,12 @@ def main():
     tree = os.environ.get("GRADER_VLLM_TREE")
     if tree:
         sys.path.insert(0, tree)
+    # This process does not load rubrics/conftest.py: install its stand-ins here (without them vLLM does not
+    # import on a GPU machine, or picks its CUDA platform in a CPU-evidence run).
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+    import vllm_stand_ins
+
+    vllm_stand_ins.prepare_process()
     sim_path, device, cases_json = sys.argv[1], sys.argv[2], sys.argv[3]
     out = {"env_error": None, "import_error": None, "has_triton": None, "cases": {}}
     try:

@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
 
 
 def regressed_factory(torch):
@@ -85,6 +86,12 @@ def main():
     tree = os.environ.get("GRADER_VLLM_TREE")
     if tree:
         sys.path.insert(0, tree)
+    # This process does not load rubrics/conftest.py: install its stand-ins here (without them vLLM does not
+    # import on a GPU machine, or picks its CUDA platform in a CPU-evidence run).
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+    import vllm_stand_ins
+
+    vllm_stand_ins.prepare_process()
     sim_path, cases_json = sys.argv[1], sys.argv[2]
     out = {"env_error": None, "import_error": None, "cases": {}}
     try:
