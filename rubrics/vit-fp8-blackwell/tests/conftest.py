@@ -81,7 +81,9 @@ def gpu(monkeypatch, fi_utils):
     """Install a fake GPU: ``gpu(capability, cudnn=91701, flashinfer=True)``; everything is undone afterwards."""
     import vllm.platforms as vp
 
-    original = vp.current_platform
+    # The real platform and every fake installed so far: a test may switch GPUs several times (the all-range
+    # test does), and each switch must reach every module that still holds an earlier one.
+    replaced = [vp.current_platform]
 
     def install(capability: tuple[int, int], cudnn: int = CUDNN_9_17_1, flashinfer: bool = True):
         fake = make_cuda_platform(capability, with_flashinfer=flashinfer)
@@ -89,9 +91,11 @@ def gpu(monkeypatch, fi_utils):
         for name, mod in list(sys.modules.items()):
             if mod is None or not (name == "vllm" or name.startswith("vllm.")):
                 continue
-            if getattr(mod, "__dict__", {}).get("current_platform") is original:
+            held = getattr(mod, "__dict__", {}).get("current_platform")
+            if any(held is earlier for earlier in replaced):
                 monkeypatch.setattr(mod, "current_platform", fake)
         monkeypatch.setattr(fi_utils, "current_platform", fake, raising=False)
+        replaced.append(fake)
 
         import torch.backends.cudnn as cudnn_mod
 

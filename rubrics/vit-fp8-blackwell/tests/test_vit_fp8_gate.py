@@ -79,6 +79,23 @@ def test_gate_accepts_sm100_and_newer(capability, gpu, gate):
     )
 
 
+# The per-capability tests above give partial credit; this one asks for the whole range at once. A gate that
+# locks out any SM100+ capability, the first Blackwell one (10.0) included, does not meet "SM100 and newer", so
+# the range test pulls such a gate below met; a gate that passes one capability only stays unmet.
+@pytest.mark.criterion("c3")
+def test_gate_accepts_whole_sm100_and_newer_range(gpu, gate):
+    """Every capability from 10.0 on (10.0, 10.3, 11.0, 12.0, 12.1) passes the gate, none locked out."""
+    locked_out = []
+    for capability in ACCEPTED:
+        gpu(capability, cudnn=91701)
+        if gate() is not True:
+            locked_out.append(f"SM{capability[0]}{capability[1]}")
+    assert not locked_out, (
+        f"the gate is False on {', '.join(locked_out)} with cuDNN 9.17.1 and FlashInfer: "
+        "the requirement is every capability >= 10.0"
+    )
+
+
 # --- c4: cuDNN version and FlashInfer backend checks kept ----------------------------------------------------
 
 OTHER_CHECKS = [
