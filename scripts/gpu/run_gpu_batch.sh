@@ -199,7 +199,7 @@ bench_diff() {  # bench_diff TASK LABEL -> the diff to apply (nothing for base)
 }
 mkdir -p "$R/bench"
 # moe-swap-ab side by side: base, reference and (when carried) the upstream 0.25.0 package, in one bench run.
-# .gpu/upstream/vllm-0.25.0-pkg.tar.xz is the vllm/ folder of the PyPI sdist (sha256 7e04e2b3...), see docs/gpu.md.
+# .gpu/upstream/vllm-0.25.0-pkg.tar.xz holds vllm/ and vllm.egg-info/ of the PyPI sdist (sha256 7e04e2b3...), see docs/gpu.md.
 if [[ " $TASKS " == *" moe-swap-ab "* ]] && [ "${GPU_KIT_MOE_SIDE_BY_SIDE:-1}" = 1 ]; then
   trees=""
   for L in base reference; do

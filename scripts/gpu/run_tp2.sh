@@ -106,7 +106,7 @@ cat "$OUT/tp2.txt"; pack
 if [ "$BENCH" = 1 ]; then
   MB=$(make_tree moe-swap-ab base ""); MR=$(make_tree moe-swap-ab reference reference_impl/moe-swap-ab.diff)
   MOE_TREES="--tree base=$MB --tree reference=$MR"
-  if [ -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then  # the vllm/ folder of the 0.25.0 sdist, see docs/gpu.md
+  if [ -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then  # vllm/ + vllm.egg-info/ of the 0.25.0 sdist, see docs/gpu.md
     mkdir -p "$W/trees/moe-upstream" && tar -C "$W/trees/moe-upstream" -xJf .gpu/upstream/vllm-0.25.0-pkg.tar.xz \
       && MOE_TREES="$MOE_TREES --tree upstream-0.25.0=$W/trees/moe-upstream"
   fi
