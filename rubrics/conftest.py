@@ -6,33 +6,17 @@ where that tree is (``GRADER_VLLM_TREE``) and whether GPU evidence is wanted (``
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
-
-def _prepare_test_process() -> None:
-    """Stand-ins for the compiled extensions the patched tree lacks and, for CPU evidence, for NVML (see
-    vllm_stand_ins.py)."""
-    path = Path(__file__).with_name("vllm_stand_ins.py")
-    spec = importlib.util.spec_from_file_location("grader_vllm_stand_ins", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.prepare_process()
+import vllm_stand_ins
+from rubric_support import gpu_enabled
 
 
-_prepare_test_process()
-
-
-def gpu_enabled() -> bool:
-    """True when the grader asked for GPU evidence and this process can see a CUDA device."""
-    if os.environ.get("GRADER_GPU") != "1":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+# Before any test imports the patched vLLM (see vllm_stand_ins.py).
+vllm_stand_ins.prepare_process()
 
 
 @pytest.fixture(autouse=True)

@@ -7,27 +7,13 @@ and on a CPU host stands in for the platform. Every global patched here is resto
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
+from rubric_support import load_beside
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-_HERE = Path(__file__).resolve().parent
-_NAME = "fp8_moe_lora_harness"
-
-
-def _load_harness():
-    if _NAME in sys.modules:
-        return sys.modules[_NAME]
-    spec = importlib.util.spec_from_file_location(_NAME, _HERE / "fp8_lora_harness.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[_NAME] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +23,7 @@ def H():
         import torch  # noqa: F401
     except Exception as exc:  # pragma: no cover - grader environment problem
         pytest.skip(f"environment: torch unavailable: {exc}")
-    h = _load_harness()
+    h = load_beside(__file__, "fp8_lora_harness")
     h.install_op_shims()
     mp = pytest.MonkeyPatch()
     # vLLM is imported from the candidate's tree here: an import error is the candidate's and fails.

@@ -12,23 +12,15 @@ Two ways of running the real Triton kernel, decided once per process before vLLM
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-
-def _gpu_enabled() -> bool:
-    if os.environ.get("GRADER_GPU") != "1":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+from rubric_support import gpu_enabled, load_beside
 
 
-GPU_RUN = _gpu_enabled()
+GPU_RUN = gpu_enabled()
 INTERPRET = not GPU_RUN
 if INTERPRET:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -36,22 +28,7 @@ if INTERPRET:
 else:
     os.environ.pop("TRITON_INTERPRET", None)
 
-_HERE = Path(__file__).resolve().parent
-
-
-def _load_local(name: str):
-    """Load a helper module of this folder by path (the rubric tests run with --import-mode=importlib)."""
-    full = f"_int8kv_{name}"
-    if full in sys.modules:
-        return sys.modules[full]
-    spec = importlib.util.spec_from_file_location(full, _HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[full] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-shim = _load_local("kv_interp_shim")
+shim = load_beside(__file__, "kv_interp_shim")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -72,7 +49,7 @@ def _interpreter_checked(_interpreter_corrections):
     import torch
 
     try:
-        probe = _load_local("kv_probe")
+        probe = load_beside(__file__, "kv_probe")
     except Exception as exc:  # pragma: no cover - environment
         pytest.skip(f"environment: Triton is not importable for the CPU interpreter: {exc!r}")
 

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-
-def _load(name: str):
-    full = f"_int8kv_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[full] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[full]
+from rubric_support import load_beside
 
 
-cases = _load("kv_cases")
+cases = load_beside(__file__, "kv_cases")
 DEVICES, INPUT_DTYPES, ROWS, ROW_IDS = cases.DEVICES, cases.INPUT_DTYPES, cases.INT8_POSITIVE_ROWS, cases.ROW_IDS
 
 

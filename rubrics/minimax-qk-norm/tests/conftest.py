@@ -12,49 +12,24 @@ Runs before the candidate's vLLM modules are imported:
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from rubric_support import gpu_enabled, load_beside
 
 
-def _want_gpu() -> bool:
-    if os.environ.get("GRADER_GPU") != "1":
-        return False
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-GPU = _want_gpu()
+GPU = gpu_enabled()
 if not GPU:
     os.environ["TRITON_INTERPRET"] = "1"
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ["TORCHDYNAMO_DISABLE"] = "1"
 
 
-def _load_sim():
-    name = "minimax_qknorm_sim"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / "qknorm_sim.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def sim():
     """The test-owned TP simulation helpers (qknorm_sim.py)."""
-    return _load_sim()
+    return load_beside(__file__, "qknorm_sim")
 
 
 @pytest.fixture(scope="session")

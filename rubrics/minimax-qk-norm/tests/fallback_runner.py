@@ -29,20 +29,17 @@ def main():
     # import on a GPU machine, or picks its CUDA platform in a CPU-evidence run).
     sys.path.append(str(Path(__file__).resolve().parents[2]))
     import vllm_stand_ins
+    from rubric_support import load_beside
 
     vllm_stand_ins.prepare_process()
     sim_path, device, cases_json = sys.argv[1], sys.argv[2], sys.argv[3]
     out = {"env_error": None, "import_error": None, "has_triton": None, "cases": {}}
     try:
-        import importlib.util
         import types
 
         import torch
 
-        spec = importlib.util.spec_from_file_location("minimax_qknorm_sim", sim_path)
-        sim = importlib.util.module_from_spec(spec)
-        sys.modules["minimax_qknorm_sim"] = sim
-        spec.loader.exec_module(sim)
+        sim = load_beside(sim_path, "qknorm_sim")
         import vllm.triton_utils as tu
         from vllm.config import CompilationConfig, set_current_vllm_config
         import vllm.distributed.parallel_state  # noqa: F401

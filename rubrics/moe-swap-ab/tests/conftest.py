@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-_HELPERS = Path(__file__).resolve().parent / "_moe_helpers.py"
-
-
-def _load_helpers():
-    name = "_grader_moe_swap_ab_helpers"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _HELPERS)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from rubric_support import load_beside
 
 
 @pytest.fixture(scope="session")
 def h():
     """The helper module."""
-    return _load_helpers()
+    return load_beside(__file__, "_moe_helpers")
 
 
 @pytest.fixture(scope="session")
