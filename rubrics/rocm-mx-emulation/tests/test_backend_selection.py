@@ -188,3 +188,94 @@ def test_cuda_selection_unchanged(rocm, activation, expected):
     backend, experts_cls = _select("bf16", activation)
     assert backend == _backend(expected), f"SM90 {activation}: selected {backend}"
     assert experts_cls is not None
+
+
+# The fix touches TritonExperts, which every Triton MoE path shares, not only emulation. Outside emulation the
+# first GEMM must still get the scale of the already-quantized activations (a1q_scale); the oracle's CUDA and
+# gfx950 choices are only unchanged if the kernels behind them are. The spy stops the run at that GEMM.
+class _StopAtFirstGemm(Exception):
+    pass
+
+
+NON_EMULATION_PLATFORMS = [pytest.param(("cuda", (9, 0)), id="cuda-sm90"), pytest.param(("rocm", "gfx950"), id="gfx950")]
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.parametrize("plat", NON_EMULATION_PLATFORMS)
+def test_non_emulation_triton_moe_passes_activation_scale(rocm, plat):
+    """Non-emulation TritonExperts (FP8 W8A8, dynamic activations) hands a1q_scale to the first GEMM."""
+    # Imported while the harness still plays ROCm: on a CUDA platform vLLM's import-time probes would ask
+    # the compiled extension (absent here) about CUTLASS.
+    import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
+
+    kind, where = plat
+    if kind == "cuda":
+        rocm.set_cuda(where)
+    else:
+        rocm.set_rocm(where)
+    rocm.prepare_cpu_run()
+    fp8 = rocm.platform.fp8_dtype()
+    hidden, inter, tokens = 64, 32, 1  # tokens * top_k * 4 <= E: naive block assignment
+    g = torch.Generator().manual_seed(6)
+    w1 = torch.randn(E, 2 * inter, hidden, generator=g).to(fp8)
+    w2 = torch.randn(E, hidden, inter, generator=g).to(fp8)
+    quant_config = fp8_w8a8_moe_quant_config(w1_scale=torch.ones(E), w2_scale=torch.ones(E))
+    experts = triton_moe.TritonExperts(_moe_config("SILU"), quant_config)
+    assert not experts.expects_unquantized_inputs  # no LoRA, no all2all: the prepare step quantized already
+    a1q_scale = torch.tensor([0.0371])
+    seen = []
+
+    def spy(A, B, C, A_scale, *args, **kwargs):
+        seen.append(A_scale)
+        raise _StopAtFirstGemm
+
+    rocm.mp.setattr(triton_moe, "invoke_fused_moe_triton_kernel", spy)
+    x = (torch.randn(tokens, hidden, generator=g) / 0.0371).clamp(-200, 200).to(fp8)
+    workspace = torch.empty(tokens * 2 * 4 * (2 * inter + hidden))
+    with pytest.raises(_StopAtFirstGemm):
+        experts.apply(
+            output=torch.empty(tokens, hidden),
+            hidden_states=x,
+            w1=w1,
+            w2=w2,
+            topk_weights=torch.full((tokens, 2), 0.5),
+            topk_ids=torch.tensor([[0, 3]], dtype=torch.int32),
+            activation=MoEActivation.SILU,
+            global_num_experts=E,
+            expert_map=None,
+            a1q_scale=a1q_scale,
+            a2_scale=None,
+            workspace13=workspace.clone(),
+            workspace2=workspace.clone(),
+            expert_tokens_meta=None,
+            apply_router_weight_on_input=False,
+        )
+    assert seen and isinstance(seen[0], torch.Tensor) and torch.equal(seen[0].reshape(-1).float(), a1q_scale), (
+        f"the first GEMM got A scale {seen[0] if seen else 'nothing'}, not the activations' scale {a1q_scale}"
+    )
+
+
+# The per-case tests of c5 give partial credit; this one asks that everything c5 protects is unchanged at once
+# (gfx950 and CUDA selection, the non-emulation Triton path), so one broken case leaves c5 below met while a
+# change that only keeps the CUDA choices stays unmet.
+@pytest.mark.criterion("c5", weight=6)
+def test_gfx950_cuda_and_triton_paths_all_unchanged(rocm):
+    """Every gfx950 and CUDA selection case and the non-emulation Triton GEMM scale are as before, together."""
+    cases = [(test_gfx950_keeps_native_selection, dict(zip(("aiter", "scheme", "activation", "moe_backend",
+                                                            "expected"), c.values)), f"gfx950-{c.id}")
+             for c in GFX950_CASES]
+    cases.append((test_gfx950_explicit_emulation_backend, {}, "gfx950-explicit-emulation"))
+    cases.append((test_gfx950_quark_w4a8_keeps_aiter, {}, "gfx950-quark-w4a8"))
+    cases += [(test_cuda_selection_unchanged, dict(activation=c.values[0], expected=c.values[1]), f"cuda-{c.id}")
+              for c in CUDA_CASES]
+    cases += [(test_non_emulation_triton_moe_passes_activation_scale, dict(plat=c.values[0]), f"triton-{c.id}")
+              for c in NON_EMULATION_PLATFORMS]
+    wrong = []
+    for check, kwargs, label in cases:
+        try:
+            check(rocm, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every broken case is reported with the rest
+            wrong.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+    assert not wrong, "; ".join(wrong)

@@ -58,16 +58,19 @@ def _dequant(w, s):
 
 
 def _qdq(x: torch.Tensor, scale: torch.Tensor | None, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """FP8 quantize-dequantize with a static scale, or (scale None) a dynamic per-tensor one."""
     fmax = torch.finfo(fp8_dtype).max
     s = (x.abs().max() / fmax) if scale is None else scale.reshape(-1)[0].float()
+    if float(s) == 0.0:
+        return torch.zeros_like(x)  # an all-zero tensor round-trips to zeros, whatever the scale rule
     return (x / s).clamp(-fmax, fmax).to(fp8_dtype).float() * s
 
 
-def _reference(p, s1, s2, fp8_dtype, a2_mode: str):
-    """Torch MoE: a1 QDQ with s1, GEMM1, SiLU-and-mul, a2 QDQ (static s2 / dynamic / none), GEMM2."""
+def _reference(p, s1, s2, fp8_dtype, a2_mode: str, a1_quantized: bool = True):
+    """Torch MoE: a1 QDQ with s1 (or none), GEMM1, SiLU-and-mul, a2 QDQ (static s2 / dynamic / none), GEMM2."""
     w1 = _dequant(p["w1"], p["w1s"])
     w2 = _dequant(p["w2"], p["w2s"])
-    xq = _qdq(p["x"], s1, fp8_dtype)
+    xq = _qdq(p["x"], s1, fp8_dtype) if a1_quantized else p["x"]
     inter = []
     for t in range(T):
         for k in range(K):
@@ -174,6 +177,39 @@ def test_fp8_activation_emulation_matches_qdq_reference(rocm, plat):
     assert min(errs["static"], errs["dynamic"]) < TOL, f"no FP8 QDQ reference matches: {errs}"
 
 
+# Without static scales the FP8 QDQ takes a dynamic per-tensor scale (amax / fp8 max) for both activations,
+# as vLLM's FP8 paths do for a missing scale; the same round trip must equal the torch reference. An all-zero
+# input is included: its QDQ is zeros, not NaN from a zero scale.
+DYNAMIC_INPUTS = ["random", "zeros"]
+
+
+@pytest.mark.criterion("c2")
+@pytest.mark.parametrize("inputs", DYNAMIC_INPUTS)
+@pytest.mark.parametrize("plat", PLATFORMS)
+def test_dynamic_fp8_activation_emulation_matches_qdq_reference(rocm, plat, inputs):
+    """Emulated MXFP4 MoE with FP8 activations and no static scales equals a dynamic per-tensor QDQ reference."""
+    _set(rocm, plat)
+    fp8 = rocm.platform.fp8_dtype()
+    p = _problem(seed=3)
+    if inputs == "zeros":
+        p["x"] = torch.zeros_like(p["x"])
+    from vllm.model_executor.layers.fused_moe.config import mxfp4_w4a8_moe_quant_config
+
+    qc = mxfp4_w4a8_moe_quant_config(w1_scale=p["w1s"].clone(), w2_scale=p["w2s"].clone())
+    out = _run(rocm, p, qc)
+    assert torch.isfinite(out).all(), f"non-finite output for {inputs} inputs: {out}"
+    ref = _reference(p, None, None, fp8, "dynamic")[0]
+    if inputs == "zeros":
+        assert torch.equal(out.float(), ref), f"all-zero input gave {out}"
+        return
+    err = _rel_err(out, ref)
+    unquantized = _reference(p, None, None, fp8, "none", a1_quantized=False)[0]
+    assert err < TOL, (
+        f"output differs from the dynamic FP8 QDQ reference by {err:.3g} "
+        f"(from the unquantized reference by {_rel_err(out, unquantized):.3g})"
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # c3: the emulation experts' quant dtype is the platform FP8 dtype
 # ----------------------------------------------------------------------------------------------------------
@@ -212,6 +248,48 @@ def test_emulation_quant_dtype_mxfp6_weights_fp8_activations(rocm):
     )
     experts = _emulation_cls()(_moe_config(), qc)
     assert experts.quant_dtype == torch.float8_e4m3fnuz, f"quant_dtype={experts.quant_dtype!r}"
+
+
+# BF16-activation (weight-only MXFP4) models get the emulation backend on gfx942/gfx90a too (c1): their
+# experts must report no activation quant dtype and run the MoE with the activations left unquantized.
+WEIGHT_ONLY_PLATFORMS = [PLATFORMS[0], PLATFORMS[1]]
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("plat", WEIGHT_ONLY_PLATFORMS)
+def test_weight_only_emulation_keeps_activations_unquantized(rocm, plat):
+    """For weight-only MXFP4 (w_mxfp4) the emulation experts' quant_dtype is None and the MoE runs unquantized."""
+    _set(rocm, plat)
+    from vllm.model_executor.layers.fused_moe.config import mxfp4_w4a16_moe_quant_config
+
+    p = _problem(seed=4)
+    fp8 = rocm.platform.fp8_dtype()
+    experts = _emulation_cls()(_moe_config(), mxfp4_w4a16_moe_quant_config(p["w1s"].clone(), p["w2s"].clone()))
+    assert experts.quant_dtype is None, f"quant_dtype={experts.quant_dtype!r} for a weight-only scheme"
+    out = _run(rocm, p, mxfp4_w4a16_moe_quant_config(p["w1s"].clone(), p["w2s"].clone()))
+    ref = _reference(p, None, None, fp8, "none", a1_quantized=False)[0]
+    err = _rel_err(out, ref)
+    assert err < TOL, f"weight-only emulation differs from the unquantized-activation reference by {err:.3g}"
+
+
+# The per-case tests above give partial credit; this one asks for every scheme at once, so emulation experts
+# that get any scheme's quant dtype wrong (or cannot serve weight-only MXFP4) leave c3 below met, while experts
+# that only serve weight-only MXFP4 right stay unmet.
+@pytest.mark.criterion("c3", weight=2)
+def test_emulation_quant_dtype_right_for_every_scheme(rocm):
+    """Every FP8-activation case reports the platform FP8 dtype and every weight-only case runs unquantized."""
+    cases = [(test_emulation_quant_dtype_is_platform_fp8, dict(plat=c.values[0], expected=c.values[1]), c.id)
+             for c in DTYPE_CASES]
+    cases.append((test_emulation_quant_dtype_mxfp6_weights_fp8_activations, {}, "gfx942-mxfp6"))
+    cases += [(test_weight_only_emulation_keeps_activations_unquantized, dict(plat=c.values[0]), f"weight-only-{c.id}")
+              for c in WEIGHT_ONLY_PLATFORMS]
+    wrong = []
+    for check, kwargs, label in cases:
+        try:
+            check(rocm, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every wrong case is reported with the rest
+            wrong.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+    assert not wrong, "; ".join(wrong)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -289,3 +367,25 @@ def test_quantize_calls_receive_both_static_scales(rocm):
 
     assert hit(s1), f"static a1 scale {float(s1):.6g} never reached a quantize call; saw {[v.tolist() for v in seen]}"
     assert hit(s2), f"static a2 scale {float(s2):.6g} never reached a quantize call; saw {[v.tolist() for v in seen]}"
+
+
+# Checkpoints may store one static input scale per expert. With every expert's scale equal there is only one
+# sensible per-tensor scale, so the output must match the static reference exactly as with a single scale;
+# per-expert scale tensors must neither crash the emulation path nor be dropped for a dynamic QDQ.
+@pytest.mark.criterion("c4", weight=2)
+@pytest.mark.parametrize("plat", [PLATFORMS[0], PLATFORMS[2]])
+def test_per_expert_static_scales_applied(rocm, plat):
+    """Static a1/a2 scales given per expert (all equal) are applied like the single per-tensor scale."""
+    _set(rocm, plat)
+    fp8 = rocm.platform.fp8_dtype()
+    p = _problem(seed=5)
+    s1, s2 = _scales(p, fp8)
+    qc = _w4a8_quant_config(p, s1.expand(E).contiguous(), s2.expand(E).contiguous())
+    out = _run(rocm, p, qc)
+    static = _reference(p, s1, s2, fp8, "static")[0]
+    dynamic = _reference(p, s1, s2, fp8, "dynamic")[0]
+    err = _rel_err(out, static)
+    assert err < TOL, (
+        f"with per-expert scales the output differs from the static-a1/static-a2 reference by {err:.3g} "
+        f"(from the dynamic-a2 reference by {_rel_err(out, dynamic):.3g})"
+    )
