@@ -297,6 +297,9 @@ def reference_gemm(A, B, C, A_scale, B_scale, topk_weights, sorted_token_ids, ex
     if use_fp8_w8a8:
         assert A.dtype == FP8, f"fp8 GEMM got activations of dtype {A.dtype}"
         assert A_scale is not None, "fp8 GEMM got no activation scale"
+        if not per_channel_quant and not block_shape:
+            # per-tensor: the kernel reads the first element (a dispatch may hand over one copy per rank)
+            A_scale = A_scale.reshape(-1)[:1]
         a = dequant_act(A, A_scale, block_shape[1] if block_shape else None)
         b = dequant_weight(B, B_scale, block_shape)
     elif use_int8_w8a16:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 SCHEMES = ["fp8-tensor-dynamic", "fp8-tensor-static", "fp8-token-dynamic", "fp8-block"]
 MAPPING = [0, 1, -1, 0]
+
+
+def _assert_shrink_got_real_values(H, rec, p):
+    assert rec.lora, "the MoE-LoRA op was never called for a batch that uses LoRA adapters"
+    x = rec.lora[0].x
+    assert x.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz), (
+        f"LoRA shrink got the FP8-quantized activations ({x.dtype}) without their scale")
+    assert x.shape == p.hidden.shape, f"LoRA input shape {tuple(x.shape)} != {tuple(p.hidden.shape)}"
+    err = H.rel_err(x, p.hidden)
+    assert err < 0.08, f"LoRA input differs from the layer input by {err:.3g} (relative)"
 
 
 @pytest.mark.criterion("c1")
@@ -16,13 +28,32 @@ def test_lora_shrink_gets_real_valued_activations(H, rec, scheme):
     p = H.make_problem(scheme)
     lo = H.make_lora(p, MAPPING)
     H.run_moe(p, lo)
-    assert rec.lora, "the MoE-LoRA op was never called for a batch that uses LoRA adapters"
-    x = rec.lora[0].x
-    assert x.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz), (
-        f"LoRA shrink got the FP8-quantized activations ({x.dtype}) without their scale")
-    assert x.shape == p.hidden.shape, f"LoRA input shape {tuple(x.shape)} != {tuple(p.hidden.shape)}"
-    err = H.rel_err(x, p.hidden)
-    assert err < 0.08, f"LoRA input differs from the layer input by {err:.3g} (relative)"
+    _assert_shrink_got_real_values(H, rec, p)
+
+
+class _InOrderEvent:
+    """Stands in for a CUDA event where the auxiliary 'stream' runs its work in order on the host."""
+
+    def record(self, *args, **kwargs):
+        pass
+
+    def wait(self, *args, **kwargs):
+        pass
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, rec, monkeypatch, scheme):
+    """With the LoRA kernels overlapped on an auxiliary stream, the w13 shrink still gets real-valued activations."""
+    p = H.make_problem(scheme)
+    lo = H.make_lora(p, MAPPING)
+    # vLLM can run the LoRA kernels on lora_context.aux_stream beside the base GEMM, a code path of its own.
+    # Without CUDA, a stream whose work runs in order (and events that need no waiting) stands in.
+    lo.ctx.aux_stream = object()
+    lo.ctx.events = tuple(_InOrderEvent() for _ in range(4))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    H.run_moe(p, lo)
+    _assert_shrink_got_real_values(H, rec, p)
 
 
 @pytest.mark.criterion("c1")
