@@ -66,17 +66,19 @@ def _clear_caches() -> None:
 
 
 def fake_capability(monkeypatch, cap) -> None:
-    """Make vLLM's platform (and torch.cuda) report compute capability ``cap`` as a CUDA device."""
+    """Make vLLM's platform (and torch.cuda) report compute capability ``cap`` = (major, minor) as a CUDA
+    device, or as a ROCm device for (major, minor, "rocm") (MI200, gfx90a, reports 9.0 like Hopper)."""
     import torch
     from vllm.platforms import current_platform
     from vllm.platforms.interface import DeviceCapability, PlatformEnum
 
-    major, minor = cap
+    major, minor, *kind = cap
     cls = type(current_platform)
     monkeypatch.setattr(
         cls, "get_device_capability", classmethod(lambda c, device_id=0: DeviceCapability(major, minor))
     )
-    monkeypatch.setattr(current_platform, "_enum", PlatformEnum.CUDA, raising=False)
+    platform = PlatformEnum.ROCM if kind == ["rocm"] else PlatformEnum.CUDA
+    monkeypatch.setattr(current_platform, "_enum", platform, raising=False)
     if not torch.cuda.is_available():
         # Only where no real device exists: on a GPU, Triton compiles for what torch reports, which must stay true.
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
@@ -467,6 +469,7 @@ C5_CASES = {
     "fp8_block_sm89": (("fp8_block", 4, 16, 128, {}), (8, 9)),
     "fp8_block_sm100": (("fp8_block", 4, 16, 128, {}), (10, 0)),
     "fp8_block_sm120": (("fp8_block", 4, 16, 128, {}), (12, 0)),
+    "fp8_block_rocm_gfx90a": (("fp8_block", 4, 16, 128, {}), (9, 0, "rocm")),
 }
 # c2: a small grid of launches in which a switch must be seen both on and off
 C2_GRID = [(("fp8_block", 4, 16, 128, {}), cap) for cap in CAPS] + [
