@@ -512,9 +512,25 @@ def key_of(s) -> str:
     return scenario_key(quant, M, BM, BN, **extra)
 
 
-def launch_of(s, device="cpu", seed=0):
+def launch_of(s, device="cpu", seed=0, out_dtype="bf16"):
     quant, M, BM, BN, extra = s
-    return make_case(quant, M, BM, BN, device=device, seed=seed, **extra)
+    return make_case(quant, M, BM, BN, device=device, seed=seed, out_dtype=out_dtype, **extra)
+
+
+def interpretable(launch: dict) -> dict:
+    """The launch with FP8 operands handed over as float32 tensors holding the same values.
+
+    The Triton interpreter computes tl.dot in numpy and mishandles float8 tensors, so under it the FP8 code path
+    (use_fp8_w8a8, its scales, masks and pointer arithmetic) is run on float32 data; every FP8 value is exact in
+    float32, so the float32 reference of the quantised operands is unchanged. The output ``C`` is shared, so the
+    caller reads the result from ``launch["C"]``."""
+    import torch
+
+    out = dict(launch)
+    for name in ("A", "B"):
+        if out[name].dtype == torch.float8_e4m3fn:
+            out[name] = out[name].float()
+    return out
 
 
 def diff_vs_base(monkeypatch, fm, s, cap, seed=0) -> tuple[set, dict]:

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from rubric_support import interpreter_gap
+
 
 def _swap_kernels(h, source):
     return {n: h.Flow(fn) for n, fn in h.jit_functions(source).items()}
@@ -228,11 +230,25 @@ def _reference(h, launch, extra):
     return out
 
 
+C3_CASE_IDS = sorted([
+    "block_n_ragged", "block_k_ragged", "block_nk_ragged_bias", "block_unrouted_bias_m1", "block_m24_e8",
+    "block_m3_topk4", "block_deep_k", "tensor_nk_ragged_bias", "channel_nk_ragged"])
+
+
+def _assert_matches_reference(h, launch, extra, cap, rtol):
+    out = launch["C"].float().cpu()
+    ref = _reference(h, launch, extra)
+    atol = rtol * ref.abs().max().item()
+    bad = (out - ref).abs() > atol + rtol * ref.abs()
+    assert not bad.any(), (
+        f"{int(bad.sum())}/{bad.numel()} outputs off (SM{cap} launch); max err {(out - ref).abs().max().item():.4g}, "
+        f"max|ref| {ref.abs().max().item():.4g}"
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.criterion("c3")
-@pytest.mark.parametrize("case", sorted([
-    "block_n_ragged", "block_k_ragged", "block_nk_ragged_bias", "block_unrouted_bias_m1", "block_m24_e8",
-    "block_m3_topk4", "block_deep_k", "tensor_nk_ragged_bias", "channel_nk_ragged"]))
+@pytest.mark.parametrize("case", C3_CASE_IDS)
 def test_swapped_path_numerics(h, fm, monkeypatch, case):
     """Under the launch that selects the swapped path, the FP8 fused-MoE output matches a float32 reference (rtol 2e-2, atol 2e-2 x max|ref|)."""
     import torch
@@ -243,11 +259,19 @@ def test_swapped_path_numerics(h, fm, monkeypatch, case):
     launch, extra = h.launch_of(s, device="cuda", seed=3)
     fm.invoke_fused_moe_triton_kernel(**launch)
     torch.cuda.synchronize()
-    out = launch["C"].float().cpu()
-    ref = _reference(h, launch, extra)
-    atol = 2e-2 * ref.abs().max().item()
-    bad = (out - ref).abs() > atol + 2e-2 * ref.abs()
-    assert not bad.any(), (
-        f"{int(bad.sum())}/{bad.numel()} outputs off (SM{cap} launch); max err {(out - ref).abs().max().item():.4g}, "
-        f"max|ref| {ref.abs().max().item():.4g}"
-    )
+    _assert_matches_reference(h, launch, extra, cap, 2e-2)
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("case", C3_CASE_IDS)
+def test_swapped_path_numerics_interpreted(h, fm, monkeypatch, case):
+    """Under the launch that selects the swapped path, the kernel run by the Triton interpreter on the FP8 code path, with float32 operands holding the same FP8 values, matches a float32 reference (rtol 1e-4)."""
+    gap = interpreter_gap()
+    if gap:
+        pytest.skip(gap)
+    s = h.C3_CASES[case]
+    cap = _find_on_cap(h, fm, monkeypatch, s) or (9, 0)
+    h.fake_capability(monkeypatch, cap)
+    launch, extra = h.launch_of(s, device="cpu", seed=3, out_dtype="fp32")
+    fm.invoke_fused_moe_triton_kernel(**h.interpretable(launch))
+    _assert_matches_reference(h, launch, extra, cap, 1e-4)
