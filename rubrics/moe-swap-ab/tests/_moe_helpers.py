@@ -463,12 +463,13 @@ C5_CASES = {
     "int8_w8a8_block_sm90": (("int8_w8a8_block", 4, 16, 128, {}), (9, 0)),
     "int8_w8a8_channel_sm90": (("int8_w8a8_channel", 4, 16, 64, {}), (9, 0)),
     "int8_w8a16_sm90": (("int8_w8a16", 4, 16, 64, {}), (9, 0)),
-    "fp8_block_large_m_sm90": (("fp8_block", 256, 64, 128, {}), (9, 0)),
-    "fp8_tensor_large_m_sm90": (("fp8_tensor", 512, 128, 128, {}), (9, 0)),
-    "fp8_block_sm80": (("fp8_block", 4, 16, 128, {}), (8, 0)),
-    "fp8_block_sm89": (("fp8_block", 4, 16, 128, {}), (8, 9)),
-    "fp8_block_sm100": (("fp8_block", 4, 16, 128, {}), (10, 0)),
-    "fp8_block_sm120": (("fp8_block", 4, 16, 128, {}), (12, 0)),
+    # FP8 launches have ragged N and K: the c5 tests also run them (see test_swap_ab.py)
+    "fp8_block_large_m_sm90": (("fp8_block", 256, 64, 128, {"N": 200, "K": 320}), (9, 0)),
+    "fp8_tensor_large_m_sm90": (("fp8_tensor", 512, 128, 128, {"N": 200, "K": 320, "bias": True}), (9, 0)),
+    "fp8_block_sm80": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (8, 0)),
+    "fp8_channel_sm89": (("fp8_channel", 4, 16, 64, {"N": 200, "K": 320}), (8, 9)),
+    "fp8_block_sm100": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (10, 0)),
+    "fp8_block_sm120": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (12, 0)),
     "fp8_block_rocm_gfx90a": (("fp8_block", 4, 16, 128, {}), (9, 0, "rocm")),
 }
 # c2: a small grid of launches in which a switch must be seen both on and off
@@ -512,24 +513,33 @@ def key_of(s) -> str:
     return scenario_key(quant, M, BM, BN, **extra)
 
 
+GUARD = 16  # NaN elements after every row of A and B in the numerics tests
+
+
 def launch_of(s, device="cpu", seed=0, out_dtype="bf16"):
     quant, M, BM, BN, extra = s
     return make_case(quant, M, BM, BN, device=device, seed=seed, out_dtype=out_dtype, **extra)
 
 
-def interpretable(launch: dict) -> dict:
-    """The launch with FP8 operands handed over as float32 tensors holding the same values.
+def numerics_launch(launch: dict, interpreted: bool) -> dict:
+    """The launch as the numerics tests run it: A and B each followed in memory, row by row, by NaN guard elements.
 
-    The Triton interpreter computes tl.dot in numpy and mishandles float8 tensors, so under it the FP8 code path
-    (use_fp8_w8a8, its scales, masks and pointer arithmetic) is run on float32 data; every FP8 value is exact in
-    float32, so the float32 reference of the quantised operands is unchanged. The output ``C`` is shared, so the
-    caller reads the result from ``launch["C"]``."""
+    A kernel that reads past the end of a row (a K mask off by one) picks up NaN, and NaN times the zero that the
+    other operand's mask gives is still NaN, so the output shows it. Under the Triton interpreter (``interpreted``),
+    which computes tl.dot in numpy and mishandles float8 tensors, FP8 operands are handed over as float32 tensors
+    holding the same values: the FP8 code path (use_fp8_w8a8, its scales, masks and pointer arithmetic) runs on
+    them, and every FP8 value is exact in float32, so the float32 reference of the quantised operands is unchanged.
+    ``C`` is shared with ``launch``: the caller reads the result there."""
     import torch
 
     out = dict(launch)
     for name in ("A", "B"):
-        if out[name].dtype == torch.float8_e4m3fn:
-            out[name] = out[name].float()
+        t = out[name]
+        if interpreted and t.dtype == torch.float8_e4m3fn:
+            t = t.float()
+        guarded = torch.full((*t.shape[:-1], t.shape[-1] + GUARD), float("nan"), device=t.device).to(t.dtype)
+        guarded[..., : t.shape[-1]] = t
+        out[name] = guarded[..., : t.shape[-1]]
     return out
 
 
