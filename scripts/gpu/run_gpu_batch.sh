@@ -153,6 +153,8 @@ if [ "$GPU" = on ] && [ "${GPU_KIT_CPU:-1}" = 1 ]; then
   CPU_PID=$!
 fi
 
+# GPU_KIT_RUBRICS=0 skips steps 5 and 6 (validate-rubrics, grading): a benchmark-only run.
+if [ "${GPU_KIT_RUBRICS:-1}" = 1 ]; then
 # ------------------------------------------------------------------ 5. validate-rubrics (base + reference) per task
 for T in $TASKS; do
   step "validate-$GPU-$T" 220 $PY grade.py validate-rubrics --gpu "$GPU" --task "$T" --out "$R/validate-$GPU-$T" &
@@ -174,6 +176,7 @@ if [ -n "$CPU_PID" ]; then
       --expected candidates > "$OUT/compare.txt" 2>&1
     cat "$OUT/compare.txt"; tail -n 3 "$OUT/compare.txt" >> "$SUMMARY"
   fi
+fi
 fi
 
 # ------------------------------------------------------------------ 7. benchmarks on patched trees

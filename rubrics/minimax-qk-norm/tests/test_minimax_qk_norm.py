@@ -87,13 +87,23 @@ def test_regressed_compiled_path_removed(vllm_tree):
     assert not found, f"torch.compile'd fp32 + cat/chunk path still present: {found}"
 
 
+# Cases where the real fix is clearly faster than the base. Recorded on an H200 (docs/gpu-run/bench.txt),
+# base / reference: at TP1 the base's compiled path runs as it does in vLLM (no all-reduce), and the fix wins
+# host-inclusive (1 token 97.5 / 53.2 us, 16 tokens 193.6 / 49.3 us) and under CUDA graphs (16 tokens
+# 3.8 / 2.3 us). That bench's TP4/TP8 base numbers cannot be used: its counting all-reduce made the base
+# recompile until Dynamo ran it eagerly. At TP4/TP8 with few tokens the fix makes two launches around the
+# all-reduce, where Inductor's graph for the base has about four kernels; the corrected bench (H200, 2026-11-30,
+# docs/gpu-run/run5/bench-qk.txt) gives 6.0 / 3.6 us at TP4, 1 token, and 6.1 / 3.8 us at TP8, 16 tokens. Large
+# token counts are left out: both are memory-bound there (TP1 4096 tokens under graphs: 34.8 / 32.4 us).
 SPEED_CASES = [
     # (name, q, kv, tp_world, tokens, mode)
     ("tp1_1tok_host", 6144, 1024, 1, 1, "host"),
-    ("tp8_1tok_host", 768, 128, 8, 1, "host"),
-    ("tp1_4096tok_graph", 6144, 1024, 1, 4096, "graph"),
-    ("tp8_4096tok_graph", 768, 128, 8, 4096, "graph"),
+    ("tp1_16tok_host", 6144, 1024, 1, 16, "host"),
+    ("tp1_16tok_graph", 6144, 1024, 1, 16, "graph"),
+    ("tp4_1tok_graph", 1536, 256, 4, 1, "graph"),
+    ("tp8_16tok_graph", 768, 128, 8, 16, "graph"),
 ]
+SPEED_MARGIN = 0.9
 
 
 @pytest.fixture(scope="module")
@@ -113,18 +123,22 @@ def speed_results(vllm_tree):
         return {"env_error": None, "import_error": f"rc={proc.returncode}\n{proc.stderr[-3000:]}", "cases": {}}
 
 
+# Five cases of weight 0.4 each (2.0 in all).
 @pytest.mark.gpu
-@pytest.mark.criterion("c1", weight=0.5)
+@pytest.mark.criterion("c1", weight=0.4)
 @pytest.mark.parametrize("case", [c[0] for c in SPEED_CASES])
 def test_faster_than_regressed_path(speed_results, case):
-    """forward_qkv is at least 10% faster than the regressed torch.compile fp32 path (H200, bf16)."""
+    """forward_qkv takes at most 0.9x the time of the base's regressed compiled fp32 path (H200, bf16)."""
     if speed_results.get("env_error"):
         pytest.skip("environment: " + speed_results["env_error"][-500:])
     assert not speed_results.get("import_error"), speed_results["import_error"]
     r = speed_results["cases"][case]
+    if r.get("baseline_error"):
+        pytest.skip("environment: the test's regressed baseline is not sound here: " + r["baseline_error"][-500:])
     assert "error" not in r, r["error"]
-    assert r["candidate_us"] <= 0.9 * r["regressed_us"], (
-        f"candidate {r['candidate_us']:.1f} us vs regressed {r['regressed_us']:.1f} us ({r['mode']})"
+    assert r["ratio"] <= SPEED_MARGIN, (
+        f"candidate {r['candidate_us']:.1f} us vs regressed {r['regressed_us']:.1f} us ({r['mode']}); median "
+        f"per-round ratio {r['ratio']:.2f} > {SPEED_MARGIN} over {r['rounds']} interleaved rounds"
     )
 
 
