@@ -35,26 +35,20 @@ def main():
     sim_path, device, cases_json = sys.argv[1], sys.argv[2], sys.argv[3]
     out = {"env_error": None, "import_error": None, "has_triton": None, "cases": {}}
     try:
-        import types
-
         import torch
 
         sim = load_beside(sim_path, "qknorm_sim")
-        import vllm.triton_utils as tu
-        from vllm.config import CompilationConfig, set_current_vllm_config
+        import vllm.config  # noqa: F401
         import vllm.distributed.parallel_state  # noqa: F401
+        import vllm.triton_utils as tu
 
         out["has_triton"] = bool(tu.HAS_TRITON)
     except Exception:
         out["env_error"] = traceback.format_exc()[-3000:]
         print(json.dumps(out))
         return
-    cfg = types.SimpleNamespace(compilation_config=CompilationConfig(custom_ops=["all"]))
-    with set_current_vllm_config(cfg):
-        try:
-            from vllm.model_executor.layers.minimax_rms_norm import rms_norm_tp  # noqa: F401
-        except Exception:
-            out["import_error"] = traceback.format_exc()[-3000:]
+    with sim.rms_norm_tp_module(out) as mod:
+        if mod is None:
             print(json.dumps(out))
             return
         dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -18,6 +18,8 @@ fallback subprocess script.
 from __future__ import annotations
 
 import contextlib
+import traceback
+import types
 
 import torch
 
@@ -334,3 +336,22 @@ class OpSpy:
         bad = ("cat.", "stack.", "hstack.", "vstack.", "concat.", "concatenate.", "chunk.", "split.Tensor",
                "unsafe_chunk.", "unsafe_split.Tensor")
         return [name for name, _ in self.events if name.startswith(bad)]
+
+
+@contextlib.contextmanager
+def rms_norm_tp_module(out: dict):
+    """vLLM's ``rms_norm_tp``, imported and used under a vLLM config that enables every custom op (as a model's
+    forward runs). Yields None, with the traceback in ``out["import_error"]`` (the candidate's tree does not
+    import), when it cannot be imported. The subprocess runners import ``vllm.config`` first, so a failure there
+    is an environment error, not the candidate's."""
+    from vllm.config import CompilationConfig, set_current_vllm_config
+
+    cfg = types.SimpleNamespace(compilation_config=CompilationConfig(custom_ops=["all"]))
+    with set_current_vllm_config(cfg):
+        try:
+            from vllm.model_executor.layers.minimax_rms_norm import rms_norm_tp
+        except Exception:
+            out["import_error"] = traceback.format_exc()[-3000:]
+            rms_norm_tp = None
+        yield rms_norm_tp
+

@@ -237,25 +237,19 @@ def main():
     sim_path, cases_json = sys.argv[1], sys.argv[2]
     out = {"env_error": None, "import_error": None, "cases": {}}
     try:
-        import types
-
         import torch
         import torch._dynamo.config as dynamo_config
 
         assert torch.cuda.is_available(), "no CUDA device"
         sim = load_beside(sim_path, "qknorm_sim")
         register_ops(torch)
-        from vllm.config import CompilationConfig, set_current_vllm_config
+        import vllm.config  # noqa: F401
     except Exception:
         out["env_error"] = traceback.format_exc()[-3000:]
         print(json.dumps(out))
         return
-    cfg = types.SimpleNamespace(compilation_config=CompilationConfig(custom_ops=["all"]))
-    with set_current_vllm_config(cfg):
-        try:
-            from vllm.model_executor.layers.minimax_rms_norm import rms_norm_tp as mod
-        except Exception:
-            out["import_error"] = traceback.format_exc()[-3000:]
+    with sim.rms_norm_tp_module(out) as mod:
+        if mod is None:
             print(json.dumps(out))
             return
         current = {}
