@@ -67,3 +67,13 @@ def interpreter_gap() -> str | None:
         return (f"environment: the Triton {version} interpreter cannot run a loop bounded by a runtime argument "
                 f"({type(exc).__name__}: {str(exc)[:200]})")
     return None
+
+
+def skip_unless_interpretable() -> None:
+    """Skip the calling test, with interpreter_gap()'s reason, where the interpreter cannot run its kernel."""
+    import pytest
+
+    gap = interpreter_gap()
+    if gap:
+        pytest.skip(gap)
+

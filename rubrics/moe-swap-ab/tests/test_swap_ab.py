@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rubric_support import gpu_enabled, interpreter_gap
+from rubric_support import gpu_enabled, interpreter_gap, skip_unless_interpretable
 
 
 def _swap_kernels(h, source):
@@ -241,9 +241,21 @@ C3_CASE_IDS = sorted([
     "block_m3_topk4", "block_deep_k", "tensor_nk_ragged_bias", "channel_nk_ragged"])
 
 
+# Each launch's numerics are run once per process: a criterion's per-case tests and its all-cases test judge the
+# same runs (inputs are seeded, and the process grades one tree).
+_NUMERICS_RUNS: dict = {}
+
+
 def _numerics_error(h, fm, monkeypatch, s, cap, interpreted: bool) -> str | None:
     """Run one FP8 launch under capability ``cap``, compiled on the GPU or through the Triton interpreter, with NaN
     guard elements after every operand row; compare with the float32 reference. The failure, or None."""
+    key = (h.key_of(s), cap, interpreted)
+    if key not in _NUMERICS_RUNS:
+        _NUMERICS_RUNS[key] = _run_numerics(h, fm, monkeypatch, s, cap, interpreted)
+    return _NUMERICS_RUNS[key]
+
+
+def _run_numerics(h, fm, monkeypatch, s, cap, interpreted: bool) -> str | None:
     import torch
 
     h.fake_capability(monkeypatch, cap)
@@ -289,12 +301,6 @@ def _swap_numerics_errors(h, fm, monkeypatch, cases, interpreted: bool) -> dict:
     return errors
 
 
-def _skip_unless_interpretable():
-    gap = interpreter_gap()
-    if gap:
-        pytest.skip(gap)
-
-
 @pytest.mark.gpu
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("case", C3_CASE_IDS)
@@ -317,7 +323,7 @@ def test_swapped_path_numerics_in_every_case(h, fm, monkeypatch):
 @pytest.mark.parametrize("case", C3_CASE_IDS)
 def test_swapped_path_numerics_interpreted(h, fm, monkeypatch, case):
     """Under the launch that selects the swapped path, the kernel run by the Triton interpreter on the FP8 code path, with float32 operands holding the same FP8 values, matches a float32 reference (rtol 1e-4) and reads nothing past the operands' rows."""
-    _skip_unless_interpretable()
+    skip_unless_interpretable()
     errors = _swap_numerics_errors(h, fm, monkeypatch, [case], interpreted=True)
     assert not errors, errors[case]
 
@@ -325,6 +331,6 @@ def test_swapped_path_numerics_interpreted(h, fm, monkeypatch, case):
 @pytest.mark.criterion("c3", weight=3)
 def test_swapped_path_numerics_interpreted_in_every_case(h, fm, monkeypatch):
     """Every numerics case matches the float32 reference through the Triton interpreter."""
-    _skip_unless_interpretable()
+    skip_unless_interpretable()
     errors = _swap_numerics_errors(h, fm, monkeypatch, C3_CASE_IDS, interpreted=True)
     assert not errors, errors

@@ -29,7 +29,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rubric_support import interpreter_gap  # noqa: E402
+from rubric_support import skip_unless_interpretable  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------
 # Mutable device state
@@ -431,9 +431,7 @@ class RocmHarness:
     def prepare_cpu_run(self) -> None:
         import vllm.v1.worker.workspace as ws
 
-        gap = interpreter_gap()
-        if gap:
-            pytest.skip(gap)
+        skip_unless_interpretable()
         # No accelerator here: the workspace manager's cache flush is a no-op on CPU tensors.
         self.mp.setattr(torch.accelerator, "empty_cache", lambda: None)
         if getattr(ws, "_manager", None) is None:
