@@ -13,13 +13,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import __version__, contain
+from grader import __version__
 from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.checkout import BaseBuildError, build_base, verify_blobs
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
-from grader.launch import ColdLauncher, start_warm_pool
+from grader.sandbox import contain
+from grader.sandbox.launch import ColdLauncher, start_warm_pool
 from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
 from grader.report import markdown_summary, write_html, write_junit, write_results_json
 from grader.rubric import RubricError, all_base_recipes, all_tasks

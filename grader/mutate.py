@@ -558,7 +558,7 @@ def _criteria_json(criteria: dict | None) -> dict:
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
                   use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
     from grader.evidence_cache import EvidenceCache
-    from grader.launch import start_warm_pool
+    from grader.sandbox.launch import start_warm_pool
     from grader.pipeline import BaseCache, GradeOptions, evaluate
     from grader.score import score_criteria
     from grader.validate import REFERENCE_DIR

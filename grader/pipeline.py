@@ -16,7 +16,7 @@ from pathlib import Path
 from grader.apply import apply_diff, make_import_root, make_tree, scratch_root
 from grader.checkout import BuiltBase, build_base
 from grader.evidence_cache import EvidenceCache, tree_key
-from grader.launch import ColdLauncher
+from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
 from grader.rubric import Task, all_tasks
 from grader.run import DEFAULT_TIMEOUT_S, run_hidden_tests
@@ -29,7 +29,7 @@ class GradeOptions:
     gpu: bool = False
     timeout: float = DEFAULT_TIMEOUT_S
     keep_trees: bool = False
-    launcher: object = field(default_factory=ColdLauncher)
+    launcher: Launcher = field(default_factory=ColdLauncher)
     evidence_cache: EvidenceCache | None = None
     contained: bool = True
 
@@ -90,8 +90,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         run = options.evidence_cache.load(key) if options.evidence_cache else None
         if run is None:
             import_root = make_import_root(tree, scratch)
-            run = run_hidden_tests(task, tree, import_root, scratch, options.gpu, options.launcher, options.timeout,
-                                   options.contained)
+            run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
+                                   options.timeout, options.contained)
             if options.evidence_cache:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)

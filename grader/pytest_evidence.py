@@ -1,8 +1,9 @@
-"""pytest plugin, loaded with ``-p grader.pytest_evidence`` into the hidden-test subprocess.
+"""pytest plugin, loaded with ``-p grader.pytest_evidence`` into the judge process.
 
-It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, a file the
-grader created outside the candidate's tree. A ``start`` line is written before each test runs, so a test
-that hangs or kills the process is still known by name. Log parsing stays in ``grader.run``.
+It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, in the judge's own
+folder, which no subject can see or reach. A ``start`` line is written before each test runs, so a test that
+hangs or kills the judge is still known by name. A test whose probe did not answer in time is marked
+``timeout``; a skip says who decided it. Log parsing stays in ``grader.run``.
 """
 
 from __future__ import annotations
@@ -72,9 +73,20 @@ def pytest_runtest_makereport(item, call):
     }
     if report.skipped and isinstance(report.longrepr, tuple):
         record["message"] = str(report.longrepr[2])
+        marked = item.get_closest_marker("skip") or item.get_closest_marker("skipif")
+        record["skipped_by"] = "marker" if marked and report.when == "setup" else "judge"
     elif report.failed:
         record["message"] = report.longreprtext[-4000:]
+        if call.excinfo is not None and _is_probe_timeout(call.excinfo.value):
+            record["timeout"] = True
+            record["message"] = f"timeout: {call.excinfo.value}"
     _emit(record)
+
+
+def _is_probe_timeout(exc: BaseException) -> bool:
+    from grader.sandbox.client import ProbeTimeout
+
+    return isinstance(exc, ProbeTimeout)
 
 
 def pytest_collectreport(report):

@@ -6,7 +6,7 @@ evidence is on and the task's hidden tests carry ``mark.gpu``). Each task grades
 :func:`grader.pipeline.grade_candidate` on whichever node Ray picked, building the task's base there through
 :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a base is built
 once per node and reused by every later task on that node. Hidden tests are started by a
-:class:`~grader.launch.ColdLauncher` inside the task (no warm workers in Ray tasks).
+:class:`~grader.sandbox.launch.ColdLauncher` inside the task (no warm workers in Ray tasks).
 
 Results stream back to the driver in completion order (a ``ray.wait`` loop) and go into the same atomic,
 resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
@@ -144,7 +144,7 @@ def _node_bases():
 def grade_on_node(candidate, gpu: bool, timeout: float, keep_trees: bool, contained: bool,
                   evidence_cache: bool, gpu_assigned: bool) -> dict:
     """The body of one Ray task: grade ``candidate`` here, with a cold launcher, and return its JSON result."""
-    from grader import launch
+    from grader.sandbox import launch
     from grader.evidence_cache import EvidenceCache
     from grader.pipeline import GradeOptions, grade_candidate
 

@@ -76,6 +76,9 @@ class TestOutcome:
     doc: str = ""
     message: str = ""
     duration: float = 0.0
+    # For a skipped test: "marker" (the judge's collection-time markers: GPU, platform) or "judge" (a hidden test
+    # decided at run time, from the environment, that it cannot run here). Subjects can never skip.
+    skipped_by: str = ""
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Run a task's hidden tests against one patched tree in a contained subprocess, and parse their evidence.
+"""Run a task's hidden tests against one patched tree: a judge process decides, sandboxed subjects execute.
 
-The evidence channel is a file the grader creates outside the candidate's tree (see ``grader.pytest_evidence``);
-parsing it is kept here, apart from scoring.
+The judge (pytest, the hidden tests, the evidence plugin) never imports the candidate's code; it reaches the
+patched tree only through probe calls answered by a subject (``grader.sandbox``) or by reading its files. The
+evidence file lives in the judge's folder, which no subject can see. Parsing the evidence is kept here, apart
+from scoring.
 """
 
 from __future__ import annotations
@@ -10,78 +12,166 @@ import json
 import os
 import re
 import resource
+import shutil
 import time
 from pathlib import Path
 
-from grader import contain
-from grader.launch import Launch, base_environment
+from grader.checkout import cache_dir
 from grader.records import RunReport, TestOutcome
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task
+from grader.sandbox import contain
+from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 
 DEFAULT_TIMEOUT_S = 600
+EVIDENCE_CAP_BYTES = 64 << 20
+SHARED_PROBES = RUBRICS_DIR / "shared_probes"
 # Object reprs in assertion output ("<X object at 0x7f...>") differ between identical runs.
 OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def child_environment(tree: Path, import_root: Path, scratch: Path, evidence: Path, gpu: bool) -> dict[str, str]:
-    """A minimal environment: private HOME and caches, the patched vllm first on sys.path, nothing inherited."""
-    home = scratch / "home"
-    home.mkdir(exist_ok=True)
+def secret_seed() -> str:
+    """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
+    agree), never visible to a subject (the cache folder is hidden from it)."""
+    path = cache_dir() / "judge-secret"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}")
+        tmp.write_text(os.urandom(16).hex())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    return path.read_text().strip()
+
+
+def stage_probes(task: Task, folder: Path) -> Path:
+    """Copy the task's probe modules and the shared ones into one folder the subject may read."""
+    folder.mkdir(parents=True)
+    for source in [SHARED_PROBES, task.folder / "probes"]:
+        for module in sorted(source.glob("*.py")) if source.is_dir() else []:
+            if (folder / module.name).exists():
+                raise FileExistsError(f"probe module {module.name} of {task.id} shadows a shared one")
+            shutil.copyfile(module, folder / module.name)
+            os.chmod(folder / module.name, 0o644)
+        for data in sorted(source.glob("*.json")) if source.is_dir() else []:
+            shutil.copyfile(data, folder / data.name)
+            os.chmod(folder / data.name, 0o644)
+    os.chmod(folder, 0o755)
+    return folder
+
+
+def subject_environment(home: Path, gpu: bool) -> dict[str, str]:
+    """What a subject's process sees: private HOME and caches, nothing of the grader's or the judge's."""
+    env = base_environment(gpu)
+    env.update({"HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+                "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
+                "GRADER_GPU": "1" if gpu else "0",
+                # The sandbox's uid has no passwd entry; getpass (torch's caches use it) asks these first.
+                "USER": "grader", "LOGNAME": "grader"})
+    return env
+
+
+def hidden_roots() -> list[Path]:
+    """What no subject may see: the repository (reference fixes, candidates, hidden tests), the grader's caches
+    (other bases, evidence, the judge secret) and the scratch area (other candidates' trees, judge folders)."""
+    from grader.apply import scratch_root
+
+    return [REPO_ROOT, cache_dir(), scratch_root(), Path.home()]
+
+
+def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes: Path, gpu: bool,
+                 contained: bool) -> tuple[dict, contain.Sandbox | None]:
+    home = folder / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
+    box = contain.prepare(home, visible=[tree, import_root, probes], hidden=hidden_roots(),
+                          as_bytes=resource.RLIM_INFINITY if gpu else contain.ADDRESS_SPACE_BYTES) \
+        if contained else None
+    spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu),
+            "sys_path": [str(import_root), str(probes)], "interpreter_paths": contain.interpreter_paths(),
+            "cwd": str(home), "log": str(folder / "subject.log")}
+    return spec, box
+
+
+def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeout: float) -> dict[str, str]:
+    home = judge / "home"
+    home.mkdir(parents=True, exist_ok=True)
     env = base_environment(gpu)
     env.update({
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "TRITON_CACHE_DIR": str(home / ".triton"),
-        "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
-        "PYTHONPATH": os.pathsep.join([str(import_root), str(REPO_ROOT)]),
-        "GRADER_VLLM_TREE": str(tree),
-        "GRADER_EVIDENCE_OUT": str(evidence),
-        "GRADER_GPU": "1" if gpu else "0",
-        # The sandbox's uid has no passwd entry; getpass (torch's caches use it) asks these first.
-        "USER": "grader",
-        "LOGNAME": "grader",
+        "HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+        "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "GRADER_VLLM_TREE": str(tree), "GRADER_BASE_TREE": str(base_tree),
+        "GRADER_EVIDENCE_OUT": str(judge / "evidence.jsonl"), "GRADER_SUBJECTS": str(judge / "subjects.json"),
+        "GRADER_GPU": "1" if gpu else "0", "GRADER_DEADLINE": f"{time.time() + timeout:.3f}",
+        "GRADER_SECRET": secret_seed(),
     })
     return env
 
 
-def pytest_args(task: Task) -> list[str]:
-    return ["-c", str(RUBRICS_DIR / "pytest.ini"), "--rootdir", str(RUBRICS_DIR), "-p", "grader.pytest_evidence",
+def pytest_args(task: Task, select: str | None = None) -> list[str]:
+    args = ["-c", str(RUBRICS_DIR / "pytest.ini"), "--rootdir", str(RUBRICS_DIR), "-p", "grader.pytest_evidence",
             str(task.tests_dir)]
+    return args + (["-k", select] if select else [])
 
 
-def run_hidden_tests(task: Task, tree: Path, import_root: Path, scratch: Path, gpu: bool, launcher,
-                     timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True) -> RunReport:
-    evidence = scratch / "evidence.jsonl"
+def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path, scratch: Path, gpu: bool,
+                     launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
+                     select: str | None = None) -> RunReport:
+    judge = scratch / "judge"
+    judge.mkdir(mode=0o700)
+    probes = stage_probes(task, scratch / "probes")
+    base_root = scratch / "base-import-root"
+    base_root.mkdir()
+    for name in ("vllm", "vllm.egg-info"):
+        if (base_tree / name).exists():
+            os.symlink(base_tree / name, base_root / name)
+    boxes = []
+    specs = {}
+    for name, root, source in (("candidate", import_root, tree), ("base", base_root, base_tree)):
+        spec, box = subject_spec(name, scratch / f"subject-{name}", root, source, probes, gpu, contained)
+        specs[name] = spec
+        boxes += [box] if box else []
+    (judge / "subjects.json").write_text(json.dumps(specs))
+    evidence = judge / "evidence.jsonl"
     evidence.write_text("")
-    log = scratch / "pytest.log"
-    env = child_environment(tree, import_root, scratch, evidence, gpu)
-    # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
-    box = contain.prepare(scratch, writable=[evidence], as_bytes=resource.RLIM_INFINITY if gpu else
-                          contain.ADDRESS_SPACE_BYTES) if contained else None
+    log = judge / "pytest.log"
+    job = JudgeRun(pytest_args(task, select), judge_environment(judge, tree, base_tree, gpu, timeout), [],
+                   str(RUBRICS_DIR), str(log), timeout)
     started = time.monotonic()
     try:
-        returncode, timed_out = launcher.run(Launch(pytest_args(task), env, RUBRICS_DIR, log, timeout, box))
+        returncode, timed_out = launcher.run(job)
     finally:
-        if box is not None:
+        for box in boxes:
             box.cleanup()
     duration = time.monotonic() - started
-    scrub = _path_scrubber(tree, scratch)
-    text = scrub(log.read_text(encoding="utf-8", errors="replace")[-200_000:]) if log.exists() else ""
-    outcomes, collect_errors = parse_evidence(evidence.read_text(encoding="utf-8", errors="replace"), timed_out)
-    for outcome in outcomes:
-        outcome.message = scrub(outcome.message)
+    scrub = _path_scrubber(tree, scratch, base_tree)
+    text = scrub(_tail(log, 200_000))
+    outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
+    outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
+                            o.skipped_by) for o in outcomes]
     env_error = None
     if collect_errors:
         env_error = "hidden tests could not be collected: " + scrub("; ".join(collect_errors))
     elif not outcomes and returncode not in (0, 1) and not timed_out:
-        env_error = f"pytest exited with status {returncode} before any hidden test ran"
+        env_error = f"the judge exited with status {returncode} before any hidden test ran: {text[-500:]}"
     return RunReport(outcomes, returncode, timed_out, text, duration, env_error)
 
 
-def _path_scrubber(tree: Path, scratch: Path):
+def _tail(path: Path, limit: int) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - limit))
+        return handle.read().decode("utf-8", "replace")
+
+
+def _head(path: Path, limit: int) -> str:
+    with open(path, "rb") as handle:
+        return handle.read(limit).decode("utf-8", "replace")
+
+
+def _path_scrubber(tree: Path, scratch: Path, base_tree: Path):
     """Messages name the per-candidate temporary paths; replace them so identical runs give identical text."""
-    pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>")]
+    pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>"), (str(base_tree), "<base>")]
 
     def scrub(text: str) -> str:
         for raw, placeholder in pairs:
@@ -99,6 +189,8 @@ def _status_of(phases: dict[str, dict]) -> str:
         return "error"
     if call is None:
         return "error"
+    if call.get("timeout"):
+        return "timeout"
     if call["outcome"] == "failed" or (teardown and teardown["outcome"] == "failed"):
         return "failed"
     return call["outcome"]
@@ -132,8 +224,9 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
         if status == "error" and "call" not in by_phase and not message:
             status, message = _unfinished(timed_out)
         criteria = {c["id"]: c["weight"] for c in first["criteria"]}
+        skipped_by = next((p.get("skipped_by", "") for p in by_phase.values() if p.get("skipped_by")), "")
         outcomes.append(TestOutcome(nodeid, status, criteria, first.get("kinds", []), first.get("doc", ""),
-                                    message, sum(p.get("duration", 0.0) for p in by_phase.values())))
+                                    message, sum(p.get("duration", 0.0) for p in by_phase.values()), skipped_by))
     for nodeid, start in {**collected, **started}.items():
         if nodeid not in phases:
             status, message = _unfinished(timed_out) if nodeid in started else _never_started(timed_out)

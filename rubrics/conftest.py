@@ -1,28 +1,25 @@
-"""Fixtures shared by every task's hidden tests.
+"""Fixtures shared by every task's hidden tests, in the judge process.
 
-The grader runs the hidden tests with the patched vLLM tree first on ``sys.path`` and tells this conftest
-where that tree is (``GRADER_VLLM_TREE``) and whether GPU evidence is wanted (``GRADER_GPU``).
+The judge never imports the candidate's vLLM: tests reach it through ``subject`` (probe calls answered by a
+sandboxed process holding the patched tree) and read its files through ``vllm_tree``. Expectations come from
+the judge: oracles computed here, or the same probes run on the unpatched base (``base_subject``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-import vllm_stand_ins
+from grader.sandbox.client import subject as subject_named
 from rubric_support import gpu_enabled
-
-
-# Before any test imports the patched vLLM (see vllm_stand_ins.py).
-vllm_stand_ins.prepare_process()
 
 
 @pytest.fixture(autouse=True)
 def _seeded_random_state():
-    """Every hidden test starts from the same random state, whatever ran before it in the process (a warm
-    worker's imports, earlier tests): evidence, failure messages included, is then the same in every run."""
+    """Every hidden test starts from the same random state, whatever ran before it in the judge."""
     import random
 
     import torch
@@ -38,8 +35,31 @@ def _seeded_random_state():
 
 
 @pytest.fixture(scope="session")
+def subject():
+    """The sandboxed process that holds the patched tree: ``subject.call("module.probe", **args)``."""
+    return subject_named("candidate")
+
+
+@pytest.fixture(scope="session")
+def base_subject():
+    """The same, holding the unpatched base: the source of expectations that only the base's behaviour defines."""
+    return subject_named("base")
+
+
+@pytest.fixture
+def secret_generator(request):
+    """A ``torch.Generator`` seeded from the judge's secret and the test's id: inputs that decide pass/fail, drawn
+    where the candidate cannot predict them (it sees them only as probe arguments), the same in every run here."""
+    import torch
+
+    secret = os.environ.get("GRADER_SECRET", "")
+    seed = int.from_bytes(hashlib.sha256(f"{secret}\0{request.node.nodeid}".encode()).digest()[:8], "big")
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture(scope="session")
 def vllm_tree() -> Path:
-    """Root of the patched vLLM tree under grading."""
+    """Root of the patched vLLM tree under grading, for static checks that read its files as text."""
     tree = os.environ.get("GRADER_VLLM_TREE")
     if not tree:
         pytest.skip("environment: GRADER_VLLM_TREE is not set")

@@ -1,7 +1,8 @@
 """Hidden tests for xpu-kv-cache-dtypes: which KV cache dtypes the Triton attention backend accepts, per platform.
 
 Two validation sites are exercised: the ``TritonAttentionImpl`` constructor (raises ``ValueError`` to reject)
-and ``_is_supported_kv_cache_dtype`` in ``triton_reshape_and_cache_flash.py`` (returns False to reject).
+and ``_is_supported_kv_cache_dtype`` in ``triton_reshape_and_cache_flash.py`` (returns False to reject). The
+subject reports what each site did on a faked platform (``probes/xpu_probes.py``); every verdict is decided here.
 """
 
 from __future__ import annotations
@@ -9,36 +10,52 @@ from __future__ import annotations
 import pytest
 
 FP8_DTYPES = ["fp8", "fp8_e4m3", "fp8_e5m2"]
-REJECTIONS = (ValueError, NotImplementedError)
+REJECTIONS = ("ValueError", "NotImplementedError")
 SITES = ["impl", "validator"]
 
 
-def _accepts(site: str, kv_cache_dtype: str, build_impl, validator) -> bool:
-    """True when the given site accepts the dtype on the installed platform, False when it rejects it."""
-    if site == "validator":
-        return validator(kv_cache_dtype)
-    try:
-        build_impl(kv_cache_dtype)
-    except REJECTIONS:
-        return False
-    return True
+class SiteCrashed(AssertionError):
+    """A site raised something other than a clean rejection."""
 
 
-def _wrong_verdicts(site, cases, build_impl, validator) -> list[str]:
-    """Every (label, dtype, expected) case the site gets wrong, each described; an unexpected exception counts.
+def _case(site: str, platform: str, capability, dtype: str) -> dict:
+    return {"site": site, "platform": platform, "capability": list(capability) if capability else None,
+            "dtype": dtype}
 
-    ``cases`` yields (label, install, dtype, accepted) where ``install()`` puts the platform in place.
-    """
+
+def _accepted(case: dict, observed: dict) -> bool:
+    """Accept or reject, read off what the site did; anything but a clean rejection raises SiteCrashed."""
+    if "raised" in observed:
+        if case["site"] == "impl" and observed["raised"] in REJECTIONS:
+            return False
+        raise SiteCrashed(f"{case['site']} on {case['platform']} with {case['dtype']!r} raised "
+                          f"{observed['raised']}: {observed['message']}")
+    value = observed["returned"]
+    if case["site"] == "impl":
+        assert value == case["dtype"], f"the backend was built with kv_cache_dtype {value!r}, not {case['dtype']!r}"
+        return True
+    assert isinstance(value, bool), f"the validator's answer is not a bool: {value!r}"
+    return value
+
+
+def accepts(subject, site: str, platform: str, dtype: str, capability=None) -> bool:
+    case = _case(site, platform, capability, dtype)
+    (observed,) = subject.call("xpu_probes.site_outcomes", cases=[case])
+    return _accepted(case, observed)
+
+
+def _wrong_verdicts(subject, cases: list[tuple[str, dict, bool]]) -> list[str]:
+    """Every (label, case, expected) the site gets wrong, each described; an unexpected exception counts."""
+    observed = subject.call("xpu_probes.site_outcomes", cases=[case for _, case, _ in cases])
     wrong = []
-    for label, install, dtype, accepted in cases:
-        install()
+    for (label, case, accepted), seen in zip(cases, observed, strict=True):
         try:
-            got = _accepts(site, dtype, build_impl, validator)
-        except Exception as exc:  # noqa: BLE001 - a crash is a wrong verdict, reported with the rest
-            wrong.append(f"{label} {dtype}: raised {type(exc).__name__}: {exc}")
+            got = _accepted(case, seen)
+        except AssertionError as exc:
+            wrong.append(f"{label} {case['dtype']}: {exc}")
             continue
         if got != accepted:
-            wrong.append(f"{label} {dtype}: expected {'accept' if accepted else 'reject'}, "
+            wrong.append(f"{label} {case['dtype']}: expected {'accept' if accepted else 'reject'}, "
                          f"got {'accept' if got else 'reject'}")
     return wrong
 
@@ -48,22 +65,18 @@ def _wrong_verdicts(site, cases, build_impl, validator) -> list[str]:
 
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES)
-def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, use_platform, build_impl):
+def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, subject):
     """The Triton attention backend accepts an fp8 KV cache on XPU (no CUDA capability)."""
-    use_platform("xpu")
-    impl = build_impl(kv_cache_dtype)
-    assert impl.kv_cache_dtype == kv_cache_dtype
+    assert accepts(subject, "impl", "xpu", kv_cache_dtype), f"rejected kv_cache_dtype={kv_cache_dtype!r} on XPU"
 
 
 # --- c2: bf16 on XPU --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.criterion("c2")
-def test_xpu_accepts_bf16_kv_cache(use_platform, build_impl):
+def test_xpu_accepts_bf16_kv_cache(subject):
     """The Triton attention backend accepts a bfloat16 KV cache on XPU (no CUDA capability)."""
-    use_platform("xpu")
-    impl = build_impl("bfloat16")
-    assert impl.kv_cache_dtype == "bfloat16"
+    assert accepts(subject, "impl", "xpu", "bfloat16"), "rejected kv_cache_dtype='bfloat16' on XPU"
 
 
 # --- c3: CUDA capability errors preserved ---------------------------------------------------------------------
@@ -90,10 +103,9 @@ CUDA_CASES = [
     CUDA_CASES,
     ids=[f"sm{c[0]}{c[1]}-{d}-{'accept' if a else 'reject'}" for c, d, a in CUDA_CASES],
 )
-def test_cuda_capability_rules_kept(capability, kv_cache_dtype, accepted, site, use_platform, build_impl, validator):
+def test_cuda_capability_rules_kept(capability, kv_cache_dtype, accepted, site, subject):
     """On CUDA, fp8 still needs SM89+ and bfloat16 SM80+ (float16 and auto nothing), at both validation sites."""
-    use_platform("cuda", capability)
-    got = _accepts(site, kv_cache_dtype, build_impl, validator)
+    got = accepts(subject, site, "cuda", kv_cache_dtype, capability)
     assert got == accepted, (
         f"{site} on CUDA SM{capability[0]}{capability[1]} with kv_cache_dtype={kv_cache_dtype!r}: "
         f"expected {'accept' if accepted else 'reject'}, got {'accept' if got else 'reject'}"
@@ -105,10 +117,10 @@ def test_cuda_capability_rules_kept(capability, kv_cache_dtype, accepted, site, 
 # capability errors means keeping every one of them, not most of them.
 @pytest.mark.criterion("c3", weight=len(CUDA_CASES))
 @pytest.mark.parametrize("site", SITES)
-def test_cuda_capability_rules_all_kept_per_site(site, use_platform, build_impl, validator):
+def test_cuda_capability_rules_all_kept_per_site(site, subject):
     """One validation site gets every CUDA capability case right: SM89+ for fp8, SM80+ for bf16, fp16 anywhere."""
-    cases = [(f"CUDA SM{c[0]}{c[1]}", lambda c=c: use_platform("cuda", c), d, a) for c, d, a in CUDA_CASES]
-    wrong = _wrong_verdicts(site, cases, build_impl, validator)
+    cases = [(f"CUDA SM{c[0]}{c[1]}", _case(site, "cuda", c, d), a) for c, d, a in CUDA_CASES]
+    wrong = _wrong_verdicts(subject, cases)
     assert not wrong, f"{site} gets {len(wrong)} CUDA case(s) wrong: " + "; ".join(wrong)
 
 
@@ -131,12 +143,9 @@ C4_DTYPES = ["fp8", "bfloat16"]
     OTHER_PLATFORMS,
     ids=[k if c is None else f"{k}-cap{c[0]}{c[1]}" for k, c in OTHER_PLATFORMS],
 )
-def test_non_xpu_without_capability_still_rejected(
-    kind, capability, kv_cache_dtype, site, use_platform, build_impl, validator
-):
+def test_non_xpu_without_capability_still_rejected(kind, capability, kv_cache_dtype, site, subject):
     """Platforms other than XPU without the needed capability (CPU, TPU, out-of-tree, low ROCm) still reject."""
-    use_platform(kind, capability)
-    assert not _accepts(site, kv_cache_dtype, build_impl, validator), (
+    assert not accepts(subject, site, kind, kv_cache_dtype, capability), (
         f"{site} accepted kv_cache_dtype={kv_cache_dtype!r} on {kind} (capability {capability}); "
         "only XPU is exempt from the capability check"
     )
@@ -147,14 +156,11 @@ def test_non_xpu_without_capability_still_rejected(
 # code that crashes on a platform without a capability (for instance reading the missing capability) is wrong.
 @pytest.mark.criterion("c4", weight=len(OTHER_PLATFORMS) * len(C4_DTYPES))
 @pytest.mark.parametrize("site", SITES)
-def test_non_xpu_rejections_all_kept_per_site(site, use_platform, build_impl, validator):
+def test_non_xpu_rejections_all_kept_per_site(site, subject):
     """One validation site rejects fp8 and bf16 on every non-XPU platform that lacks the capability."""
-    cases = [
-        (f"{kind} (capability {cap})", lambda k=kind, c=cap: use_platform(k, c), dtype, False)
-        for kind, cap in OTHER_PLATFORMS
-        for dtype in C4_DTYPES
-    ]
-    wrong = _wrong_verdicts(site, cases, build_impl, validator)
+    cases = [(f"{kind} (capability {cap})", _case(site, kind, cap, dtype), False)
+             for kind, cap in OTHER_PLATFORMS for dtype in C4_DTYPES]
+    wrong = _wrong_verdicts(subject, cases)
     assert not wrong, f"{site} gets {len(wrong)} non-XPU case(s) wrong: " + "; ".join(wrong)
 
 
@@ -163,23 +169,21 @@ def test_non_xpu_rejections_all_kept_per_site(site, use_platform, build_impl, va
 
 @pytest.mark.criterion("c5")
 @pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES + ["bfloat16"])
-def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, use_platform, validator):
+def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, subject):
     """_is_supported_kv_cache_dtype in triton_reshape_and_cache_flash.py accepts fp8 and bf16 on XPU."""
-    use_platform("xpu")
-    assert validator(kv_cache_dtype), (
+    assert accepts(subject, "validator", "xpu", kv_cache_dtype), (
         f"_is_supported_kv_cache_dtype({kv_cache_dtype!r}) is False on XPU: the KV cache store would "
         "reject what the attention backend accepts"
     )
 
 
 @pytest.mark.criterion("c5")
-def test_validation_sites_agree_on_xpu(use_platform, build_impl, validator):
+def test_validation_sites_agree_on_xpu(subject):
     """On XPU the attention backend and the KV cache store validator give the same verdict for every dtype."""
-    use_platform("xpu")
     disagreements = []
     for dtype in FP8_DTYPES + ["bfloat16", "float16", "auto"]:
-        impl_ok = _accepts("impl", dtype, build_impl, validator)
-        store_ok = validator(dtype)
+        impl_ok = accepts(subject, "impl", "xpu", dtype)
+        store_ok = accepts(subject, "validator", "xpu", dtype)
         if impl_ok != store_ok:
             disagreements.append(f"{dtype}: backend {'accepts' if impl_ok else 'rejects'}, "
                                  f"store validator {'accepts' if store_ok else 'rejects'}")

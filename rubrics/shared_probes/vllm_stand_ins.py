@@ -1,17 +1,17 @@
-"""Stand-ins that let the patched vLLM tree import the same way on every machine, for any process that imports it.
+"""Stand-ins that let a vLLM tree import the same way on every machine, in every subject (before any probe runs).
 
 - Compiled extensions: vLLM's CUDA platform imports ``vllm._C_stable_libtorch`` at import time on every machine
   where NVML sees a GPU, also with ``CUDA_VISIBLE_DEVICES=""``. A tree unpacked from the sdist has no compiled
   extensions, so without a stand-in nothing of vLLM imports on a GPU machine.
 - NVML, for CPU-evidence runs: see ``hide_gpus_from_platform_probe``.
 
-Stand-ins are the grader's environment, not the candidate's code: hidden tests never call into them. Used by
-rubrics/conftest.py (pytest processes) and by the hidden tests' own subprocesses (they put rubrics/ on sys.path
-and import this module).
+Stand-ins are the grader's environment, not the candidate's code: probes never call into them. Installed by
+``subject_setup`` (which the subject imports before serving) and by the probes' own subprocesses.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import types
@@ -21,9 +21,13 @@ COMPILED_STAND_INS = ("vllm._C_stable_libtorch",)
 
 
 def install(tree: str | None = None) -> list[str]:
-    """Put an empty module in ``sys.modules`` for each compiled extension the tree (``GRADER_VLLM_TREE`` by
-    default) does not have built; return the names stood in for."""
-    package = Path(tree or os.environ.get("GRADER_VLLM_TREE", "")) / "vllm"
+    """Put an empty module in ``sys.modules`` for each compiled extension the tree (by default the one ``vllm``
+    is found in on ``sys.path``, not imported) does not have built; return the names stood in for."""
+    if tree:
+        package = Path(tree) / "vllm"
+    else:
+        found = importlib.util.find_spec("vllm")
+        package = Path(found.origin).parent if found and found.origin else Path("/nonexistent")
     installed = []
     for name in COMPILED_STAND_INS:
         stem = name.rsplit(".", 1)[1]

@@ -1,7 +1,8 @@
-"""How a hidden-test run is started: a fresh interpreter per run (cold), or a fork of a warm worker.
+"""How a judge process is started: a fresh interpreter per run (cold), or a fork of a warm worker.
 
-Both give each run its own process, process group, environment and ``sys.path``; warm workers only save the
-seconds of importing torch, triton, transformers and the rest before any test runs.
+Both give each judge its own process, process group, environment and ``sys.path``; warm workers only save the
+seconds of importing torch, triton, transformers and the rest before any test runs. The judge's subjects are
+forked by its zygote (``grader.sandbox.zygote``) and inherit those imports too.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
-from grader import contain
 from grader.checkout import BuiltBase, cache_dir
 from grader.rubric import REPO_ROOT, all_base_recipes
 
@@ -36,14 +37,27 @@ print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] !
 """
 
 
-@dataclass
-class Launch:
+# Seconds a judge may run past its deadline to record what timed out before it is killed.
+JUDGE_GRACE_S = 30
+
+
+@dataclass(frozen=True)
+class JudgeRun:
+    """One judge process: pytest's arguments, its environment and path, where its output goes, its time."""
+
     argv: list[str]
     env: dict[str, str]
-    cwd: Path
-    log: Path
+    sys_path: list[str]
+    cwd: str
+    log: str
     timeout: float
-    box: contain.Sandbox | None = None
+
+
+class Launcher(Protocol):
+    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+        """(pytest's exit code or None, whether the judge was killed at its time limit)."""
+
+    def close(self) -> None: ...
 
 
 def base_environment(gpu: bool) -> dict[str, str]:
@@ -62,18 +76,18 @@ def base_environment(gpu: bool) -> dict[str, str]:
 
 
 class ColdLauncher:
-    """One new ``python -m pytest`` process per run: the simple, slow way."""
+    """One new ``python -m grader.sandbox.judge`` process per run: the simple, slow way."""
 
-    def run(self, launch: Launch) -> tuple[int | None, bool]:
-        command = [sys.executable, "-m", "pytest", *launch.argv]
-        if launch.box is not None:
-            return contain.run_contained(command, launch.env, launch.cwd, launch.log, launch.timeout, launch.box)
-        with open(launch.log, "wb") as log:
-            proc = subprocess.Popen(command, cwd=launch.cwd, env=launch.env,
+    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+        request = Path(job.log).with_suffix(".request.json")
+        request.write_text(json.dumps(asdict(job)))
+        command = [sys.executable, "-m", "grader.sandbox.judge", str(request)]
+        with open(job.log, "wb") as log:
+            proc = subprocess.Popen(command, cwd=job.cwd, env=dict(job.env, PYTHONPATH=str(REPO_ROOT)),
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
             try:
-                return proc.wait(timeout=launch.timeout), False
+                return proc.wait(timeout=job.timeout + JUDGE_GRACE_S), False
             except subprocess.TimeoutExpired:
                 return None, True
             finally:
@@ -114,16 +128,15 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> l
 
 class _Server:
     def __init__(self, env: dict[str, str], preimport_file: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "grader.forkserver", str(preimport_file)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "grader.sandbox.forkserver", str(preimport_file)],
                                      cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         hello = self.proc.stdout.readline()
         if not hello or not json.loads(hello).get("ready"):
             raise RuntimeError("warm worker failed to start")
 
-    def run(self, launch: Launch) -> tuple[int | None, bool]:
-        request = {"argv": launch.argv, "env": launch.env, "cwd": str(launch.cwd), "log": str(launch.log),
-                   "timeout": launch.timeout, "contain": launch.box.spec if launch.box else None}
+    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+        request = dict(asdict(job), timeout=job.timeout + JUDGE_GRACE_S)
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
@@ -166,10 +179,10 @@ class WarmPool:
         for _ in range(size):
             self.idle.put(_Server(self.env, self.preimport_file))
 
-    def run(self, launch: Launch) -> tuple[int | None, bool]:
+    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
         server = self.idle.get()
         try:
-            result = server.run(launch)
+            result = server.run(job)
         except (BrokenPipeError, OSError, ValueError):
             # The run took its worker down with it: that run ends here, as a crash, and a new worker takes over.
             server.close()

@@ -1,29 +1,22 @@
-"""Containment for the hidden-test subprocess that runs a candidate's (untrusted) code.
+"""Containment of a subject: the process that runs a candidate's (untrusted) code.
 
 Mechanisms, each probed once and used only where this machine allows it (``describe_containment`` says which):
 
 - resource limits (``resource_limits``): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE and RLIMIT_NPROC;
-- a private, unprivileged user: when the grader runs as root, the child runs as its own uid from
+- a private, unprivileged user: when the grader runs as root, the subject runs as its own uid from
   ``UID_RANGE`` (RLIMIT_NPROC is not enforced for root, and per-candidate uids keep parallel candidates from
   signalling or reading each other); with ``no_new_privs`` so no set-uid program gives root back;
-- a pids cgroup (v1 ``/sys/fs/cgroup/pids`` or a v2 group with the pids controller) capping all tasks of one
-  candidate, threads included, and letting the grader kill every one of them, even those that left the
-  process group with ``setsid``;
-- a network namespace with only its own loopback (up): nothing outside, not even the host's 127.0.0.1;
-- a mount namespace in which the shared writable places (/tmp, /var/tmp, /dev/shm, /run/lock) are private:
-  a fresh tmpfs, or a read-only view where something the run needs (the Python installation, the repository)
-  lies under it; the candidate's scratch folder is bound back writable.
+- a pids cgroup and a memory cgroup capping all tasks of one subject, and letting the grader kill every one of
+  them, even those that left the process group with ``setsid``;
+- its own network namespace (loopback only: no host socket, abstract unix sockets included), IPC namespace (no
+  SysV object or POSIX queue outlives it or reaches another) and PID namespace (it sees only its own processes);
+- its own mount namespace with a private view: the shared writable places (/tmp, /var/tmp, /dev/shm, /run) and
+  every hidden root (the repository, the grader's caches and scratch area) are covered by empty tmpfs mounts, and
+  only what the subject needs is bound back: the interpreter (read-only), the patched tree, its import root and
+  the staged probes (read-only), its own home (writable).
 
-All of it is set up by a tiny launcher (this file run as a script, standard library only, before the real
-command is exec'd), so nothing runs in a ``preexec_fn`` of a threaded parent. The in-process entry ``enter`` is
-the same code for a forked worker.
-
-Usage from grader.run (see ``Sandbox``)::
-
-    box = contain.prepare(scratch, timeout=timeout)
-    proc = subprocess.Popen(box.argv(pytest_command(task)), ..., start_new_session=True)
-    ...
-    box.cleanup()   # kills whatever is left (process group, cgroup, uid) and removes the cgroup
+All of it is applied by ``enter`` in a single-threaded process right before the candidate's code is imported: in
+a subject forked by the zygote, or in the tiny launcher (this file run as a script) for tests.
 """
 
 from __future__ import annotations
@@ -52,7 +45,7 @@ FILE_SIZE_BYTES = 1 << 30
 # Tasks (processes and threads) of one candidate's uid or cgroup: torch and Triton start a few dozen threads.
 MAX_TASKS = 512
 UID_RANGE = range(420_000, 430_000)
-SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 CGROUP_V1_PIDS = Path("/sys/fs/cgroup/pids")
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
@@ -70,9 +63,11 @@ def _default_memory_bytes() -> int:
 MEMORY_BYTES = _default_memory_bytes()
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -128,37 +123,6 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b"\0" * 14))
 
 
-def _private_shared_dirs(libc, keep_writable: list[str], needed: list[str]) -> list[str]:
-    """In a fresh mount namespace: make each shared writable dir private; bind ``keep_writable`` back."""
-    done = []
-    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    done += _expose_needed(libc, needed)
-    for shared in SHARED_WRITABLE:
-        if not os.path.isdir(shared) or os.path.islink(shared):
-            continue
-        inside = [p for p in keep_writable if p == shared or p.startswith(shared.rstrip("/") + "/")]
-        # Hold the folders to bind back before they are covered.
-        held = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in inside]
-        needs_view = any(n == shared or n.startswith(shared.rstrip("/") + "/") for n in needed)
-        target = shared.encode()
-        if needs_view:
-            _check(libc.mount(target, target, None, MS_BIND | MS_REC, None), f"bind {shared}")
-            _check(libc.mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
-                   f"read-only {shared}")
-            done.append(f"{shared} read-only")
-        else:
-            _check(libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=2g"),
-                   f"tmpfs on {shared}")
-            done.append(f"{shared} private tmpfs")
-        for path, fd in held:
-            if not needs_view:
-                os.makedirs(path, mode=0o755, exist_ok=True)
-            _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
-                   f"bind back {path}")
-            os.close(fd)
-    return done
-
-
 def _closed_ancestor(path: str) -> str | None:
     """The outermost folder above ``path`` that others may not traverse (e.g. /root, mode 0700)."""
     parts = Path(path).parts
@@ -172,30 +136,46 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def _expose_needed(libc, needed: list[str]) -> list[str]:
-    """A needed path under a closed folder (pyenv's Python under /root): cover that folder with an empty tmpfs
-    and bind only the needed path back, so the unprivileged child can reach it and nothing else there."""
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _view_roots(hidden: list[str], kept: list[str]) -> list[str]:
+    """The folders to cover: the shared writable places, the hidden roots, and any closed folder above a kept path
+    (pyenv's Python under /root); only the outermost of nested ones."""
+    roots = [d for d in (*SHARED_WRITABLE, *hidden) if os.path.isdir(d) and not os.path.islink(d)]
+    roots += [c for c in map(_closed_ancestor, kept) if c]
+    roots = sorted({os.path.realpath(r) for r in roots}, key=len)
+    return [r for i, r in enumerate(roots) if not any(_under(r, q) for q in roots[:i])]
+
+
+def _private_view(libc, binds: list[list], hidden: list[str]) -> list[str]:
+    """In a fresh mount namespace: cover every root of ``_view_roots`` with an empty tmpfs, then bind back each
+    ``[path, "ro"|"rw"]`` of ``binds`` that lies under one (read-only where asked). Returns what was done."""
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    kept = {}
+    for path, mode in binds:
+        if os.path.exists(path):
+            kept[os.path.realpath(path)] = mode
     done = []
-    groups: dict[str, list[str]] = {}
-    for path in sorted({os.path.realpath(p) for p in needed if os.path.exists(p)}):
-        closed = _closed_ancestor(path)
-        if closed is not None:
-            groups.setdefault(closed, []).append(path)
-    for closed, paths in groups.items():
-        paths = [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
-        held = [(p, os.open(p, os.O_PATH)) for p in paths]
-        _check(libc.mount(b"tmpfs", closed.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"),
-               f"tmpfs on {closed}")
-        for path, fd in held:
+    for root in _view_roots(hidden, list(kept)):
+        inside = sorted((p for p in kept if _under(p, root)), key=len)
+        held = [(p, kept[p], os.open(p, os.O_PATH)) for p in inside]
+        mode = b"mode=1777,size=2g" if root in SHARED_WRITABLE else b"mode=0755,size=64m"
+        _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, mode), f"tmpfs on {root}")
+        for path, access, fd in held:
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.makedirs(path, mode=0o755, exist_ok=True)
             else:
                 os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
                 open(path, "a").close()
-            _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
-                   f"bind back {path}")
+            source = f"/proc/self/fd/{fd}".encode()
+            _check(libc.mount(source, path.encode(), None, MS_BIND | MS_REC, None), f"bind back {path}")
+            if access == "ro":
+                _check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                                  None), f"read-only {path}")
             os.close(fd)
-        done.append(f"{closed} hidden except {', '.join(paths)}")
+        done.append(f"{root} covered" + (f", {len(inside)} path(s) bound back" if inside else ""))
     return done
 
 
@@ -208,12 +188,15 @@ def drop_privileges(uid: int, gid: int | None = None) -> None:
 
 
 def enter(spec: dict) -> None:
-    """Apply a ``Sandbox`` spec to the current (single-threaded) process. Raises on any failure: the caller
-    must not run the untrusted command then."""
+    """Apply a ``Sandbox`` spec to the current (single-threaded) process. Raises on any failure: the caller must
+    not run the untrusted code then. With a PID namespace the calling process stays outside as a waiter and only
+    its child, the namespace's first process, returns from here."""
     resource_limits(spec["cpu_s"], spec["as_bytes"], spec["fsize_bytes"], spec.get("nproc"))()
     join_cgroup(spec.get("cgroup"), spec.get("memory_cgroup"))
     libc = _libc()
-    flags = (CLONE_NEWNET if spec.get("net") else 0) | (CLONE_NEWNS if spec.get("private_tmp") else 0)
+    private_view = bool(spec.get("private_tmp"))
+    flags = ((CLONE_NEWNET if spec.get("net") else 0) | (CLONE_NEWNS if private_view else 0)
+             | (CLONE_NEWIPC if spec.get("ipc") else 0) | (CLONE_NEWPID if spec.get("pid") else 0))
     if flags and os.geteuid() != 0:
         uid, gid = os.geteuid(), os.getegid()
         _check(libc.unshare(CLONE_NEWUSER | flags), "unshare")
@@ -224,10 +207,64 @@ def enter(spec: dict) -> None:
         _check(libc.unshare(flags), "unshare")
     if spec.get("net"):
         _loopback_up()
-    if spec.get("private_tmp"):
-        _private_shared_dirs(libc, spec.get("writable", []), spec.get("needed", []))
+    if private_view:
+        _private_view(libc, spec.get("binds", []), spec.get("hidden", []))
+    if spec.get("pid"):
+        _become_pid_namespace_init(libc, private_view)
     if spec.get("uid") is not None:
         drop_privileges(spec["uid"])
+
+
+def _become_pid_namespace_init(libc, own_proc: bool) -> None:
+    """Fork into the new PID namespace; the parent waits there and exits with the child's status."""
+    child = os.fork()
+    if child:
+        for fd in range(3, 1 << 10):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _, status = os.waitpid(child, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    if own_proc:
+        # A /proc of this namespace: the subject sees its own processes, not the host's.
+        _check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+
+
+def kill_contained(spec: dict | None) -> None:
+    """SIGKILL every process of a sandbox spec's uid and cgroups (the subject and anything it started)."""
+    if not spec:
+        return
+    for _ in range(50):
+        pids = _pids_of(spec) - {os.getpid()}
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+
+
+def _pids_of(spec: dict) -> set[int]:
+    found = set()
+    for group in (spec.get("cgroup"), spec.get("memory_cgroup")):
+        if group:
+            try:
+                found |= {int(p) for p in Path(group, "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+    uid = spec.get("uid")
+    if uid is not None:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        found.add(int(entry.name))
+                except OSError:
+                    pass
+    return found
 
 
 def _launcher_main(argv: list[str]) -> None:
@@ -257,6 +294,8 @@ class Capabilities:
     cgroup: str | None
     cgroup_reason: str
     nproc_enforced: bool
+    ipc_pid: bool = False
+    ipc_pid_reason: str = ""
     memory_cgroup: str | None = None
     memory_reason: str = ""
     notes: list[str] = field(default_factory=list)
@@ -306,17 +345,20 @@ def probe(refresh: bool = False) -> Capabilities:
             return _PROBED
         is_root = os.geteuid() == 0
         base = {"cpu_s": 30, "as_bytes": ADDRESS_SPACE_BYTES, "fsize_bytes": FILE_SIZE_BYTES, "nproc": None}
-        net, net_reason = _try({**base, "net": True}, [sys.executable, "-S", "-c", "pass"])
+        trivial = [sys.executable, "-S", "-c", "pass"]
+        view = {"private_tmp": True, "binds": [[p, "ro"] for p in interpreter_paths()], "hidden": []}
+        net, net_reason = _try({**base, "net": True}, trivial)
         net_reason = "own network namespace, loopback only" if net else f"unavailable: {net_reason}"
-        tmp, tmp_reason = _try({**base, "private_tmp": True, "needed": _needed_paths(), "writable": []},
-                               [sys.executable, "-S", "-c", "pass"])
-        tmp_reason = "own mount namespace, private /tmp, /var/tmp, /dev/shm" if tmp else f"unavailable: {tmp_reason}"
+        tmp, tmp_reason = _try({**base, **view}, trivial)
+        tmp_reason = ("own mount namespace: private /tmp, /var/tmp, /dev/shm, /run; repository, caches and other "
+                      "candidates' trees hidden" if tmp else f"unavailable: {tmp_reason}")
+        ipc_pid, ipc_pid_reason = _try({**base, **(view if tmp else {}), "ipc": True, "pid": True}, trivial)
+        ipc_pid_reason = ("own IPC and PID namespaces" if ipc_pid else f"unavailable: {ipc_pid_reason}")
         if is_root:
-            drop, drop_reason = _try({**base, "uid": UID_RANGE[0], "private_tmp": tmp, "needed": _needed_paths(),
-                                      "writable": []}, [sys.executable, "-S", "-c", "pass"])
+            drop, drop_reason = _try({**base, **(view if tmp else {}), "uid": UID_RANGE[0]}, trivial)
             drop_reason = "runs as a per-candidate unprivileged uid" if drop else f"setuid failed: {drop_reason}"
         else:
-            drop, drop_reason = False, f"the grader is not root (uid {os.geteuid()}): the child keeps this uid"
+            drop, drop_reason = False, f"the grader is not root (uid {os.geteuid()}): the subject keeps this uid"
         parent, cg_reason = _cgroup_parent()
         cgroup = None
         if parent is not None:
@@ -329,7 +371,7 @@ def probe(refresh: bool = False) -> Capabilities:
             except OSError as exc:
                 cg_reason = f"cannot make a pids cgroup under {parent}: {exc}"
         caps = Capabilities(is_root, drop, drop_reason, net, net_reason, tmp, tmp_reason, cgroup, cg_reason,
-                            nproc_enforced=drop or not is_root)
+                            nproc_enforced=drop or not is_root, ipc_pid=ipc_pid, ipc_pid_reason=ipc_pid_reason)
         caps.memory_cgroup, caps.memory_reason = _probe_memory_cgroup()
         if is_root and not drop:
             caps.notes.append("running as root without a uid to drop to: RLIMIT_NPROC is not enforced")
@@ -355,25 +397,10 @@ def _probe_memory_cgroup() -> tuple[str | None, str]:
     return str(parent), "memory cgroup (v1)"
 
 
-def _needed_paths() -> list[str]:
-    """What the child reads that may live under a shared writable folder (kept as a read-only view)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1]),
-             str(Path(__file__).resolve().parents[1])}
-    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        if entry:
-            paths.add(entry)
-    return sorted(paths)
-
-
-def isolation_prefix() -> tuple[list[str], str]:
-    """The simplest network isolation, as an argv prefix, with the reason: ``unshare --net`` as root,
-    ``unshare -rn`` otherwise, or [] where the OS does not allow it. (``Sandbox.argv`` does more.)"""
-    argv = ["unshare", "--net", "--"] if os.geteuid() == 0 else ["unshare", "-rn", "--"]
-    try:
-        ok = subprocess.run(argv + ["true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"no network isolation: {exc}"
-    return (argv, "own network namespace") if ok else ([], "no network isolation: unshare --net is refused here")
+def interpreter_paths() -> list[str]:
+    """The Python installation and environment a subject needs (bound back read-only into its view)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
+    return sorted(os.path.realpath(p) for p in paths)
 
 
 def _allocate_uid() -> int:
@@ -383,7 +410,7 @@ def _allocate_uid() -> int:
 
 @dataclass
 class Sandbox:
-    """One candidate's containment: build the command with ``argv``, call ``cleanup`` when the run ends."""
+    """One subject's containment, as a spec ``enter`` applies; call ``cleanup`` when the run ends."""
 
     spec: dict
     caps: Capabilities
@@ -391,50 +418,20 @@ class Sandbox:
     memory_cgroup_path: Path | None = None
 
     def argv(self, command: list[str]) -> list[str]:
+        """The launcher command line that contains itself with this spec, then execs ``command`` (for tests)."""
         return _launcher_argv(self.spec) + list(command)
 
-    def enter(self) -> None:
-        """For a forked worker: contain the current process (single-threaded, still root) instead of ``argv``."""
-        enter(self.spec)
-
     def pids(self) -> set[int]:
-        found = set()
-        for group in (self.cgroup_path, self.memory_cgroup_path):
-            if group is not None:
-                try:
-                    found |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
-                except OSError:
-                    pass
-        uid = self.spec.get("uid")
-        if uid is not None:
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    try:
-                        if entry.stat().st_uid == uid:
-                            found.add(int(entry.name))
-                    except OSError:
-                        pass
-        return found
+        return _pids_of(self.spec)
 
-    def cleanup(self, pgid: int | None = None) -> int:
-        """Kill everything the candidate left: its process group, its cgroup, its uid. Returns how many."""
-        killed = 0
+    def cleanup(self, pgid: int | None = None) -> None:
+        """Kill everything the subject left: its process group, its cgroups, its uid; remove the cgroups."""
         if pgid is not None:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for _ in range(50):  # a fork loop may still be spawning: repeat until nothing is left
-            pids = self.pids() - {os.getpid()}
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.05)
+        kill_contained(self.spec)
         for group in (self.cgroup_path, self.memory_cgroup_path):
             for _ in range(100 if group is not None else 0):
                 try:
@@ -444,57 +441,61 @@ class Sandbox:
                     if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
                         break
                     time.sleep(0.05)
-        return killed
-
-    def describe(self) -> dict:
-        return describe_containment(self)
 
 
-def prepare(scratch: Path, writable: list[Path] | None = None, cpu_s: int = CPU_SECONDS,
+def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), cpu_s: int = CPU_SECONDS,
             as_bytes: int = ADDRESS_SPACE_BYTES, fsize_bytes: int = FILE_SIZE_BYTES,
-            max_tasks: int = MAX_TASKS, memory_bytes: int = MEMORY_BYTES, net: bool = True, private_tmp: bool = True,
-            drop_uid: bool = True) -> Sandbox:
-    """Set up one candidate's containment around ``scratch`` (the folder holding its tree, HOME, evidence).
-
-    When a uid is dropped to: ``scratch`` and the tree become traversable/readable by it, and ``scratch/home``
-    plus every file or folder directly in ``scratch`` named in ``writable`` (the evidence file) become its own.
-    Everything else stays root's: the tree itself is read-only to the candidate."""
+            max_tasks: int = MAX_TASKS, memory_bytes: int | None = None, net: bool = True,
+            private_tmp: bool = True, drop_uid: bool = True) -> Sandbox:
+    """One subject's containment. ``home`` becomes the subject's own (writable) folder; ``visible`` paths are
+    bound back read-only into its view; every ``hidden`` root is covered. Where a uid is dropped to, ``home`` is
+    chowned to it and each visible path made readable; everything else stays root's."""
     caps = probe()
-    scratch = Path(scratch)
-    spec: dict = {"memory_bytes": memory_bytes, "cpu_s": cpu_s, "as_bytes": as_bytes, "fsize_bytes": fsize_bytes, "nproc": None,
-                  "net": net and caps.net, "private_tmp": private_tmp and caps.private_tmp,
-                  "writable": [str(scratch)], "needed": _needed_paths()}
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    view = private_tmp and caps.private_tmp
+    binds = [[p, "ro"] for p in interpreter_paths()] + [[str(v), "ro"] for v in visible] + [[str(home), "rw"]]
+    spec: dict = {"memory_bytes": memory_bytes or MEMORY_BYTES, "cpu_s": cpu_s, "as_bytes": as_bytes,
+                  "fsize_bytes": fsize_bytes, "nproc": None, "net": net and caps.net, "private_tmp": view,
+                  "ipc": caps.ipc_pid, "pid": caps.ipc_pid and view, "binds": binds,
+                  "hidden": sorted({str(Path(h)) for h in hidden})}
     if drop_uid and caps.drop_uid:
-        # The uid probe ran with the private mounts (they expose a Python under a closed /root): keep them.
-        spec["private_tmp"] = caps.private_tmp
         uid = _allocate_uid()
         spec["uid"] = uid
         spec["nproc"] = max_tasks
-        os.chmod(scratch, 0o711)
-        home = scratch / "home"
-        home.mkdir(exist_ok=True)
-        for path in [home, *(writable or [])]:
-            _chown_tree(Path(path), uid)
-        for child in scratch.iterdir():
-            if child.is_dir() and child.name.startswith("tree-"):
-                os.chmod(child, 0o755)
+        _chown_tree(home, uid)
+        for path in [home, *visible]:
+            _open_to_others(Path(path))
     elif not caps.is_root:
         spec["nproc"] = max_tasks
     box = Sandbox(spec, caps)
-    name = f"grader-{os.getpid()}-{scratch.name}"
+    name = f"grader-{os.getpid()}-{home.parent.name}-{home.name}"
     if caps.cgroup:
         box.cgroup_path = _new_cgroup(Path(caps.cgroup) / name, "pids.max", max_tasks)
         if box.cgroup_path is not None:
             spec["cgroup"] = str(box.cgroup_path)
     if caps.memory_cgroup:
-        box.memory_cgroup_path = _new_cgroup(Path(caps.memory_cgroup) / name, "memory.limit_in_bytes", memory_bytes)
+        box.memory_cgroup_path = _new_cgroup(Path(caps.memory_cgroup) / name, "memory.limit_in_bytes",
+                                             spec["memory_bytes"])
         if box.memory_cgroup_path is not None:
             spec["memory_cgroup"] = str(box.memory_cgroup_path)
     return box
 
 
+def _open_to_others(path: Path) -> None:
+    """Let another uid reach ``path``: traversable parents up to the scratch area, readable folders."""
+    for parent in path.parents:
+        if parent == parent.parent or str(parent) in ("/tmp", "/dev/shm", "/var/tmp"):
+            break
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            os.chmod(parent, (mode & 0o7777) | 0o011)
+    if path.is_dir() and not path.is_symlink():
+        os.chmod(path, (path.stat().st_mode & 0o7777) | 0o055)
+
+
 def _new_cgroup(group: Path, limit_file: str, limit: int) -> Path | None:
-    """Create one candidate's cgroup with its limit; None where this machine refuses (containment goes on without)."""
+    """Create one subject's cgroup with its limit; None where this machine refuses (containment goes on without)."""
     try:
         group.mkdir()
         (group / limit_file).write_text(str(limit))
@@ -511,13 +512,15 @@ def _chown_tree(path: Path, uid: int) -> None:
 
 
 def describe_containment(box: Sandbox | None = None) -> dict:
-    """Plain facts on what contains a candidate's run, for run info and reports."""
+    """Plain facts on what contains a subject, for run info and reports."""
     caps = box.caps if box is not None else probe()
     spec = box.spec if box is not None else {}
     limits = {"cpu_s": spec.get("cpu_s", CPU_SECONDS), "address_space_bytes": spec.get("as_bytes", ADDRESS_SPACE_BYTES),
               "file_size_bytes": spec.get("fsize_bytes", FILE_SIZE_BYTES)}
     return {
         "limits": limits,
+        "process": "the candidate's code runs only in a subject process; pytest and every assertion run in a "
+                   "judge process that never imports it",
         "user": caps.drop_uid_reason,
         "tasks": (f"at most {MAX_TASKS} tasks (RLIMIT_NPROC of its own uid)" if caps.nproc_enforced
                   else "RLIMIT_NPROC not enforced (root)")
@@ -525,7 +528,8 @@ def describe_containment(box: Sandbox | None = None) -> dict:
         "memory": (f"{caps.memory_reason}, at most {spec.get('memory_bytes', MEMORY_BYTES)} bytes"
                    if caps.memory_cgroup else caps.memory_reason),
         "network": caps.net_reason,
-        "filesystem": caps.private_tmp_reason + ("; tree and repository read-only to the candidate"
+        "namespaces": caps.ipc_pid_reason,
+        "filesystem": caps.private_tmp_reason + ("; tree read-only to the candidate"
                                                  if caps.drop_uid else "; no write protection (same uid)"),
         "notes": list(caps.notes),
     }
@@ -533,22 +537,8 @@ def describe_containment(box: Sandbox | None = None) -> dict:
 
 def summary_line(box: Sandbox | None = None) -> str:
     d = describe_containment(box)
-    return "; ".join([d["user"], d["tasks"], d["memory"], d["network"], d["filesystem"]])
-
-
-def run_contained(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float,
-                  box: Sandbox) -> tuple[int | None, bool]:
-    """What ``ColdLauncher.run`` does, inside ``box``: (returncode, timed_out); everything left is killed."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(box.argv(command), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout), False
-        except subprocess.TimeoutExpired:
-            return None, True
-        finally:
-            box.cleanup(proc.pid)
-            proc.wait()
+    return "; ".join([d["process"], d["user"], d["tasks"], d["memory"], d["network"], d["namespaces"],
+                      d["filesystem"]])
 
 
 if __name__ == "__main__":

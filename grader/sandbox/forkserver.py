@@ -1,10 +1,9 @@
-"""A warm worker: imports the heavy third-party modules once, then forks a fresh child per hidden-test run.
+"""A warm worker: imports the heavy third-party modules once, then forks a fresh judge per hidden-test run.
 
-Run as ``python -m grader.forkserver PREIMPORT_FILE``. Requests arrive as JSON lines on stdin
-(``argv``, ``env``, ``cwd``, ``log``, ``timeout``); each is run by a forked child that takes the request's
-environment and ``sys.path``, becomes its own process group and session, and calls ``pytest.main``. Only the
-child ever imports vLLM, so every candidate's code is imported fresh, in a process of its own. The answer is a
-JSON line with ``returncode`` and ``timed_out``.
+Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE``. Requests arrive as JSON lines on stdin (the fields
+of ``launch.JudgeRun``); each is run by a forked child that becomes its own session and runs the judge
+(``grader.sandbox.judge.run``), whose zygote forks the subjects. Neither this server nor any judge imports vLLM:
+only subjects do, each in a process of its own. The answer is a JSON line with ``returncode`` and ``timed_out``.
 """
 
 from __future__ import annotations
@@ -30,34 +29,20 @@ def preimport(names: list[str]) -> int:
     return loaded
 
 
-def _become_child(request: dict) -> None:
-    os.setsid()
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    if request.get("contain"):
-        from grader.contain import enter
-
-        enter(request["contain"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    # Modules imported by the server cached values derived from its own environment; reset those we know of.
-    tempfile.tempdir = None
-    os.chdir(request["cwd"])
-    front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:0] = front
-    sys.argv = ["pytest", *request["argv"]]
-
-
 def _run_child(request: dict) -> None:
     code = 3
     try:
-        _become_child(request)
-        import pytest
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        # Modules imported by the server cached values derived from its own environment; reset those we know of.
+        tempfile.tempdir = None
+        from grader.sandbox.judge import run
 
-        code = int(pytest.main(request["argv"]))
+        code = run(request)
     except BaseException:  # noqa: BLE001 - the child reports, never returns into the server loop
         import traceback
 

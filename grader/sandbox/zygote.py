@@ -1,0 +1,117 @@
+"""The zygote: forked by the judge before it loads any hidden test, it forks one sandboxed subject per request.
+
+Forking from the judge itself would hand each subject a copy of the judge's memory (expectations, the secret
+seed, pytest's state); the zygote was forked while the judge held none of that, so its children inherit only the
+third-party modules already imported (torch, Triton, ... on a warm worker). It answers each spawn request with
+the subject's process id and, passed as a file descriptor, the judge's end of a fresh socket pair.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+
+# Imported here, while the repository is still visible: a subject's view hides it.
+from grader.sandbox import contain, subject
+
+SPAWN_MESSAGE_CAP = 1 << 20
+
+
+def start() -> tuple[socket.socket, int]:
+    """Fork the zygote; returns the judge's control socket and the zygote's pid."""
+    judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        judge_end.close()
+        try:
+            _serve(zygote_end)
+        finally:
+            os._exit(0)
+    zygote_end.close()
+    return judge_end, pid
+
+
+def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
+    """Ask the zygote for a subject built from ``spec``: (its pid, the judge's end of its channel)."""
+    data = json.dumps(spec).encode()
+    control.sendall(len(data).to_bytes(4, "big") + data)
+    message, fds, _flags, _addr = socket.recv_fds(control, 4096, 1)
+    if not message or not fds:
+        raise OSError("the zygote did not answer a spawn request")
+    return json.loads(message)["pid"], socket.socket(fileno=fds[0])
+
+
+def _serve(control: socket.socket) -> None:
+    # Subjects are reaped by the kernel: the zygote never waits on them, the judge kills them by pid and uid.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while True:
+        head = _read(control, 4)
+        if head is None:
+            return
+        size = int.from_bytes(head, "big")
+        body = _read(control, size) if size <= SPAWN_MESSAGE_CAP else None
+        if body is None:
+            return
+        spec = json.loads(body)
+        judge_side, subject_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            judge_side.close()
+            _become_subject(spec, subject_side)
+        subject_side.close()
+        socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
+        judge_side.close()
+
+
+def _read(sock: socket.socket, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+CHANNEL_FD = 3
+
+
+def _become_subject(spec: dict, channel: socket.socket) -> None:
+    """In the forked child: own session, only the channel and the log open, contained, then serve probes."""
+    code = 0
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.dup2(channel.fileno(), CHANNEL_FD)
+        os.closerange(CHANNEL_FD + 1, 1 << 16)
+        sock = socket.socket(fileno=CHANNEL_FD)
+        if spec.get("box"):
+            contain.enter(spec["box"])
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        tempfile.tempdir = None
+        os.chdir(spec["cwd"])
+        # Only the interpreter's own folders stay on the path, behind the patched tree and the probes.
+        keep = [p for p in sys.path if p and p.startswith(tuple(spec["interpreter_paths"]))]
+        sys.path[:] = [*spec["sys_path"], *keep]
+        subject.serve(sock)
+    except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
+        try:
+            os.write(2, f"subject failed to start: {type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
+        code = 125
+    finally:
+        os._exit(code)

@@ -1,0 +1,55 @@
+"""Helpers for probes: functions that run in a subject, next to the candidate's code, and return plain data.
+
+A probe installs what it needs (fakes, spies), runs the code under test on the arguments the judge gave, and
+returns observations: values, dtypes, tensors, the type and message of what was raised. It never decides
+whether an observation is right; the judge does. Whatever a probe installs it undoes, so that the next probe in
+the same subject starts clean.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+
+class Patches:
+    """``setattr`` that remembers the old values and puts them back on ``undo`` (last in, first out)."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[object, str, object]] = []
+
+    def set(self, target, name: str, value) -> None:
+        self._undo.append((target, name, target.__dict__.get(name, self._MISSING)
+                           if hasattr(target, "__dict__") else getattr(target, name, self._MISSING)))
+        setattr(target, name, value)
+
+    def undo(self) -> None:
+        while self._undo:
+            target, name, old = self._undo.pop()
+            if old is self._MISSING:
+                try:
+                    delattr(target, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(target, name, old)
+
+    def __enter__(self) -> "Patches":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.undo()
+
+
+def outcome_of(function, *args, **kwargs) -> dict:
+    """``{"returned": value}``, or ``{"raised": type name, "message": text}``: an exception is an observation."""
+    try:
+        return {"returned": function(*args, **kwargs)}
+    except Exception as exc:  # noqa: BLE001 - the judge decides what each exception means
+        return {"raised": type(exc).__name__, "message": str(exc)[:2000]}
+
+
+def import_module(name: str):
+    """Import a module of the tree under test; its import errors propagate (they fail the probe)."""
+    return importlib.import_module(name)

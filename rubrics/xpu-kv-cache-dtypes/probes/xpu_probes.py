@@ -1,0 +1,88 @@
+"""Probes for xpu-kv-cache-dtypes, run in the subject: what each validation site does on a faked platform.
+
+Each fake is a real subclass of vLLM's ``Platform`` with only ``_enum`` (and a device capability) set, so
+``is_xpu``, ``is_cuda``, ``is_cuda_alike``, ``is_rocm``, ``is_cpu``, ``is_tpu`` and ``is_out_of_tree`` all answer
+consistently from one enum, whichever of them a candidate gates on. The probe reports what happened (the
+constructed backend's dtype, the validator's answer, or what was raised); the judge decides what is right.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from probe_support import Patches, import_module, outcome_of
+
+ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"
+CACHE_MODULE = "vllm.v1.attention.ops.triton_reshape_and_cache_flash"
+
+# kind -> (PlatformEnum member name, device_name, device_type, label used as the device's name)
+KINDS = {
+    "cuda": ("CUDA", "cuda", "cuda", "Fake NVIDIA GPU"),
+    "rocm": ("ROCM", "rocm", "cuda", "Fake AMD GPU"),
+    "xpu": ("XPU", "xpu", "xpu", "Fake Intel Arc B580"),
+    "cpu": ("CPU", "cpu", "cpu", "Fake CPU"),
+    "tpu": ("TPU", "tpu", "tpu", "Fake TPU v5e"),
+    "oot": ("OOT", "oot", "oot", "Fake out-of-tree device"),
+}
+
+
+def _make_platform(kind: str, capability):
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    enum_name, device_name, device_type, label = KINDS[kind]
+    cap = None if capability is None else DeviceCapability(major=capability[0], minor=capability[1])
+
+    def get_device_capability(cls, device_id: int = 0):
+        return cap
+
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return label
+
+    attrs = {"_enum": getattr(PlatformEnum, enum_name), "device_name": device_name, "device_type": device_type,
+             "get_device_capability": classmethod(get_device_capability),
+             "get_device_name": classmethod(get_device_name)}
+    return type(f"Fake{enum_name.title()}Platform", (Platform,), attrs)()
+
+
+def _install(patches: Patches, replaced: list, modules, kind: str, capability) -> None:
+    """Make a fake platform ``current_platform`` everywhere vLLM code can see it (also where a module still holds
+    a fake installed earlier in this probe)."""
+    import vllm.platforms as vp
+
+    fake = _make_platform(kind, capability)
+    patches.set(vp, "_current_platform", fake)
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "vllm" or name.startswith("vllm.")):
+            continue
+        held = getattr(mod, "__dict__", {}).get("current_platform")
+        if any(held is earlier for earlier in replaced):
+            patches.set(mod, "current_platform", fake)
+    replaced.append(fake)
+    for mod in modules:
+        patches.set(mod, "current_platform", fake)
+
+
+def _construct(attn_mod, kv_cache_dtype: str):
+    impl = attn_mod.TritonAttentionImpl(num_heads=4, head_size=64, scale=0.125, num_kv_heads=4, alibi_slopes=None,
+                                        sliding_window=None, kv_cache_dtype=kv_cache_dtype)
+    return impl.kv_cache_dtype
+
+
+def site_outcomes(cases: list[dict]) -> list[dict]:
+    """For each ``{"site": "impl"|"validator", "platform": kind, "capability": [major, minor] | None, "dtype"}``:
+    what the site did there: ``{"returned": the backend's kv_cache_dtype | the validator's bool}`` or
+    ``{"raised": type, "message": text}``."""
+    import vllm.platforms as vp
+
+    modules = (import_module(ATTN_MODULE), import_module(CACHE_MODULE))
+    results = []
+    with Patches() as patches:
+        replaced = [vp.current_platform]
+        for case in cases:
+            capability = tuple(case["capability"]) if case.get("capability") else None
+            _install(patches, replaced, modules, case["platform"], capability)
+            if case["site"] == "impl":
+                results.append(outcome_of(_construct, modules[0], case["dtype"]))
+            else:
+                results.append(outcome_of(lambda d: bool(modules[1]._is_supported_kv_cache_dtype(d)), case["dtype"]))
+    return results
