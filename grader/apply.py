@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from grader.checkout import BuiltBase
-from grader.diffparse import DIFF_GIT, FileSection, _is_header_only_change, _strip_prefix, parse_sections, render
+from grader.checkout import BuiltBase, cache_dir
+from grader.diffparse import FileSection, is_header_only_change, parse_sections, render
 from grader.records import ApplyReport, FileReport, HunkReport
+from grader.rubric import REPO_ROOT
+from grader.sandbox.tooling import run_tool
 
 MAX_DIFF_BYTES = 1 << 20
-RENAME_KEYS = ("rename from ", "rename to ", "copy from ", "copy to ")
 # Files that execute or configure on their own when a tree is on sys.path or is pytest's root.
 SELF_EXECUTING_NAMES = {"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", "tox.ini"}
+# The only file modes a candidate may write: a regular file, executable or not (parsed as octal, as git does).
+ALLOWED_MODES = {0o100644, 0o100755}
+MODE_NAMES = {0o120000: "a symbolic link", 0o160000: "a gitlink (submodule)", 0o040000: "a directory"}
 METHODS = (
     ("git apply", ["git", "apply", "-v", "--whitespace=nowarn"]),
     ("git apply -C1 --recount", ["git", "apply", "-v", "--whitespace=nowarn", "-C1", "--recount"]),
@@ -28,58 +33,59 @@ METHODS = (
                         "--reject-file=-", "--verbose"]),
 )
 HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
-FILE_LINE = re.compile(r"^(?:Checking patch|patching file|Applied patch|Applying patch) (?:%s)?(\S+?)(?:\.\.\.| cleanly\.| with \d+ reject)?$" % "")
+# git's identity of the applied tree is computed with stat checks that survive a copy (mtime and size only).
+GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false"]
 
 
 class UnsafeDiff(Exception):
     """The diff must not be applied at all."""
 
 
-@dataclass
-class Workspace:
-    """A patched worktree and the import root that exposes only its ``vllm`` package."""
+def hidden_roots() -> list[Path]:
+    """What no tool run over a diff and no subject may see: the repository (reference fixes, candidates, hidden
+    tests), the grader's caches (bases, evidence, the judge secret) and the scratch area (other candidates' trees,
+    judge folders), and the grader's home."""
+    return [REPO_ROOT, cache_dir(), scratch_root(), Path.home()]
 
-    tree: Path
-    import_root: Path
-    scratch: Path
+
+def _check_path(path: str) -> None:
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
+        raise UnsafeDiff(f"path {path!r} points outside the tree")
+    if any(ord(ch) < 32 or ch == "\x7f" for ch in path):
+        raise UnsafeDiff(f"path {path!r} contains control characters")
+    if any(part.lower() == ".git" for part in pure.parts):
+        raise UnsafeDiff(f"path {path!r} writes into git metadata")
 
 
 def check_safety(diff: str, sections: list[FileSection]) -> None:
-    """Reject oversized, binary and path-escaping diffs before anything touches a tree."""
+    """Reject oversized, binary and path-escaping diffs, and any mode but a regular file's, before anything
+    touches a tree. Names are checked as git decodes them (C-quoted names, copy and rename sources)."""
     if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
         raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
     if "GIT binary patch" in diff or re.search(r"^Binary files .* differ\r?$", diff, re.M):
         raise UnsafeDiff("binary patches are not accepted")
     for section in sections:
+        if section.header_error:
+            raise UnsafeDiff(f"{section.path or 'a file header'}: {section.header_error}")
         for path in _named_paths(section):
-            pure = PurePosixPath(path)
-            if pure.is_absolute() or ".." in pure.parts or path.startswith("~"):
-                raise UnsafeDiff(f"path {path!r} points outside the tree")
-            if any(ord(ch) < 32 or ch == "\x7f" for ch in path):
-                raise UnsafeDiff(f"path {path!r} contains control characters")
-            if any(part.lower() == ".git" for part in pure.parts):
-                raise UnsafeDiff(f"path {path!r} writes into git metadata")
-        if any(line.startswith(("new file mode 120000", "new mode 120000")) for line in section.header):
-            raise UnsafeDiff(f"{section.path}: symbolic links are not accepted")
+            _check_path(path)
+        for text in section.modes:
+            mode = int(text, 8) if text and all(c in "01234567" for c in text) else None
+            if mode not in ALLOWED_MODES:
+                what = MODE_NAMES.get(mode & 0o170000 if mode is not None else -1, f"mode {text!r}")
+                raise UnsafeDiff(f"{section.path}: {what} is not accepted (only regular files)")
 
 
 def _named_paths(section: FileSection) -> list[str]:
-    """Every path a section names: the ``diff --git`` pair, ---/+++ and rename/copy lines (tools differ in which
-    they use, so all of them must be safe)."""
-    paths = [section.old_path, section.new_path]
-    for line in section.header:
-        if git_header := DIFF_GIT.match(line):
-            paths += [_strip_prefix(git_header.group(1)), _strip_prefix(git_header.group(2))]
-        elif line.startswith(("--- ", "+++ ")):
-            paths.append(_strip_prefix(line[4:]))
-        elif line.startswith(RENAME_KEYS):
-            paths.append(line.split(" ", 2)[2])
+    """Every path a section names, decoded (tools differ in which lines they use, so all of them must be safe)."""
+    paths = [section.old_path, section.new_path, *section.named]
     return [p for p in dict.fromkeys(paths) if p not in (None, "", "/dev/null")]
 
 
 def _is_cut_header(section: FileSection) -> bool:
     """A preview cut inside a file header: no hunk and no header-only change (mode, rename, empty file)."""
-    return not section.hunks and not _is_header_only_change(section)
+    return not section.hunks and not is_header_only_change(section)
 
 
 def _escapes_tree(tree: Path, rel: str) -> bool:
@@ -90,6 +96,10 @@ def _escapes_tree(tree: Path, rel: str) -> bool:
 def _is_self_executing(path: str) -> bool:
     name = PurePosixPath(path).name
     return name in SELF_EXECUTING_NAMES or name.endswith(".pth")
+
+
+def _touches_self_executing(section: FileSection) -> bool:
+    return any(_is_self_executing(p) for p in _named_paths(section))
 
 
 def _change_of(section: FileSection) -> str:
@@ -114,12 +124,21 @@ def scratch_root() -> Path:
 
 
 def make_tree(base: BuiltBase, parent: Path) -> Path:
-    """A private copy of the base's files (not its git data), so nothing a candidate does reaches the base."""
+    """A private copy of the base's files (not its git data), so nothing a candidate does reaches the base.
+
+    Its repository of its own keeps git apply from resolving paths against an enclosing one; it borrows the
+    base's objects (alternates) and index, and its HEAD is the base's commit, so what was applied can be
+    listed and identified in milliseconds (``applied_tree``)."""
     tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
+    os.chmod(tree, 0o755)
     entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
     subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], check=True, capture_output=True)
-    # An empty repository of its own keeps git apply from resolving paths against an enclosing one.
     subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
+    base_git = base.path / ".git"
+    if (base_git / "objects").is_dir() and (base_git / "index").is_file():
+        (tree / ".git" / "objects" / "info" / "alternates").write_text(str(base_git / "objects") + "\n")
+        (tree / ".git" / "index").write_bytes((base_git / "index").read_bytes())
+        subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], check=True, capture_output=True)
     return tree
 
 
@@ -133,12 +152,46 @@ def make_import_root(tree: Path, scratch: Path) -> Path:
     return root
 
 
-def _run_method(argv: list[str], patch_text: str, tree: Path) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(argv, input=patch_text, text=True, capture_output=True, cwd=tree, timeout=120)
-    except subprocess.TimeoutExpired:
-        return False, f"error: {argv[0]} timed out after 120 s"
-    return proc.returncode == 0, proc.stdout + proc.stderr
+def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool) -> tuple[bool, str]:
+    """One apply tool over the tree, as an unprivileged user that sees only the tree."""
+    code, output = run_tool(argv, tree, patch_text, hidden_roots(), contained=contained)
+    return code == 0, output
+
+
+def applied_tree(tree: Path) -> tuple[str, list[tuple[int, str, str]]]:
+    """The applied tree's identity (git's tree hash of every file in it) and what differs from the base:
+    (new mode, status letter, path) per changed path, as git sees the files, not as any parser read the diff."""
+    def git(*args: str) -> str:
+        return subprocess.run([*GIT_IDENTITY, *args], cwd=tree, check=True, capture_output=True,
+                              text=True).stdout
+
+    git("add", "-A", "-f", ".")
+    identity = git("write-tree").strip()
+    head = subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=tree, capture_output=True,
+                          text=True).stdout.strip()
+    against = head or git("hash-object", "-t", "tree", "/dev/null").strip()
+    parts = git("diff-index", "--cached", "--raw", "-z", "--no-renames", against).split("\0")
+    changes = []
+    for meta, path in zip(parts[0::2], parts[1::2]):
+        fields = meta.lstrip(":").split()
+        changes.append((int(fields[1], 8), fields[4], path))
+    return identity, changes
+
+
+def verify_applied(tree: Path, changes: list[tuple[int, str, str]], named: set[str]) -> str | None:
+    """Why the applied tree must not be graded, or None: a changed path the diff does not name, a link or any
+    non-regular file among the changes."""
+    for mode, status, path in changes:
+        if path not in named:
+            return f"{path!r} changed although the diff does not name it"
+        if status == "D":
+            continue
+        if mode not in ALLOWED_MODES:
+            return f"{path!r} was written as {MODE_NAMES.get(mode & 0o170000, oct(mode))}"
+        info = os.lstat(tree / path)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path!r} is not a regular file after applying"
+    return None
 
 
 def _hunk_results(output: str) -> dict[str, dict[int, HunkReport]]:
@@ -199,11 +252,11 @@ def _file_reports(sections: list[FileSection], output: str, applied: bool) -> li
 def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection], list[str]]:
     kept, dropped = [], []
     for section in sections:
-        (dropped if _is_self_executing(section.path) else kept).append(section)
+        (dropped if _touches_self_executing(section) else kept).append(section)
     return kept, [s.path for s in dropped]
 
 
-def apply_diff(diff: str, tree: Path) -> ApplyReport:
+def apply_diff(diff: str, tree: Path, contained: bool = True) -> ApplyReport:
     """Apply ``diff`` inside ``tree`` and report per file and hunk; raises nothing for bad diffs."""
     if not diff.strip():
         return ApplyReport("empty", message="the candidate has no diff")
@@ -226,24 +279,35 @@ def apply_diff(diff: str, tree: Path) -> ApplyReport:
         files = _file_reports(sections, "", False)
         if truncated:
             # What the preview shows is graded, and here that is nothing: the tree stays the base.
-            return ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
-                               neutralized)
+            return _identified(ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
+                                           neutralized), tree, set())
         return ApplyReport("failed", None, files, False, "every file it touches is one the grader does not apply"
                            if neutralized else "nothing to apply", neutralized)
+    named = {p for s in sections for p in _named_paths(s)}
     output = ""
     for name, argv in METHODS:
-        ok, output = _run_method(argv, patch_text, tree)
+        ok, output = _run_method(argv, patch_text, tree, contained)
         if ok:
             files = _file_reports(sections, output, True)
             status = "partial" if truncated else "applied"
             message = "truncated hunks were dropped" if truncated else ""
-            return ApplyReport(status, name, files, truncated, message, neutralized)
+            return _identified(ApplyReport(status, name, files, truncated, message, neutralized), tree, named)
     # The last method (patch) applies what it can; see whether anything landed.
     files = _file_reports(sections, output, True)
     if not any(h.status != "failed" for f in files for h in f.hunks if h.status != "truncated"):
         files = _file_reports(sections, output, False)
         return ApplyReport("failed", None, files, truncated, _first_error(output), neutralized)
-    return ApplyReport("partial", METHODS[-1][0], files, truncated, "some hunks failed to apply", neutralized)
+    return _identified(ApplyReport("partial", METHODS[-1][0], files, truncated, "some hunks failed to apply",
+                                   neutralized), tree, named)
+
+
+def _identified(report: ApplyReport, tree: Path, named: set[str]) -> ApplyReport:
+    """The report with the applied tree's identity, or a rejection when the tree holds what the diff did not say."""
+    identity, changes = applied_tree(tree)
+    problem = verify_applied(tree, changes, named)
+    if problem:
+        return ApplyReport("rejected", report.method, report.files, report.truncated, problem, report.neutralized)
+    return replace(report, tree_id=identity)
 
 
 def _first_error(output: str) -> str:

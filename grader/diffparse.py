@@ -10,8 +10,69 @@ import re
 from dataclasses import dataclass, field
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-DIFF_GIT = re.compile(r"^diff --git (\S+) (\S+)$")
-INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]+))?$")
+MODE_KEYS = ("old mode ", "new mode ", "new file mode ", "deleted file mode ")
+PATH_KEYS = ("rename from ", "rename to ", "copy from ", "copy to ")
+# git's C quoting of path names (quote.c): these escapes, and \NNN octal bytes.
+C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+class BadPath(ValueError):
+    """A header names a path that git itself would not parse (an unterminated quote, a bad escape)."""
+
+
+def unquote_c(text: str) -> tuple[str, str]:
+    """Read one git path token from the start of ``text``: a C-quoted string (decoded, as git does) or a run of
+    non-space characters. Returns (name, rest)."""
+    if not text.startswith('"'):
+        token, _, rest = text.partition(" ")
+        return token, rest
+    out = bytearray()
+    i = 1
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            return out.decode("utf-8", "surrogateescape"), text[i + 1:].lstrip(" ")
+        if ch == "\\":
+            nxt = text[i + 1:i + 2]
+            if nxt in C_ESCAPES:
+                out.append(C_ESCAPES[nxt])
+                i += 2
+                continue
+            octal = text[i + 1:i + 4]
+            if len(octal) == 3 and all(c in "01234567" for c in octal):
+                out.append(int(octal, 8) & 0xFF)
+                i += 4
+                continue
+            raise BadPath(f"bad escape in quoted path {text[:80]!r}")
+        out += ch.encode("utf-8", "surrogateescape")
+        i += 1
+    raise BadPath(f"unterminated quoted path {text[:80]!r}")
+
+
+def header_path(text: str) -> str:
+    """The path of a ``---``/``+++``/rename/copy line's value: decoded, a GNU timestamp after a tab dropped."""
+    if text.startswith('"'):
+        name, _ = unquote_c(text)
+        return name
+    return text.split("\t", 1)[0]
+
+
+def git_pair(rest: str) -> tuple[str, str]:
+    """The two names of a ``diff --git`` line. Quoted names are decoded; two unquoted names with spaces are
+    split where they agree (``a/X b/X``), as git does."""
+    if rest.startswith('"') or '"' in rest:
+        first, after = unquote_c(rest)
+        second, _ = unquote_c(after) if after.startswith('"') else (after, "")
+        return first, second
+    if " " not in rest:
+        return rest, ""
+    half = len(rest) // 2
+    left, right = rest[:half], rest[half + 1:]
+    if rest[half] == " " and strip_prefix(left) == strip_prefix(right):
+        return left, right
+    first, _, second = rest.partition(" ")
+    return first, second
 
 
 @dataclass
@@ -25,22 +86,60 @@ class Hunk:
 
 @dataclass
 class FileSection:
+    """One file of a diff, its header read as git reads it: every name decoded, every mode kept as written."""
+
     header: list[str]
     hunks: list[Hunk] = field(default_factory=list)
     old_path: str | None = None
     new_path: str | None = None
     pre_blob: str | None = None
+    # Every path any line of the header names (diff --git pair, ---/+++, rename/copy from/to), decoded.
+    named: list[str] = field(default_factory=list)
+    # Every mode the header states (old/new/new file/deleted file mode, the index line's), as octal strings.
+    modes: list[str] = field(default_factory=list)
+    copies_from: list[str] = field(default_factory=list)
+    header_error: str | None = None
 
     @property
     def path(self) -> str:
         return self.new_path if self.new_path not in (None, "/dev/null") else (self.old_path or "")
 
 
-def _strip_prefix(path: str) -> str:
-    path = path.split("\t", 1)[0]
+def strip_prefix(path: str) -> str:
+    """A diff path without git's ``a/``/``b/`` prefix (``/dev/null`` stays)."""
     if path == "/dev/null":
         return path
     return path[2:] if path[:2] in ("a/", "b/") else path
+
+
+def _read_header_line(section: FileSection, line: str) -> None:
+    """Record what one header line names or states; a name git could not parse is kept as the section's error."""
+    try:
+        if line.startswith("diff --git "):
+            old, new = git_pair(line[len("diff --git "):])
+            section.old_path, section.new_path = strip_prefix(old), strip_prefix(new) if new else None
+            section.named += [section.old_path] + ([section.new_path] if new else [])
+        elif line.startswith("--- "):
+            section.old_path = strip_prefix(header_path(line[4:]))
+            section.named.append(section.old_path)
+        elif line.startswith("+++ "):
+            section.new_path = strip_prefix(header_path(line[4:]))
+            section.named.append(section.new_path)
+        elif line.startswith(PATH_KEYS):
+            key = next(k for k in PATH_KEYS if line.startswith(k))
+            name = header_path(line[len(key):])
+            section.named.append(name)
+            if key == "copy from ":
+                section.copies_from.append(name)
+        elif line.startswith(MODE_KEYS):
+            key = next(k for k in MODE_KEYS if line.startswith(k))
+            section.modes.append(line[len(key):].strip())
+        elif m := INDEX_LINE.match(line):
+            section.pre_blob = m.group(1)
+            if m.group(3):
+                section.modes.append(m.group(3))
+    except BadPath as exc:
+        section.header_error = str(exc)
 
 
 def _read_hunk(lines: list[str], start: int) -> tuple[Hunk, int]:
@@ -93,12 +192,10 @@ def parse_sections(text: str) -> list[FileSection]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        git_header = DIFF_GIT.match(line)
+        git_header = line.startswith("diff --git ")
         if git_header or (line.startswith("--- ") and (current is None or current.hunks)):
             current = FileSection(header=[line])
-            if git_header:
-                current.old_path = _strip_prefix(git_header.group(1))
-                current.new_path = _strip_prefix(git_header.group(2))
+            _read_header_line(current, line)
             sections.append(current)
             i += 1
             continue
@@ -115,12 +212,7 @@ def parse_sections(text: str) -> list[FileSection]:
             continue
         if not current.hunks:
             current.header.append(line)
-            if line.startswith("--- "):
-                current.old_path = _strip_prefix(line[4:])
-            elif line.startswith("+++ "):
-                current.new_path = _strip_prefix(line[4:])
-            elif m := INDEX_LINE.match(line):
-                current.pre_blob = m.group(1)
+            _read_header_line(current, line)
         i += 1
     return sections
 
@@ -130,7 +222,7 @@ def render(sections: list[FileSection]) -> str:
     out: list[str] = []
     for section in sections:
         hunks = [h for h in section.hunks if h.complete]
-        if not hunks and not _is_header_only_change(section):
+        if not hunks and not is_header_only_change(section):
             continue
         out.extend(section.header)
         for hunk in hunks:
@@ -139,7 +231,7 @@ def render(sections: list[FileSection]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
-def _is_header_only_change(section: FileSection) -> bool:
+def is_header_only_change(section: FileSection) -> bool:
     """Mode changes, pure renames and empty new/deleted files carry no hunks but are still changes."""
     if section.hunks:
         return False

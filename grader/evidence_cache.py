@@ -1,7 +1,8 @@
-"""Evidence cache: hidden-test evidence keyed by what the tests can see, so identical trees run once.
+"""Evidence cache: hidden-test evidence keyed by the applied tree's content, so identical trees run once.
 
-Two candidates whose diffs leave the same files with the same bytes (the common case for cut previews, where
-nothing but test files survive) give the same evidence; deterministic hidden tests make reuse sound.
+The key is git's hash of the whole applied tree (``ApplyReport.tree_id``), never the paths a parser read from
+the diff: two candidates share evidence only when every file of their trees is the same (the common case for
+cut previews, where nothing but test files survive). Deterministic hidden tests make reuse sound.
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ from grader.report import atomic_write
 from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
-def tree_key(task: Task, base: BuiltBase, tree: Path, apply: ApplyReport, gpu: bool) -> str:
-    """Identity of the patched tree as the hidden tests see it: base, and the bytes of every file the diff touched."""
-    digest = hashlib.sha256("\x00".join([task.id, rubric_fingerprint(task), base.key, str(gpu),
-                                         environment_fingerprint()]).encode())
-    for path in sorted({f.path for f in apply.files}):
-        target = tree / path
-        digest.update(path.encode() + b"\x00")
-        digest.update(hashlib.sha256(target.read_bytes()).digest() if target.is_file() else b"absent")
-    return digest.hexdigest()
+def tree_key(task: Task, base: BuiltBase, apply: ApplyReport, gpu: bool) -> str | None:
+    """Identity of the evidence: task and its fingerprint, base, environment, GPU switch and the applied tree's
+    content; None (do not cache) when the tree has no identity."""
+    if not apply.tree_id:
+        return None
+    return hashlib.sha256("\x00".join([task.id, rubric_fingerprint(task), base.key, str(gpu),
+                                       environment_fingerprint(), apply.tree_id]).encode()).hexdigest()
 
 
 class EvidenceCache:

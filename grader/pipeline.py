@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.apply import apply_diff, make_import_root, make_tree, scratch_root
+from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
 from grader.checkout import BuiltBase, build_base
 from grader.evidence_cache import EvidenceCache, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
@@ -82,17 +82,18 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(diff, tree) if diff.strip() else ApplyReport("empty", message="no diff: the base itself")
+        apply = apply_diff(diff, tree, options.contained) if diff.strip() else \
+            ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
             return apply, None, timings
-        key = tree_key(task, base, tree, apply, options.gpu)
-        run = options.evidence_cache.load(key) if options.evidence_cache else None
+        key = tree_key(task, base, apply, options.gpu)
+        run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
             import_root = make_import_root(tree, scratch)
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
                                    options.timeout, options.contained)
-            if options.evidence_cache:
+            if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
         else:

@@ -51,6 +51,8 @@ class ApplyReport:
     truncated: bool = False
     message: str = ""
     neutralized: list[str] = field(default_factory=list)
+    # git's tree hash of the whole applied tree: what the evidence cache is keyed on (never on parsed paths).
+    tree_id: str = ""
 
     @property
     def hunks_applied(self) -> int:

@@ -16,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+from grader.apply import hidden_roots
 from grader.checkout import cache_dir
 from grader.records import RunReport, TestOutcome
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task
@@ -67,14 +68,6 @@ def subject_environment(home: Path, gpu: bool) -> dict[str, str]:
                 # The sandbox's uid has no passwd entry; getpass (torch's caches use it) asks these first.
                 "USER": "grader", "LOGNAME": "grader"})
     return env
-
-
-def hidden_roots() -> list[Path]:
-    """What no subject may see: the repository (reference fixes, candidates, hidden tests), the grader's caches
-    (other bases, evidence, the judge secret) and the scratch area (other candidates' trees, judge folders)."""
-    from grader.apply import scratch_root
-
-    return [REPO_ROOT, cache_dir(), scratch_root(), Path.home()]
 
 
 def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes: Path, gpu: bool,

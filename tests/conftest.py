@@ -17,7 +17,8 @@ def lines_file(n: int, prefix: str = "line") -> str:
 
 @pytest.fixture
 def make_git_tree(tmp_path):
-    """Factory: a fresh directory with the given {relative path: text} files and an empty git repository."""
+    """Factory: a fresh directory with the given {relative path: text} files, committed in a git repository of its
+    own (what a tree made from a base looks like: its HEAD is the unpatched state)."""
 
     def make(files: dict[str, str], name: str = "tree") -> Path:
         root = tmp_path / name
@@ -27,6 +28,10 @@ def make_git_tree(tmp_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(text.encode())
         subprocess.run(["git", "init", "-q", str(root)], check=True, capture_output=True)
+        commit = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                  "--allow-empty", "-m", "base"]
+        subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, capture_output=True)
+        subprocess.run(commit, check=True, capture_output=True)
         return root
 
     return make

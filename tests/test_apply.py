@@ -465,9 +465,93 @@ def test_scratch_root(monkeypatch, tmp_path):
 def test_tool_timeout_is_a_failure_not_an_exception(tree, monkeypatch):
     import grader.apply as apply_module
 
-    def hang(argv, **kwargs):
-        raise subprocess.TimeoutExpired(argv, kwargs.get("timeout"))
+    def hang(argv, tree, stdin_text, hidden, timeout=120, contained=True):
+        return None, f"error: {argv[0]} timed out after {timeout} s"
 
-    monkeypatch.setattr(apply_module.subprocess, "run", hang)
+    monkeypatch.setattr(apply_module, "run_tool", hang)
     report = apply_diff(udiff("a.py", A, replace(A, "line 10\n", "X\n")), tree)
     assert report.status == "failed" and "timed out" in report.message
+
+
+# --- headers read as git reads them (C-quoted names, octal modes, copy sources) ------------------------------
+
+
+@pytest.mark.parametrize("header", [
+    'diff --git "a/conftest\\056py" "b/conftest\\056py"\nnew file mode 100644\n--- /dev/null\n+++ "b/conftest\\056py"\n',
+    'diff --git "a/pkg/sitecustomize\\056py" "b/pkg/sitecustomize\\056py"\nnew file mode 100644\n--- /dev/null\n'
+    '+++ "b/pkg/sitecustomize\\056py"\n',
+])
+def test_quoted_self_executing_name_is_dropped(tree, header):
+    diff = header + "@@ -0,0 +1 @@\n+import os\n"
+    report = apply_diff(diff, tree)
+    assert report.status == "failed" and report.neutralized, report
+    assert not (tree / "conftest.py").exists() and not (tree / "pkg" / "sitecustomize.py").exists()
+
+
+def test_quoted_copy_source_outside_the_tree_is_rejected(tree):
+    diff = ('diff --git "a/\\057root/secret" b/stolen.txt\nsimilarity index 100%\ncopy from "\\057root/secret"\n'
+            'copy to stolen.txt\n')
+    report = apply_diff(diff, tree)
+    assert report.status == "rejected" and "outside the tree" in report.message
+    assert not (tree / "stolen.txt").exists()
+
+
+def test_quoted_dotdot_is_rejected(tree):
+    diff = ('diff --git "a/\\056\\056/x.py" "b/\\056\\056/x.py"\nnew file mode 100644\n--- /dev/null\n'
+            '+++ "b/\\056\\056/x.py"\n@@ -0,0 +1 @@\n+x\n')
+    report = apply_diff(diff, tree)
+    assert report.status == "rejected" and "outside the tree" in report.message
+
+
+@pytest.mark.parametrize("mode", ["0120000", "120000", "160000", "040000", "100777", "100666"])
+def test_only_regular_file_modes_are_accepted(tree, mode):
+    diff = (f"diff --git a/link b/link\nnew file mode {mode}\nindex 0000000..1111111\n--- /dev/null\n+++ b/link\n"
+            "@@ -0,0 +1 @@\n+/proc/self/pagemap\n\\ No newline at end of file\n")
+    report = apply_diff(diff, tree)
+    assert report.status == "rejected", report
+    assert not os.path.lexists(tree / "link")
+
+
+def test_index_line_mode_is_checked(tree):
+    diff = ("diff --git a/a.py b/a.py\nindex 1111111..2222222 120000\n--- a/a.py\n+++ b/a.py\n"
+            "@@ -1 +1 @@\n-line 1\n+/etc/shadow\n")
+    assert apply_diff(diff, tree).status == "rejected"
+
+
+def test_unterminated_quote_is_rejected(tree):
+    diff = 'diff --git "a/x.py b/x.py\nnew file mode 100644\n--- /dev/null\n+++ "b/x.py\n@@ -0,0 +1 @@\n+x\n'
+    assert apply_diff(diff, tree).status == "rejected"
+
+
+def test_applied_tree_identity_follows_content_not_parsed_paths(make_git_tree):
+    """Two diffs that leave the same bytes get the same identity; any byte more gives another."""
+    first, second, third = (make_git_tree({"a.py": A}, name=n) for n in ("one", "two", "three"))
+    edit = udiff("a.py", A, replace(A, "line 3\n", "THREE\n"))
+    same_by_other_route = udiff("a.py", A, replace(A, "line 3\n", "THREE\n"), n=1)
+    other = udiff("a.py", A, replace(A, "line 3\n", "THREE!\n"))
+    ids = [apply_diff(d, t).tree_id for d, t in ((edit, first), (same_by_other_route, second), (other, third))]
+    assert ids[0] and ids[0] == ids[1] != ids[2]
+
+
+def test_git_and_patch_run_unprivileged_and_see_only_the_tree(tree, monkeypatch):
+    """The apply tools run in a sandbox: as root, under another uid, with the repository hidden."""
+    import grader.apply as apply_module
+    from grader.sandbox import contain
+
+    if not contain.probe().drop_uid:
+        pytest.skip("no unprivileged uid on this machine")
+    seen = {}
+
+    def spy(argv, tree_, stdin_text, hidden, timeout=120, contained=True):
+        from grader.sandbox.tooling import run_tool
+
+        code = ("import os, sys; print(os.getuid(), os.path.exists(sys.argv[1] + '/reference_impl'))")
+        seen["probe"] = run_tool(["python3", "-c", code, str(apply_module.REPO_ROOT)], tree_, "", hidden)
+        return run_tool(argv, tree_, stdin_text, hidden, timeout, contained)
+
+    monkeypatch.setattr(apply_module, "run_tool", spy)
+    report = apply_diff(udiff("a.py", A, replace(A, "line 10\n", "TEN\n")), tree)
+    assert report.status == "applied"
+    uid, repo_visible = seen["probe"][1].split()
+    assert int(uid) != 0 and repo_visible == "False", seen
+    assert os.stat(tree / "a.py").st_uid == os.geteuid()

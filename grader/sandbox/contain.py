@@ -443,18 +443,21 @@ class Sandbox:
                     time.sleep(0.05)
 
 
-def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), cpu_s: int = CPU_SECONDS,
+def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writable: list[Path] = (),
+            cpu_s: int = CPU_SECONDS,
             as_bytes: int = ADDRESS_SPACE_BYTES, fsize_bytes: int = FILE_SIZE_BYTES,
             max_tasks: int = MAX_TASKS, memory_bytes: int | None = None, net: bool = True,
             private_tmp: bool = True, drop_uid: bool = True) -> Sandbox:
     """One subject's containment. ``home`` becomes the subject's own (writable) folder; ``visible`` paths are
-    bound back read-only into its view; every ``hidden`` root is covered. Where a uid is dropped to, ``home`` is
-    chowned to it and each visible path made readable; everything else stays root's."""
+    bound back read-only into its view, ``writable`` ones (a tree lent to a tool) writable; every ``hidden`` root
+    is covered. Where a uid is dropped to, ``home`` and ``writable`` are chowned to it (``give_back`` returns
+    them) and each visible path made readable; everything else stays root's."""
     caps = probe()
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
     view = private_tmp and caps.private_tmp
-    binds = [[p, "ro"] for p in interpreter_paths()] + [[str(v), "ro"] for v in visible] + [[str(home), "rw"]]
+    binds = ([[p, "ro"] for p in interpreter_paths()] + [[str(v), "ro"] for v in visible]
+             + [[str(w), "rw"] for w in writable] + [[str(home), "rw"]])
     spec: dict = {"memory_bytes": memory_bytes or MEMORY_BYTES, "cpu_s": cpu_s, "as_bytes": as_bytes,
                   "fsize_bytes": fsize_bytes, "nproc": None, "net": net and caps.net, "private_tmp": view,
                   "ipc": caps.ipc_pid, "pid": caps.ipc_pid and view, "binds": binds,
@@ -463,8 +466,9 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), cpu_s
         uid = _allocate_uid()
         spec["uid"] = uid
         spec["nproc"] = max_tasks
-        _chown_tree(home, uid)
-        for path in [home, *visible]:
+        for path in [home, *writable]:
+            _chown_tree(Path(path), uid)
+        for path in [home, *visible, *writable]:
             _open_to_others(Path(path))
     elif not caps.is_root:
         spec["nproc"] = max_tasks
@@ -504,11 +508,20 @@ def _new_cgroup(group: Path, limit_file: str, limit: int) -> Path | None:
     return group
 
 
-def _chown_tree(path: Path, uid: int) -> None:
-    os.chown(path, uid, uid, follow_symlinks=False)
+def give_back(path: Path) -> None:
+    """Return a folder lent to a sandbox's uid to this process's user (so that uid can no longer write it)."""
+    _chown_tree(Path(path), os.geteuid(), os.getegid())
+    for sub in [Path(path), *Path(path).rglob("*")]:
+        if not sub.is_symlink():
+            os.chmod(sub, sub.stat().st_mode & 0o777)
+
+
+def _chown_tree(path: Path, uid: int, gid: int | None = None) -> None:
+    gid = uid if gid is None else gid
+    os.chown(path, uid, gid, follow_symlinks=False)
     if path.is_dir() and not path.is_symlink():
         for sub in path.rglob("*"):
-            os.chown(sub, uid, uid, follow_symlinks=False)
+            os.chown(sub, uid, gid, follow_symlinks=False)
 
 
 def describe_containment(box: Sandbox | None = None) -> dict:

@@ -1,19 +1,25 @@
-"""Setup for the int8-kv-rounding hidden tests.
+"""Setup for the int8-kv-rounding hidden tests, in the judge (which never imports vLLM).
 
-Two ways of running the real Triton kernel, decided once per process before vLLM or Triton is imported:
+The real Triton kernel runs in the subject (``probes/int8_kv_probes.py``), on the tensors built here, in one of
+two ways that the grader decides for the whole run (``grader/sandbox/launch.py``, ``base_environment``):
 
-- CPU (the default, and whenever no CUDA GPU is asked for or visible): ``TRITON_INTERPRET=1`` with
-  ``CUDA_VISIBLE_DEVICES=""`` so vLLM keeps the real Triton, plus the corrections in ``kv_interp_shim.py``
-  (libdevice functions evaluated with numpy, fp32 -> fp8 through torch's cast). Tests parametrised with the
-  ``cpu`` device run here; ``cuda`` ones are skipped by the shared conftest (marker ``gpu``).
-- GPU (``GRADER_GPU=1`` and CUDA visible): the kernel compiles natively; ``cuda`` cases run, ``cpu`` cases
-  are skipped as an environment matter (one process cannot both interpret and compile Triton kernels).
+- CPU (no GPU evidence): ``TRITON_INTERPRET=1`` and ``CUDA_VISIBLE_DEVICES=""`` in the judge and in the subject;
+  the subject installs the corrections of ``kv_interp_shim.py`` (libdevice functions evaluated with numpy, fp32
+  -> fp8 through torch's cast) around each launch. Tests parametrised with the ``cpu`` device run here; ``cuda``
+  ones are skipped by the shared conftest (marker ``gpu``).
+- GPU (``GRADER_GPU=1`` and CUDA visible): the kernel compiles natively in the subject; ``cuda`` cases run,
+  ``cpu`` cases are skipped as an environment matter (the subject cannot both interpret and compile kernels).
+
+Every skip is decided here, from what the judge measures itself: the run's mode, the interpreter corrections
+checked on the judge's own probe kernels (``kv_probe.py``), and the kernel's source read as text. Nothing a
+probe answers turns into a skip: a launch that raises fails its test.
 """
 
 from __future__ import annotations
 
-import importlib
+import ast
 import os
+import re
 
 import pytest
 
@@ -21,29 +27,24 @@ from rubric_support import gpu_enabled, load_beside
 
 
 GPU_RUN = gpu_enabled()
-INTERPRET = not GPU_RUN
-if INTERPRET:
-    os.environ["TRITON_INTERPRET"] = "1"
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-else:
-    os.environ.pop("TRITON_INTERPRET", None)
+# The judge and the subject get the same TRITON_INTERPRET from the grader (set on every CPU run).
+INTERPRET = not GPU_RUN and os.environ.get("TRITON_INTERPRET") == "1"
 
 shim = load_beside(__file__, "kv_interp_shim")
 
+PROBE = "int8_kv_probes.store_per_token_head"
+KERNEL = "_reshape_cache_per_token_head"
+SOURCE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 
-@pytest.fixture(scope="session", autouse=True)
-def _interpreter_corrections():
-    """Install the interpreter corrections for the whole CPU run and take them out afterwards."""
-    if INTERPRET:
-        shim.install()
-    yield
-    if INTERPRET:
-        shim.uninstall()
+# libdevice functions the interpreter corrections evaluate (kv_interp_shim.SYMBOLS, by Python name).
+SUPPORTED_LIBDEVICE = {"round", "rint", "nearbyint", "floor", "ceil", "trunc", "llrint", "llround", "lrint",
+                       "lround", "fabs", "copysign"}
+SUPPORTED_CONVERSION = re.compile(r"(float|double)2(u?int|u?ll)_(rn|rz|rd|ru)")
 
 
 @pytest.fixture(scope="session")
-def _interpreter_checked(_interpreter_corrections):
-    """Probe that the corrected interpreter rounds and converts like the hardware; else skip as environment."""
+def _interpreter_checked():
+    """Measure, in the judge, that the corrected interpreter rounds and converts like the hardware; else skip."""
     if not INTERPRET:
         return
     import torch
@@ -57,10 +58,13 @@ def _interpreter_checked(_interpreter_corrections):
     r = torch.empty_like(x)
     e = torch.empty_like(x)
     f = torch.empty(8, dtype=torch.float8_e4m3fn)
+    shim.install()
     try:
         probe.probe_rounding[(1,)](x, r, e, f, 8)
     except Exception as exc:
         pytest.skip(f"environment: the corrected Triton interpreter cannot run its probe kernel: {exc!r}")
+    finally:
+        shim.uninstall()
     want_round = torch.sign(x) * torch.floor(x.abs() + 0.5)
     ok = (
         torch.equal(r, want_round)
@@ -71,21 +75,98 @@ def _interpreter_checked(_interpreter_corrections):
         pytest.skip("environment: the Triton interpreter's libdevice/fp8 corrections do not hold on this install")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# What the interpreter cannot run, read off the kernel's source (the judge's own measurement, never a probe's)
+# ---------------------------------------------------------------------------------------------------------
+def _libdevice_aliases(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """Names bound to a libdevice module, and names bound to single libdevice functions (name -> function)."""
+    modules, functions = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            for alias in node.names:
+                if alias.name in ("libdevice", "tldevice"):
+                    modules.add(alias.asname or alias.name)
+                elif source.split(".")[-1] in ("libdevice", "tldevice"):
+                    functions[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[-1] == "libdevice" and alias.asname:
+                    modules.add(alias.asname)
+    return modules, functions
+
+
+def _dotted(expr: ast.AST) -> str:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def _supported(name: str) -> bool:
+    return name in SUPPORTED_LIBDEVICE or bool(SUPPORTED_CONVERSION.fullmatch(name))
+
+
+def interpreter_gap_in_source(text: str) -> str | None:
+    """Why the corrected interpreter cannot run the kernel (and the module-level functions it calls), or None.
+
+    Looks for inline assembly and for libdevice functions the corrections have no CPU implementation of. A
+    source that does not parse is left to fail in the subject."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if KERNEL not in functions:
+        return None
+    modules, single = _libdevice_aliases(tree)
+    todo, seen = [KERNEL], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(functions[name]):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            dotted = _dotted(func)
+            if dotted.split(".")[-1] == "inline_asm_elementwise":
+                return f"{name} uses {dotted} (inline assembly)"
+            if isinstance(func, ast.Attribute):
+                owner = _dotted(func.value)
+                if (owner in modules or owner.split(".")[-1] == "libdevice") and not _supported(func.attr):
+                    return f"{name} calls {dotted}, which has no CPU implementation in the grader"
+            elif isinstance(func, ast.Name):
+                if func.id in single and not _supported(single[func.id]):
+                    return f"{name} calls libdevice {single[func.id]}, which has no CPU implementation in the grader"
+                if func.id in functions:
+                    todo.append(func.id)
+    return None
+
+
 @pytest.fixture(scope="session")
-def kv_module(_interpreter_checked):
-    """The candidate's ``triton_reshape_and_cache_flash`` module (an import error fails the test)."""
-    return importlib.import_module("vllm.v1.attention.ops.triton_reshape_and_cache_flash")
+def _interpreter_gap(vllm_tree):
+    """The reason the CPU interpreter cannot run the candidate's kernel, or None (always None on a GPU run)."""
+    if not INTERPRET:
+        return None
+    path = vllm_tree / SOURCE
+    return interpreter_gap_in_source(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 class KVStore:
-    """Drives ``triton_reshape_and_cache_flash_per_token_head_quant`` on small tensors."""
+    """Drives ``triton_reshape_and_cache_flash_per_token_head_quant`` in the subject on small tensors."""
 
     INT8_SENTINEL = 77
     FP8_SENTINEL_BYTE = 0x11
     SCALE_SENTINEL = -3.0
 
-    def __init__(self, module):
-        self.module = module
+    def __init__(self, subject, gap):
+        self.subject = subject
+        self.gap = gap
 
     def run(self, key, value, cache_dtype, device, slots=None, block_size=4):
         """Store ``key``/``value`` ([tokens, heads, dim], any float dtype, on CPU) and return CPU results.
@@ -95,9 +176,13 @@ class KVStore:
         """
         import torch
 
-        if device == "cpu" and not INTERPRET:
+        if device == "cpu" and GPU_RUN:
             pytest.skip("environment: this run compiles Triton for the GPU; CPU-interpreter cases run in CPU runs")
-        if device == "cuda" and INTERPRET:  # pragma: no cover - the shared conftest skips these already
+        if device == "cpu" and not INTERPRET:
+            pytest.skip("environment: the Triton interpreter is off in this run and no GPU is in use")
+        if device == "cpu" and self.gap:
+            pytest.skip(f"environment: the Triton interpreter cannot run this kernel on CPU: {self.gap}")
+        if device == "cuda" and not GPU_RUN:  # pragma: no cover - the shared conftest skips these already
             pytest.skip("environment: no CUDA GPU in this run")
         tokens, heads, dim = key.shape
         if slots is None:
@@ -110,27 +195,26 @@ class KVStore:
             vc = torch.full(vc.shape, self.FP8_SENTINEL_BYTE, dtype=torch.uint8).view(cache_dtype)
         ks = torch.full((num_blocks, block_size, heads), self.SCALE_SENTINEL, dtype=torch.float32)
         vs = ks.clone()
-        args = [key, value, kc, vc, ks, vs, torch.tensor(slots, dtype=torch.long)]
-        args = [a.to(device) for a in args]
-        try:
-            self.module.triton_reshape_and_cache_flash_per_token_head_quant(*args)
-            if device == "cuda":
-                torch.cuda.synchronize()
-        except Exception as exc:
-            why = shim.interpreter_cannot_run(exc) if INTERPRET else None
-            if why:
-                pytest.skip(f"environment: the Triton interpreter cannot run this kernel on CPU: {why}")
-            raise
-        kc, vc, ks, vs = (a.cpu() for a in args[2:6])
-        return kc, vc, ks, vs, slots
+        sent = {"key_cache": kc, "value_cache": vc, "k_scale_cache": ks, "v_scale_cache": vs}
+        got = self.subject.call(PROBE, key=key, value=value, slot_mapping=torch.tensor(slots, dtype=torch.long),
+                                device=device, **sent)
+        assert isinstance(got, dict) and set(got) == set(sent), f"the store probe answered {type(got).__name__}"
+        for name, before in sent.items():
+            after = got[name]
+            assert isinstance(after, torch.Tensor) and after.dtype == before.dtype and after.shape == before.shape, (
+                f"{name} came back as {getattr(after, 'dtype', type(after).__name__)} "
+                f"{tuple(getattr(after, 'shape', ()))}, not {before.dtype} {tuple(before.shape)}")
+        return got["key_cache"], got["value_cache"], got["k_scale_cache"], got["v_scale_cache"], slots
 
 
 @pytest.fixture
-def kv_store(kv_module):
-    return KVStore(kv_module)
+def kv_store(subject, _interpreter_checked, _interpreter_gap):
+    return KVStore(subject, _interpreter_gap)
 
 
 @pytest.fixture
-def fp8_dtype(kv_module):
-    """The FP8 dtype the module quantises to on this platform (e4m3fn on CUDA and on CPU)."""
-    return kv_module.FP8_DTYPE
+def fp8_dtype():
+    """The FP8 dtype the base quantises to (``current_platform.fp8_dtype()``): e4m3fn on CUDA and on CPU."""
+    import torch
+
+    return torch.float8_e4m3fn

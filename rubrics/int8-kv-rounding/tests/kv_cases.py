@@ -1,4 +1,4 @@
-"""Inputs and torch references for the int8-kv-rounding hidden tests (no kernel code here).
+"""Inputs and torch references for the int8-kv-rounding hidden tests, in the judge (no kernel code here).
 
 Every input is chosen so the verdict does not depend on details the tests do not judge:
 - INT8 inputs stay at least 0.05 away from an exact .5 tie after scaling, so round-half-away and
@@ -71,9 +71,10 @@ def int8_truncated(x: torch.Tensor) -> torch.Tensor:
     return torch.trunc(scaled(x, 127.0).double()).clamp(-128, 127).to(torch.int8)
 
 
-def random_positive_heads(tokens: int, heads: int, dim: int, seed: int) -> torch.Tensor:
-    """Positive fp32 data with a different, non-unit scale per head, kept away from .5 ties after scaling."""
-    gen = torch.Generator().manual_seed(seed)
+def random_positive_heads(tokens: int, heads: int, dim: int, gen: torch.Generator) -> torch.Tensor:
+    """Positive fp32 data with a different, non-unit scale per head, kept away from .5 ties after scaling.
+
+    Drawn from ``gen`` (the judge's secret generator): the subject sees the values only as probe arguments."""
     x = torch.rand(tokens, heads, dim, generator=gen) * 50.0 + 0.01
     for _ in range(20):
         q = scaled(x, 127.0).double()
@@ -97,9 +98,8 @@ def fp8_positive_grid(fp8_dtype) -> torch.Tensor:
     return torch.unique(vals)
 
 
-def fp8_offgrid_quantised(n: int, fp8_dtype, seed: int) -> torch.Tensor:
+def fp8_offgrid_quantised(n: int, fp8_dtype, gen: torch.Generator) -> torch.Tensor:
     """``n`` signed values in the fp8 range (quantised domain), the first at +-max, never near a midpoint."""
-    gen = torch.Generator().manual_seed(seed)
     grid = fp8_positive_grid(fp8_dtype)
     fmax = float(grid[-1])
     fractions = torch.tensor([0.0, 0.15, 0.3, 0.7, 0.85])

@@ -1,4 +1,8 @@
-"""INT8 per-token-head store: round to nearest (c1 keys, c5 negative keys, c3 value cache)."""
+"""INT8 per-token-head store: round to nearest (c1 keys, c5 negative keys, c3 value cache).
+
+The subject runs the candidate's kernel on the inputs drawn here and sends the caches back (``kv_store``, in
+conftest.py); the round-to-nearest oracle is computed here (``kv_cases.int8_expected``).
+"""
 
 from __future__ import annotations
 
@@ -68,11 +72,11 @@ def test_values_round_to_nearest(kv_store, device, in_dtype, row_id):
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("device", DEVICES)
-def test_both_caches_round_per_token_head(kv_store, device):
+def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
     """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
     block_size = 4
-    key = cases.random_positive_heads(3, 2, 16, seed=11)
-    value = cases.random_positive_heads(3, 2, 8, seed=12)
+    key = cases.random_positive_heads(3, 2, 16, secret_generator)
+    value = cases.random_positive_heads(3, 2, 8, secret_generator)
     slots = [5, -1, 2]
     kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device, slots=slots, block_size=block_size)
     valid = [i for i, s in enumerate(slots) if s >= 0]

@@ -1,8 +1,8 @@
 """Hidden tests for vit-fp8-blackwell: FP8 ViT attention (cuDNN FP8 SDPA via FlashInfer) needs Blackwell.
 
-All tests run on CPU with a fake CUDA platform; see conftest.py. The gate is
-``is_flashinfer_cudnn_fp8_prefill_attn_supported``; the user-facing error comes from constructing
-``MMEncoderAttention`` with ``mm_encoder_attn_dtype="fp8"``.
+All tests run on CPU with a fake CUDA platform, installed in the subject by ``probes/vit_fp8_probes.py``; every
+verdict is decided here. The gate is ``is_flashinfer_cudnn_fp8_prefill_attn_supported``; the user-facing error
+comes from constructing ``MMEncoderAttention`` with ``mm_encoder_attn_dtype="fp8"``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import re
 
 import pytest
 
-# Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug.
-CHECK_ERRORS = (ValueError, RuntimeError, NotImplementedError)
+# Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug. Checked
+# against the raised exception's classes (its MRO), so a subclass of one of them counts, as with pytest.raises.
+CHECK_ERRORS = ("builtins.ValueError", "builtins.RuntimeError", "builtins.NotImplementedError")
+
+CUDNN_9_17_1 = 91701
 
 # The message must name the Blackwell / SM100 requirement.
 BLACKWELL_RE = re.compile(
@@ -29,6 +32,68 @@ def _cap_id(cap):
     return f"sm{cap[0]}{cap[1]}"
 
 
+def _sm(cap) -> str:
+    return f"SM{cap[0]}{cap[1]}"
+
+
+def _gpu(capability, cudnn: int = CUDNN_9_17_1, flashinfer: bool = True) -> dict:
+    """A fake GPU for the probes: capability, cuDNN version, FLASHINFER among the supported ViT backends or not."""
+    return {"capability": list(capability), "cudnn": cudnn, "flashinfer": flashinfer}
+
+
+def _gate_value(gpu: dict, observed: dict) -> bool:
+    """The gate's answer on ``gpu``; an exception from the gate fails the test (it is a bug, not a rejection)."""
+    if "raised" in observed:
+        pytest.fail(f"is_flashinfer_cudnn_fp8_prefill_attn_supported() raised {observed['raised']} on "
+                    f"{_sm(gpu['capability'])} (cuDNN {gpu['cudnn']}): {observed['message']}")
+    value = observed["returned"]
+    assert isinstance(value, bool), f"the gate probe reported a non-bool: {value!r}"
+    return value
+
+
+def gate(subject, gpu: dict) -> bool:
+    """The patched tree's gate, called fresh (cache cleared) on the fake ``gpu``."""
+    (observed,) = subject.call("vit_fp8_probes.gate_answers", cases=[gpu])
+    return _gate_value(gpu, observed)
+
+
+def wrong_gate_answers(subject, cases: list[tuple[dict, bool]]) -> list[str]:
+    """Every (fake GPU, expected) the gate gets wrong, described (one probe call, switching GPUs between the
+    calls); an exception from the gate counts as wrong."""
+    observed = subject.call("vit_fp8_probes.gate_answers", cases=[g for g, _ in cases])
+    assert len(observed) == len(cases), f"the gate probe answered {len(observed)} of {len(cases)} cases"
+    wrong = []
+    for (g, expected), seen in zip(cases, observed):
+        label = (f"{_sm(g['capability'])} with cuDNN {g['cudnn']}, FlashInfer backend "
+                 f"{'available' if g['flashinfer'] else 'unavailable'}")
+        if "raised" in seen:
+            wrong.append(f"{label}: raised {seen['raised']}: {seen['message']}")
+        elif seen["returned"] is not expected:
+            wrong.append(f"{label}: returned {seen['returned']!r}, expected {expected}")
+    return wrong
+
+
+def build(subject, gpu: dict) -> dict:
+    """What building MMEncoderAttention with FP8 requested did on the fake ``gpu``."""
+    (observed,) = subject.call("vit_fp8_probes.build_outcomes", cases=[gpu])
+    return observed
+
+
+def _is_check_error(observed: dict) -> bool:
+    return "raised" in observed and any(name in CHECK_ERRORS for name in observed.get("classes", []))
+
+
+def _check_error_message(gpu: dict, observed: dict) -> str:
+    """The message of the check error building the layer raised; anything else fails the test."""
+    if "raised" not in observed:
+        pytest.fail(f"MMEncoderAttention was built with FP8 on {_sm(gpu['capability'])} "
+                    f"(fp8_enabled={observed['returned'].get('fp8_enabled', '?')}); no error was raised")
+    if not _is_check_error(observed):
+        pytest.fail(f"building MMEncoderAttention with FP8 on {_sm(gpu['capability'])} raised "
+                    f"{observed['raised']} (not ValueError/RuntimeError/NotImplementedError): {observed['message']}")
+    return observed["message"]
+
+
 # --- c1: Hopper and Ada are rejected ---------------------------------------------------------------------------
 
 REJECTED = [((8, 9), 91701), ((9, 0), 91701), ((9, 0), 92100), ((9, 5), 91701), ((9, 5), 92100)]
@@ -38,12 +103,24 @@ REJECTED = [((8, 9), 91701), ((9, 0), 91701), ((9, 0), 92100), ((9, 5), 91701), 
 @pytest.mark.parametrize(
     "capability,cudnn", REJECTED, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in REJECTED]
 )
-def test_gate_rejects_pre_blackwell(capability, cudnn, gpu, gate):
+def test_gate_rejects_pre_blackwell(capability, cudnn, subject):
     """The FP8 ViT attention gate rejects Ada and Hopper even with a new cuDNN and the FlashInfer backend."""
-    gpu(capability, cudnn=cudnn)
-    assert gate() is False, (
+    assert gate(subject, _gpu(capability, cudnn=cudnn)) is False, (
         f"is_flashinfer_cudnn_fp8_prefill_attn_supported() is True on SM{capability[0]}{capability[1]} "
         f"(cuDNN {cudnn}, FlashInfer available): cuDNN's FP8 SDPA with bf16/fp16 output needs SM100+"
+    )
+
+
+# The per-case tests above give partial credit; this one asks that every pre-Blackwell case is rejected at once.
+# Its weight equals the case count, so a gate that still admits one of them (8.9 alone, say) leaves c1 below met:
+# "8.9, 9.0 and 9.5 rejected" means all of them.
+@pytest.mark.criterion("c1", weight=len(REJECTED))
+def test_gate_rejects_every_pre_blackwell_case(subject):
+    """The gate rejects every Ada and Hopper case at once (8.9, 9.0, 9.5; cuDNN 9.17.1 and 9.21; FlashInfer)."""
+    wrong = wrong_gate_answers(subject, [(_gpu(capability, cudnn=cudnn), False) for capability, cudnn in REJECTED])
+    assert not wrong, (
+        f"the gate admits {len(wrong)} pre-Blackwell case(s): " + "; ".join(wrong)
+        + " (cuDNN's FP8 SDPA with bf16/fp16 output needs SM100+)"
     )
 
 
@@ -54,12 +131,10 @@ UNSUPPORTED_FOR_MESSAGE = [(8, 0), (8, 9)]
 
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("capability", UNSUPPORTED_FOR_MESSAGE, ids=[_cap_id(c) for c in UNSUPPORTED_FOR_MESSAGE])
-def test_error_names_blackwell_requirement(capability, gpu, build_fp8_encoder_attention):
+def test_error_names_blackwell_requirement(capability, subject):
     """Requesting FP8 ViT attention on an unsupported GPU raises an error naming the Blackwell/SM100 need."""
-    gpu(capability)
-    with pytest.raises(CHECK_ERRORS) as excinfo:
-        build_fp8_encoder_attention()
-    message = str(excinfo.value)
+    gpu = _gpu(capability)
+    message = _check_error_message(gpu, build(subject, gpu))
     assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
 
 
@@ -70,10 +145,9 @@ ACCEPTED = [(10, 0), (10, 3), (11, 0), (12, 0), (12, 1)]
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("capability", ACCEPTED, ids=[_cap_id(c) for c in ACCEPTED])
-def test_gate_accepts_sm100_and_newer(capability, gpu, gate):
+def test_gate_accepts_sm100_and_newer(capability, subject):
     """SM100 and every newer capability pass the gate with cuDNN 9.17.1 and the FlashInfer backend."""
-    gpu(capability, cudnn=91701)
-    assert gate() is True, (
+    assert gate(subject, _gpu(capability, cudnn=91701)) is True, (
         f"is_flashinfer_cudnn_fp8_prefill_attn_supported() is False on SM{capability[0]}{capability[1]}: "
         "the requirement is SM100 or newer, not one exact capability or family"
     )
@@ -83,16 +157,12 @@ def test_gate_accepts_sm100_and_newer(capability, gpu, gate):
 # locks out any SM100+ capability, the first Blackwell one (10.0) included, does not meet "SM100 and newer", so
 # the range test pulls such a gate below met; a gate that passes one capability only stays unmet.
 @pytest.mark.criterion("c3")
-def test_gate_accepts_whole_sm100_and_newer_range(gpu, gate):
+def test_gate_accepts_whole_sm100_and_newer_range(subject):
     """Every capability from 10.0 on (10.0, 10.3, 11.0, 12.0, 12.1) passes the gate, none locked out."""
-    locked_out = []
-    for capability in ACCEPTED:
-        gpu(capability, cudnn=91701)
-        if gate() is not True:
-            locked_out.append(f"SM{capability[0]}{capability[1]}")
-    assert not locked_out, (
-        f"the gate is False on {', '.join(locked_out)} with cuDNN 9.17.1 and FlashInfer: "
-        "the requirement is every capability >= 10.0"
+    wrong = wrong_gate_answers(subject, [(_gpu(capability, cudnn=91701), True) for capability in ACCEPTED])
+    assert not wrong, (
+        f"the gate locks out {len(wrong)} SM100+ capability(ies) with cuDNN 9.17.1 and FlashInfer: "
+        + "; ".join(wrong) + " (the requirement is every capability >= 10.0)"
     )
 
 
@@ -117,13 +187,26 @@ OTHER_CHECKS = [
         for c, v, f, e in OTHER_CHECKS
     ],
 )
-def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, expected, gpu, gate):
+def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, expected, subject):
     """On Blackwell the gate still needs cuDNN >= 9.17.1 and the FlashInfer ViT backend."""
-    gpu(capability, cudnn=cudnn, flashinfer=flashinfer)
-    got = gate()
+    got = gate(subject, _gpu(capability, cudnn=cudnn, flashinfer=flashinfer))
     assert got is expected, (
         f"gate returned {got} on SM{capability[0]}{capability[1]} with cuDNN {cudnn} and the FlashInfer "
         f"backend {'available' if flashinfer else 'unavailable'}; expected {expected}"
+    )
+
+
+# As for c1: the per-case tests give partial credit, this one asks that the gate keeps *both* other checks on
+# every case at once. Its weight equals the case count, so a gate that drops one check (the FlashInfer backend
+# test alone, say, which only one case sees) leaves c4 below met.
+@pytest.mark.criterion("c4", weight=len(OTHER_CHECKS))
+def test_cudnn_and_backend_checks_all_kept(subject):
+    """On Blackwell the gate gets every cuDNN-version and FlashInfer-backend case right at once."""
+    cases = [(_gpu(c, cudnn=v, flashinfer=f), e) for c, v, f, e in OTHER_CHECKS]
+    wrong = wrong_gate_answers(subject, cases)
+    assert not wrong, (
+        f"the gate gets {len(wrong)} cuDNN / FlashInfer case(s) wrong: " + "; ".join(wrong)
+        + " (it must still need cuDNN >= 9.17.1 and the FlashInfer ViT backend)"
     )
 
 
@@ -134,25 +217,24 @@ HOPPER = [((9, 0), 91701), ((9, 0), 92100)]
 
 @pytest.mark.criterion("c5")
 @pytest.mark.parametrize("capability,cudnn", HOPPER, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in HOPPER])
-def test_hopper_stopped_at_construction(capability, cudnn, gpu, build_fp8_encoder_attention):
+def test_hopper_stopped_at_construction(capability, cudnn, subject):
     """On Hopper, requesting FP8 ViT attention fails when the layer is built, before any cuDNN call."""
-    gpu(capability, cudnn=cudnn)
-    try:
-        layer = build_fp8_encoder_attention()
-    except CHECK_ERRORS:
+    observed = build(subject, _gpu(capability, cudnn=cudnn))
+    if _is_check_error(observed):
         return
+    if "raised" in observed:
+        pytest.fail(f"building MMEncoderAttention with FP8 on Hopper raised {observed['raised']} "
+                    f"(not ValueError/RuntimeError/NotImplementedError): {observed['message']}")
     pytest.fail(
         "MMEncoderAttention was built on Hopper with FP8 enabled "
-        f"(fp8_enabled={getattr(layer, 'fp8_enabled', '?')}); the failure would only surface inside cuDNN"
+        f"(fp8_enabled={observed['returned'].get('fp8_enabled', '?')}); the failure would only surface inside cuDNN"
     )
 
 
 @pytest.mark.criterion("c5")
 @pytest.mark.parametrize("capability,cudnn", HOPPER, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in HOPPER])
-def test_hopper_error_names_blackwell(capability, cudnn, gpu, build_fp8_encoder_attention):
+def test_hopper_error_names_blackwell(capability, cudnn, subject):
     """The error a Hopper user gets for FP8 ViT attention names the Blackwell/SM100 requirement."""
-    gpu(capability, cudnn=cudnn)
-    with pytest.raises(CHECK_ERRORS) as excinfo:
-        build_fp8_encoder_attention()
-    message = str(excinfo.value)
+    gpu = _gpu(capability, cudnn=cudnn)
+    message = _check_error_message(gpu, build(subject, gpu))
     assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"

@@ -1,0 +1,51 @@
+"""Run a tool (git apply, GNU patch) over a candidate's tree as an unprivileged user that sees only that tree.
+
+A diff is the candidate's input to those tools; a parser bug or a tool's own reading of a header (quoted names,
+copy sources, modes) must not let it reach anything else. The tool runs in the same kind of sandbox as a
+subject: its own uid (the tree is lent to it for the run and given back to root after), no network, the
+repository, caches and scratch area covered, nothing of the grader's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from grader.sandbox import contain
+
+TOOL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null"}
+
+
+def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], timeout: float = 120,
+             contained: bool = True) -> tuple[int | None, str]:
+    """Run ``argv`` in ``tree`` with ``stdin_text``; (exit code or None on time-out, combined output)."""
+    if not contained:
+        return _run(argv, tree, stdin_text, dict(TOOL_ENV, HOME=str(tree)), timeout, None)
+    home = Path(tempfile.mkdtemp(prefix="tool-", dir=tree.parent))
+    box = contain.prepare(home / "home", writable=[tree], hidden=hidden, cpu_s=int(timeout) + 5,
+                          max_tasks=64)
+    try:
+        return _run(box.argv(argv), tree, stdin_text, dict(TOOL_ENV, HOME=str(home / "home")), timeout, box)
+    finally:
+        box.cleanup()
+        contain.give_back(tree)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _run(argv, tree, stdin_text, env, timeout, box) -> tuple[int | None, str]:
+    proc = subprocess.Popen(argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(stdin_text, timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        if box is not None:
+            box.cleanup(proc.pid)
+        else:
+            os.killpg(proc.pid, 9)
+        proc.communicate()
+        return None, f"error: {argv[-1] if argv else 'tool'} timed out after {timeout:.0f} s"

@@ -1,0 +1,294 @@
+"""Test-time corrections to the Triton interpreter (``TRITON_INTERPRET=1``) for the int8-kv-rounding rubric.
+
+Used on both sides: the subject installs them around each interpreted launch of the candidate's kernel
+(``int8_kv_probes``), and the judge (through the link ``tests/kv_interp_shim.py``) installs them around its own
+probe kernels to measure that they hold on this install, and uses ``torch_fp8_cast`` for the FP8 oracle. The
+module imports neither vLLM nor anything of a candidate.
+
+The interpreter runs Triton kernels on CPU with numpy, but it has two gaps that matter here:
+
+1. ``libdevice`` calls do not run. The backend modules (``tl.extra.cuda.libdevice``, ``tl.extra.hip.libdevice``)
+   are never bound to the interpreter, so a call raises "Did you forget to add @triton.jit ?"; the generic
+   ``triton.language.extra.libdevice`` functions are empty stubs that return ``None``; and
+   ``InterpreterBuilder.create_extern_elementwise`` raises ``NotImplementedError``.
+2. fp32 -> fp8 conversion is wrong (the bit-level rounding forgets the carry into the exponent, e.g. -31.6
+   becomes -16 in e4m3).
+
+``install()`` fixes both for as long as it is installed, and ``uninstall()`` puts everything back:
+
+- ``_patch_lang`` (called by the interpreter for every kernel launch and device-function call) additionally
+  binds the backend libdevice modules to the interpreter and points the generic libdevice stubs at the CUDA
+  implementations, inside the same restorable scope the interpreter already uses.
+- ``create_extern_elementwise`` evaluates the rounding-related libdevice symbols with numpy (see
+  ``SYMBOLS``): round (half away from zero), rint / nearbyint (half to even), floor, ceil, trunc, the
+  integer-returning variants (llrint, llround, float2int_rn/rz/rd/ru, ...), fabs and copysign. Any other
+  symbol raises ``InterpreterUnsupported``: the grader then reports the criterion as not evaluated on CPU.
+- ``create_fp_to_fp`` converts to and from the fp8 formats torch knows (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz) with
+  torch's own round-to-nearest-even cast, saturating out-of-range finite values and infinities to the largest
+  finite value first (what NVIDIA's ``cvt.rn.satfinite`` does); NaN stays NaN. Other conversions are left to
+  the interpreter.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import numpy as np
+
+
+class InterpreterUnsupported(NotImplementedError):
+    """A kernel used something the CPU interpreter cannot run faithfully, even with this shim."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# numpy implementations of the libdevice functions
+# ---------------------------------------------------------------------------------------------------------
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C ``roundf``/``round``: nearest integer, ties away from zero; keeps the sign of zero; inf/NaN pass."""
+    x = np.asarray(x)
+    a = np.abs(x)
+    f = np.floor(a)
+    with np.errstate(invalid="ignore"):
+        up = (a - f) >= 0.5  # a - f is exact in the input's own precision
+    r = np.where(up, f + 1, f).astype(x.dtype, copy=False)
+    return np.copysign(r, x).astype(x.dtype, copy=False)
+
+
+def round_half_even(x: np.ndarray) -> np.ndarray:
+    """C ``rintf``/``nearbyintf`` in the default rounding mode: nearest integer, ties to even."""
+    return np.rint(np.asarray(x))
+
+
+_ROUNDERS = {
+    "round": round_half_away,
+    "rint": round_half_even,
+    "nearbyint": round_half_even,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+    # integer-returning forms: same rounding, then a saturating conversion to the result type
+    "llrint": round_half_even,
+    "lrint": round_half_even,
+    "llround": round_half_away,
+    "lround": round_half_away,
+    "rn": round_half_even,  # float2int_rn, float2ll_rn, double2int_rn, ...
+    "rz": np.trunc,
+    "rd": np.floor,
+    "ru": np.ceil,
+}
+
+
+def _unary_kind(symbol: str) -> str | None:
+    """Map a libdevice symbol (CUDA ``__nv_*``, AMD ``__ocml_*`` / ``__triton_hip_*``) to a function kind."""
+    m = re.fullmatch(r"__nv_(float|double)2(u?int|u?ll)_(rn|rz|rd|ru)", symbol)
+    if m:
+        return m.group(3)
+    m = re.fullmatch(r"__nv_(round|rint|nearbyint|floor|ceil|trunc|llrint|llround|lrint|lround|fabs|copysign)f?",
+                     symbol)
+    if m:
+        return m.group(1)
+    m = re.fullmatch(r"__ocml_(round|rint|nearbyint|floor|ceil|trunc|fabs|copysign)_f(32|64)", symbol)
+    if m:
+        return m.group(1)
+    m = re.fullmatch(r"__triton_hip_(rint|llrint|fabs)", symbol)
+    if m:
+        return m.group(1)
+    return None
+
+
+SUPPORTED_KINDS = tuple(sorted(set(_ROUNDERS) | {"fabs", "copysign"}))
+
+
+def eval_libdevice(symbol: str, args: list[np.ndarray], out_dtype: np.dtype) -> np.ndarray:
+    """Evaluate one libdevice symbol on numpy arrays, returning an array of ``out_dtype``."""
+    kind = _unary_kind(symbol)
+    if kind is None:
+        raise InterpreterUnsupported(f"libdevice symbol {symbol} has no CPU implementation in the grader")
+    if kind == "copysign":
+        if len(args) != 2:
+            raise InterpreterUnsupported(f"{symbol} expects 2 arguments, got {len(args)}")
+        return np.copysign(args[0], args[1]).astype(out_dtype, copy=False)
+    if len(args) != 1:
+        raise InterpreterUnsupported(f"{symbol} expects 1 argument, got {len(args)}")
+    x = np.asarray(args[0])
+    if kind == "fabs":
+        return np.abs(x).astype(out_dtype, copy=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = _ROUNDERS[kind](x)
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype.kind in "iu":
+        # Hardware float->int conversions saturate and map NaN to 0; numpy's astype would wrap.
+        info = np.iinfo(out_dtype)
+        r = np.nan_to_num(r.astype(np.float64), nan=0.0, posinf=float(info.max), neginf=float(info.min))
+        r = np.clip(r, info.min, info.max)
+    return r.astype(out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fp8 conversion through torch
+# ---------------------------------------------------------------------------------------------------------
+def _fp8_torch_dtypes():
+    import torch
+    import triton.language as tl
+
+    table = {}
+    for tl_name, torch_name in (
+        ("float8e4nv", "float8_e4m3fn"),
+        ("float8e5", "float8_e5m2"),
+        ("float8e4b8", "float8_e4m3fnuz"),
+        ("float8e5b16", "float8_e5m2fnuz"),
+    ):
+        if hasattr(tl, tl_name) and hasattr(torch, torch_name):
+            table[getattr(tl, tl_name)] = getattr(torch, torch_name)
+    return table
+
+
+def _np_to_torch(data: np.ndarray, tl_dtype):
+    """Interpreter storage (numpy) -> torch tensor of the Triton dtype it stands for, or None."""
+    import torch
+    import triton.language as tl
+
+    fp8 = _fp8_torch_dtypes()
+    data = np.ascontiguousarray(data)
+    if tl_dtype in fp8:
+        return torch.from_numpy(data.view(np.uint8).copy()).view(fp8[tl_dtype])
+    if tl_dtype == tl.bfloat16:
+        return torch.from_numpy(data.view(np.int16).copy()).view(torch.bfloat16)
+    if tl_dtype in (tl.float16, tl.float32, tl.float64):
+        return torch.from_numpy(data.copy())
+    return None
+
+
+def _torch_to_np(t, tl_dtype) -> np.ndarray:
+    import torch
+    import triton.language as tl
+
+    fp8 = _fp8_torch_dtypes()
+    if tl_dtype in fp8:
+        return t.view(torch.uint8).numpy()
+    if tl_dtype == tl.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def torch_fp8_cast(t, fp8_dtype):
+    """torch's round-to-nearest-even cast to ``fp8_dtype`` with NVIDIA satfinite saturation."""
+    import torch
+
+    fmax = torch.finfo(fp8_dtype).max
+    wide = t.to(torch.float64) if t.dtype != torch.float64 else t
+    sat = torch.where(torch.isnan(wide), wide, wide.clamp(-fmax, fmax))
+    # Casting through float64 is exact for every source format here, so there is no double rounding.
+    return sat.to(fp8_dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# install / uninstall
+# ---------------------------------------------------------------------------------------------------------
+_saved: dict = {}
+
+
+def _backend_libdevice_modules():
+    mods = []
+    try:
+        from triton.language.extra.cuda import libdevice as cuda_ld
+
+        mods.append(cuda_ld)
+    except Exception:  # pragma: no cover - depends on the Triton build
+        cuda_ld = None
+    try:
+        from triton.language.extra.hip import libdevice as hip_ld
+
+        mods.append(hip_ld)
+    except Exception:  # pragma: no cover
+        pass
+    return mods, cuda_ld
+
+
+def install() -> None:
+    """Install the corrections into ``triton.runtime.interpreter`` (idempotent)."""
+    if _saved:
+        return
+    import triton.language as tl
+    import triton.language.core as tlcore
+    import triton.language.extra.libdevice as generic_ld
+    from triton.runtime import interpreter as interp
+
+    builder_cls = interp.InterpreterBuilder
+    orig_patch_lang = interp._patch_lang
+    orig_extern = builder_cls.create_extern_elementwise
+    orig_fp_to_fp = builder_cls.create_fp_to_fp
+    backend_mods, cuda_ld = _backend_libdevice_modules()
+
+    def patch_lang(fn):
+        scope = orig_patch_lang(fn)
+        for mod in backend_mods:
+            for name, member in inspect.getmembers(mod):
+                if tlcore.is_builtin(member):
+                    interp._patch_attr(mod, name, member, interp.interpreter_builder, scope)
+        if cuda_ld is not None:
+            for name, member in inspect.getmembers(generic_ld, inspect.isfunction):
+                impl = getattr(cuda_ld, name, None)
+                if impl is not None and getattr(member, "__module__", "") == generic_ld.__name__:
+                    scope.set_attr(generic_ld, name, impl)
+        return scope
+
+    def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
+        out_np = interp._get_np_dtype(retType)
+        data = eval_libdevice(symbol, [a.data for a in argList], out_np)
+        scalar = retType.scalar if hasattr(retType, "scalar") else retType
+        return interp.TensorHandle(np.asarray(data, dtype=out_np), scalar)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        src_ty = src.dtype.scalar
+        dst_ty = dst_type.scalar
+        fp8 = _fp8_torch_dtypes()
+        rtne = rounding_mode is None or rounding_mode == interp._ir.ROUNDING_MODE.RTNE
+        if (src_ty in fp8 or dst_ty in fp8) and rtne:
+            t = _np_to_torch(src.data, src_ty)
+            if t is not None and (dst_ty in fp8 or dst_ty in (tl.bfloat16, tl.float16, tl.float32, tl.float64)):
+                import torch
+
+                if dst_ty in fp8:
+                    out = torch_fp8_cast(t, fp8[dst_ty])
+                else:
+                    torch_dst = {tl.bfloat16: torch.bfloat16, tl.float16: torch.float16,
+                                 tl.float32: torch.float32, tl.float64: torch.float64}[dst_ty]
+                    out = t.to(torch_dst)  # fp8 -> wider float is exact
+                data = _torch_to_np(out, dst_ty).reshape(np.shape(src.data))
+                return interp.TensorHandle(data.view(interp._get_np_dtype(dst_type)), dst_ty)
+        return orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    _saved.update(patch_lang=orig_patch_lang, extern=orig_extern, fp_to_fp=orig_fp_to_fp)
+    interp._patch_lang = patch_lang
+    builder_cls.create_extern_elementwise = create_extern_elementwise
+    builder_cls.create_fp_to_fp = create_fp_to_fp
+
+
+def uninstall() -> None:
+    if not _saved:
+        return
+    from triton.runtime import interpreter as interp
+
+    interp._patch_lang = _saved["patch_lang"]
+    interp.InterpreterBuilder.create_extern_elementwise = _saved["extern"]
+    interp.InterpreterBuilder.create_fp_to_fp = _saved["fp_to_fp"]
+    _saved.clear()
+
+
+def interpreter_cannot_run(exc: BaseException) -> str | None:
+    """If ``exc`` (or its cause chain) says the interpreter cannot run the kernel, return why; else None."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, InterpreterUnsupported):
+            return str(e)
+        text = f"{type(e).__name__}: {e}"
+        for marker in ("not supported in interpreter mode", "InterpreterUnsupported",
+                       "has no CPU implementation in the grader"):
+            if marker in text:
+                return text[:300]
+        e = e.__cause__ or e.__context__
+    return None

@@ -1,0 +1,273 @@
+"""Probes for moe-swap-ab, run in the subject: what the candidate's fused-MoE launcher and kernel do.
+
+Three observations, none judged here:
+
+- ``record_launches``: under a faked device capability, every Triton kernel object of ``fused_moe.py`` is replaced
+  by a recorder and ``invoke_fused_moe_triton_kernel`` is called with the judge's operands; each launch it makes is
+  normalised by the kernel's parameter names (tensors by role, scalars and constexprs by value, the grid evaluated,
+  launch options). Also each kernel's constexpr parameters and defaults, which the judge needs to read a launch.
+- ``run_numerics``: the launcher run for real (compiled on a GPU, through the Triton interpreter on CPU) on the
+  judge's operands, whose rows the judge has padded with NaN guard elements; the output buffer comes back.
+- ``compiled_dot_lines``: on a GPU, the ``tt.dot`` / ``tt.trans`` lines of the TTIR of every kernel a launch compiled.
+
+The launch arguments cross as data: tensors, plain values, and ``compute_type`` as a name ("bf16", "fp16",
+"fp32"), turned into the Triton dtype here. Whatever a probe installs (fake capability, recorders, a capture of
+Triton's launch entry) it undoes, and the fused_moe package's ``lru_cache``s are cleared on the way in and out.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import sys
+
+from probe_support import Patches, import_module, outcome_of
+
+FM = "vllm.model_executor.layers.fused_moe.fused_moe"
+TENSOR_ROLES = ("A", "B", "C", "A_scale", "B_scale", "topk_weights", "sorted_token_ids", "expert_ids",
+                "num_tokens_post_padded", "B_bias")
+
+
+# --------------------------------------------------------------------------------------------- environment
+class _OpsShim:
+    """Forward to torch.ops._C; answer missing compiled capability probes ('*supports*') with False."""
+
+    def __init__(self, real):
+        object.__setattr__(self, "_real", real)
+
+    def __getattr__(self, name):
+        try:
+            return getattr(self._real, name)
+        except (AttributeError, RuntimeError):
+            if "supports" in name:
+                return lambda *a, **k: False
+            raise
+
+
+def _prepare_environment() -> None:
+    """Answer the compiled capability probes that fused_moe's import chain calls when they are not built (the
+    compiled extension modules themselves are stood in for by shared_probes/vllm_stand_ins.py). Environment,
+    installed once per subject and kept: it only answers what a tree without compiled ops cannot."""
+    import torch
+
+    if not isinstance(torch.ops._C, _OpsShim):
+        torch.ops._C = _OpsShim(torch.ops._C)
+
+
+def _fm():
+    _prepare_environment()
+    return import_module(FM)
+
+
+# --------------------------------------------------------------------------------------------- capability
+def _clear_caches() -> None:
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("vllm.model_executor.layers.fused_moe") or mod is None:
+            continue
+        for obj in list(vars(mod).values()):
+            if isinstance(obj, functools._lru_cache_wrapper):
+                try:
+                    obj.cache_clear()
+                except Exception:  # noqa: BLE001 - a cache that cannot be cleared is left as it is
+                    pass
+
+
+def _fake_capability(patches: Patches, cap) -> None:
+    """Make vLLM's platform (and torch.cuda, where no real device exists) report compute capability ``cap`` =
+    [major, minor] as a CUDA device, or as a ROCm device for [major, minor, "rocm"] (MI200, gfx90a, reports 9.0)."""
+    import torch
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability, PlatformEnum
+
+    major, minor, *kind = cap
+    cls = type(current_platform)
+    patches.set(cls, "get_device_capability",
+                classmethod(lambda c, device_id=0: DeviceCapability(major, minor)))
+    patches.set(current_platform, "_enum", PlatformEnum.ROCM if kind == ["rocm"] else PlatformEnum.CUDA)
+    if not torch.cuda.is_available():
+        # Only where no real device exists: on a GPU, Triton compiles for what torch reports, which must stay true.
+        patches.set(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
+    _clear_caches()
+
+
+class _Faked(Patches):
+    """Patches whose undo also clears the fused_moe caches, so predicates cached under a fake re-evaluate."""
+
+    def undo(self) -> None:
+        super().undo()
+        _clear_caches()
+
+
+# --------------------------------------------------------------------------------------------- launch arguments
+def _launch_kwargs(launch: dict, device: str = "cpu") -> dict:
+    """The launcher's keyword arguments from the judge's: tensors on ``device``, compute_type as a Triton dtype."""
+    import torch
+    import triton.language as tl
+
+    out = {}
+    for k, v in launch.items():
+        out[k] = v.to(device) if isinstance(v, torch.Tensor) else v
+    out["compute_type"] = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}[launch["compute_type"]]
+    return out
+
+
+def operand_views(launch: dict, guard: int) -> dict:
+    """The launch with A and B as views of the judge's guarded buffers: each row of the buffer is the operand's
+    row followed by ``guard`` NaN elements, and the view drops them, so the kernel sees the operand's own shape
+    and a row stride ``guard`` elements longer (a read past a row's end picks up NaN). Everything else is shared."""
+    out = dict(launch)
+    for name in ("A", "B"):
+        buf = out[name]
+        out[name] = buf[..., : buf.shape[-1] - guard]
+    return out
+
+
+# --------------------------------------------------------------------------------------------- recording
+def _jit_of(obj):
+    """The JITFunction view of a kernel object, also under TRITON_INTERPRET=1, where kernels are
+    InterpretedFunctions that wrap the plain Python function (rebuilt here as a JITFunction, which compiles nothing)."""
+    from triton.runtime.jit import JITFunction
+
+    seen = 0
+    while not hasattr(obj, "params") and hasattr(obj, "fn") and seen < 8:
+        obj, seen = obj.fn, seen + 1
+    if hasattr(obj, "params"):
+        return obj
+    return JITFunction(obj) if inspect.isfunction(obj) and seen else None
+
+
+def _kernel_objects(fm) -> dict:
+    from triton.runtime.jit import KernelInterface
+
+    return {n: v for n, v in vars(fm).items() if isinstance(v, KernelInterface) and _jit_of(v) is not None}
+
+
+class _Recorder:
+    def __init__(self, name, real, log):
+        self.name, self.real, self.log = name, real, log
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.log.append((self.name, self.real, grid, args, kwargs))
+
+        return launch
+
+    def __getattr__(self, item):
+        return getattr(self.real, item)
+
+
+def _norm(v, tags):
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        for tag, t in tags.items():
+            if t is v:
+                return tag
+        return ["tensor", list(v.shape), str(v.dtype)]
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_norm(x, tags) for x in v]
+    return str(v)
+
+
+def _normalise(entry, tags):
+    name, real, grid, args, kwargs = entry
+    jit = _jit_of(real)
+    names = list(jit.arg_names)
+    bound = dict(zip(names, args))
+    options = {}
+    for k, v in kwargs.items():
+        (bound if k in names else options)[k] = v
+    grid_val = grid({**bound, **options}) if callable(grid) else grid
+    return {
+        "kernel": name,
+        "args": {k: _norm(v, tags) for k, v in bound.items()},
+        "options": {k: _norm(v, tags) for k, v in options.items()},
+        "grid": [int(x) for x in grid_val],
+    }
+
+
+def _record_one(fm, launch: dict, cap) -> list:
+    kwargs = _launch_kwargs(launch)
+    log = []
+    with _Faked() as patches:
+        _fake_capability(patches, cap)
+        for n, k in _kernel_objects(fm).items():
+            patches.set(fm, n, _Recorder(n, k, log))
+        fm.invoke_fused_moe_triton_kernel(**kwargs)
+    tags = {k: kwargs[k] for k in TENSOR_ROLES if kwargs.get(k) is not None}
+    return [json.loads(json.dumps(_normalise(entry, tags))) for entry in log]
+
+
+def _signature(kernel) -> dict:
+    jit = _jit_of(kernel)
+    try:
+        sig = inspect.signature(jit.fn)
+        defaults = {n: json.loads(json.dumps(_norm(p.default, {}))) for n, p in sig.parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    except (TypeError, ValueError):
+        defaults = {}
+    constexprs = sorted(p.name for p in getattr(jit, "params", []) if getattr(p, "is_constexpr", False))
+    return {"constexprs": constexprs, "defaults": defaults}
+
+
+def record_launches(cases: list[dict]) -> dict:
+    """For each ``{"launch": launcher arguments, "cap": [major, minor(, "rocm")]}``: every kernel launch the
+    launcher made under that capability, normalised (``{"returned": [launch, ...]}``), or what it raised. With
+    them, ``kernels``: each kernel object's constexpr parameter names and parameter defaults (normalised)."""
+    fm = _fm()
+    outcomes = [outcome_of(_record_one, fm, case["launch"], case["cap"]) for case in cases]
+    kernels = {n: _signature(k) for n, k in _kernel_objects(fm).items()}
+    return {"outcomes": outcomes, "kernels": kernels}
+
+
+# --------------------------------------------------------------------------------------------- running
+def run_numerics(launch: dict, cap, guard: int, device: str = "cpu"):
+    """Run the launcher for real under capability ``cap`` on ``device`` (a GPU compiles the kernel; on CPU the
+    Triton interpreter runs it), with A and B taken as views of the judge's guarded buffers (``operand_views``).
+    Returns the output buffer C after the launch."""
+    import torch
+
+    fm = _fm()
+    kwargs = operand_views(_launch_kwargs(launch, device), guard)
+    with _Faked() as patches:
+        _fake_capability(patches, cap)
+        fm.invoke_fused_moe_triton_kernel(**kwargs)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    return kwargs["C"].cpu()
+
+
+def compiled_dot_lines(launch: dict, cap, device: str = "cuda") -> list:
+    """Launch for real on the GPU under capability ``cap``, capturing each kernel compiled at Triton's own launch
+    entry (``JITFunction.run``; the module's kernel objects are left alone, so the @jit helpers a kernel calls
+    still compile). For each compiled kernel, the lines of its TTIR that name ``tt.dot`` or ``tt.trans`` (None for
+    a launch that returned no kernel)."""
+    import torch
+    from triton.runtime.jit import JITFunction
+
+    fm = _fm()
+    kwargs = _launch_kwargs(launch, device)
+    compiled = []
+    real_run = JITFunction.run
+
+    def run_and_keep(self, *args, **kw):
+        kernel = real_run(self, *args, **kw)
+        compiled.append(kernel)
+        return kernel
+
+    with _Faked() as patches:
+        _fake_capability(patches, cap)
+        patches.set(JITFunction, "run", run_and_keep)
+        fm.invoke_fused_moe_triton_kernel(**kwargs)
+        torch.cuda.synchronize()
+    out = []
+    for kernel in compiled:
+        if kernel is None:
+            out.append(None)
+            continue
+        ttir = str(kernel.asm["ttir"])
+        out.append([line for line in ttir.splitlines() if "tt.dot" in line or "tt.trans" in line])
+    return out
