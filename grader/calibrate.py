@@ -26,7 +26,6 @@ The arithmetic (``grader_class``, ``judge_class``, ``build_pairs``, ``split_pair
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -442,8 +441,6 @@ def add_parser(sub) -> None:
 
 
 def run_calibrate(args) -> int:
-    import os
-
     from grader.ingest import IngestError, ingest
 
     try:
@@ -453,12 +450,11 @@ def run_calibrate(args) -> int:
         return 2
     results_path = args.results
     if results_path is None:
-        from grader.cli import run_grade
+        from grader.cli import build_parser, run_grade
 
-        grade_args = argparse.Namespace(paths=[args.bundle], task=None, out=args.out,
-                                        jobs=args.jobs or os.cpu_count() or 1, gpu=args.gpu, timeout=args.timeout,
-                                        junit=None, fail_under=None, no_cache=False, keep_trees=False)
-        code = run_grade(grade_args)
+        grade_argv = ["grade", str(args.bundle), "--out", str(args.out), "--gpu", args.gpu,
+                      "--timeout", str(args.timeout)] + (["--jobs", str(args.jobs)] if args.jobs else [])
+        code = run_grade(build_parser().parse_args(grade_argv))
         results_path = args.out / "results.json"
         if code == 2 and not results_path.is_file():
             return 2

@@ -1,14 +1,19 @@
-"""Command line: ``grade PATH...`` (default), ``bases``, ``validate-rubrics``.
+"""Command line: ``grade PATH...`` (the default), ``bases``, ``validate-rubrics``, ``calibrate``, ``mutate``.
 
-Exit codes for ``grade``: 0 all graded and at or above ``--fail-under``; 1 a candidate scored below it;
-2 the grader could not run, or grading of some candidate broke (verdict ``error``).
+Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
+scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
+grader could not run as asked (bad option or task id, ``--gpu on`` without CUDA, another run writing ``--out``),
+or grading of some candidate broke or met an environment fault (verdict ``error``); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -21,7 +26,7 @@ from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher, start_warm_pool
-from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
+from grader.pipeline import BaseCache, GradeOptions, GraderUsageError, detect_gpu, grade_candidate
 from grader.report import markdown_summary, write_html, write_junit, write_results_json
 from grader.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore, cache_key
@@ -30,16 +35,43 @@ from grader.validate import validate_rubrics
 COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate")
 
 
+def task_id(value: str) -> str:
+    """An argparse type: a known task id, else a one-line error naming the known ones."""
+    known = all_tasks()
+    if value not in known:
+        raise argparse.ArgumentTypeError(f"unknown task {value!r} (known: {', '.join(known)})")
+    return value
+
+
+def unit_interval(value: str) -> float:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not in [0, 1]")
+    return number
+
+
+def positive(kind):
+    def parse(value: str):
+        number = kind(value)
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"{value} is not positive")
+        return number
+    return parse
+
+
 def _grade_parser(sub) -> None:
     p = sub.add_parser("grade", help="grade candidate diffs (the default command)")
     p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
-    p.add_argument("--task", help="grade every input as this task instead of inferring it")
+    p.add_argument("--task", type=task_id, help="grade every input as this task instead of inferring it")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="candidates graded at once")
+    p.add_argument("--jobs", type=positive(int), default=contain.default_jobs(),
+                   help="candidates graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds allowed for one candidate's hidden tests")
+    p.add_argument("--timeout", type=positive(float), default=600,
+                   help="seconds allowed for one candidate's hidden tests")
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
-    p.add_argument("--fail-under", type=float, help="exit 1 when a graded candidate scores below this")
+    p.add_argument("--fail-under", type=unit_interval,
+                   help="exit 1 when a candidate scores below this (in [0, 1])")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
     p.add_argument("--contain", choices=("on", "off"), default="on",
@@ -61,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_mutate_parser(sub)
     b = sub.add_parser("bases", help="build the pinned vLLM bases")
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
-    b.add_argument("--task", help="only this task")
+    b.add_argument("--task", type=task_id, help="only this task")
     v = sub.add_parser("validate-rubrics", help="grade base and reference of each task against its rubric")
-    v.add_argument("--task", help="only this task")
+    v.add_argument("--task", type=task_id, help="only this task")
     v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
     v.add_argument("--out", type=Path, default=Path("out"))
     return parser
@@ -72,11 +104,58 @@ def build_parser() -> argparse.ArgumentParser:
 def _progress(done: int, total: int, result: dict, cached: bool) -> None:
     score = "-" if result["score"] is None else f"{result['score']:.2f}"
     note = " (cached)" if cached else ""
-    print(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{note}",
-          file=sys.stderr, flush=True)
+    state = "" if result.get("run_status", "complete") == "complete" else f" [{result['run_status']}]"
+    elapsed = sum(result.get("timings", {}).get(k, 0.0) for k in ("apply_s", "tests_s"))
+    timing = f" in {elapsed:.1f}s" if elapsed and not cached else ""
+    print(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{state}{timing}"
+          f"{note}", file=sys.stderr, flush=True)
+
+
+class OutputLocked(Exception):
+    """Another grader run is writing the same output folder."""
+
+
+def lock_output(out: Path):
+    """Hold ``OUT/.grader.lock`` for the run: one writer per output folder; the second is refused with the first's
+    pid and start time. The lock is released when this process ends, however it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / ".grader.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise OutputLocked(f"{out} is being written by another grader run ({holder}); wait for it to finish or "
+                           "use another --out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+    handle.flush()
+    return handle
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived while grading."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def run_grade(args) -> int:
+    try:
+        lock = lock_output(args.out)
+    except OutputLocked as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_grade(args)
+    finally:
+        lock.close()
+
+
+def _run_grade(args) -> int:
     try:
         candidates = ingest(args.paths, args.task)
     except IngestError as exc:
@@ -108,35 +187,28 @@ def run_grade(args) -> int:
         else:
             pending.append((candidate, key))
 
-    if on_ray:
-        try:
-            ray_backend.grade_pending(pending, len(candidates), results, store, args, gpu, _progress)
-        finally:
-            ray_backend.disconnect()
-    else:
-        launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
-        options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
-                               evidence_cache=None if args.no_cache else EvidenceCache(),
-                               contained=args.contain == "on")
-
-        def work(item):
-            candidate, key = item
-            result = grade_candidate(candidate, bases, options).to_json()
-            store.save(candidate.id, key, result)
-            return result
-
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                for future in as_completed([pool.submit(work, item) for item in pending]):
-                    result = future.result()
-                    results[result["id"]] = result
-                    _progress(len(results), len(candidates), result, False)
-        finally:
-            launcher.close()
+    interrupted = None
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if on_ray:
+            try:
+                ray_backend.grade_pending(pending, len(candidates), results, store, args, gpu, _progress)
+            finally:
+                ray_backend.disconnect()
+        else:
+            _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results)
+    except Interrupted as exc:
+        interrupted = str(exc)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
                 "timings": {"wall_s": round(time.monotonic() - started, 2)}}
-    ordered = [results[c.id] for c in candidates]
+    if interrupted:
+        run_info["incomplete"] = {"reason": f"interrupted by {interrupted}",
+                                  "not_graded": [c.id for c in candidates if c.id not in results]}
+    ordered = [results[c.id] for c in candidates if c.id in results]
     write_results_json(args.out, ordered, run_info)
     write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates})
     if args.junit:
@@ -144,8 +216,50 @@ def run_grade(args) -> int:
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(markdown_summary(ordered))
+    if interrupted:
+        print(f"interrupted ({interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written to "
+              f"{args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
+              file=sys.stderr)
+        return 130
     print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     return exit_code(ordered, args.fail_under)
+
+
+def _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results) -> None:
+    """Grade ``pending`` in a pool of threads; on an interrupt, stop starting work, end every judge and subject,
+    and keep only what finished before it."""
+    stopping = threading.Event()
+    launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
+    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
+                           evidence_cache=None if args.no_cache else EvidenceCache(),
+                           contained=args.contain == "on", memory_bytes=contain.memory_per_subject(args.jobs))
+
+    def work(item):
+        candidate, key = item
+        if stopping.is_set():
+            return None
+        result = grade_candidate(candidate, bases, options).to_json()
+        if stopping.is_set():
+            return None
+        store.save(candidate.id, key, result)
+        return result
+
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
+        for future in as_completed([pool.submit(work, item) for item in pending]):
+            result = future.result()
+            if result is not None:
+                results[result["id"]] = result
+                _progress(len(results), len(candidates), result, False)
+    except Interrupted:
+        stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        launcher.terminate()
+        pool.shutdown(wait=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        launcher.close()
 
 
 def _launcher(args, pending: list, tasks: dict, bases: BaseCache, gpu: bool):
@@ -157,10 +271,16 @@ def _launcher(args, pending: list, tasks: dict, bases: BaseCache, gpu: bool):
 
 
 def exit_code(results: list[dict], fail_under: float | None) -> int:
+    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
+    result that is not complete never passes a threshold); else 0."""
     if any(r["verdict"] == "error" for r in results):
         return 2
-    if fail_under is not None and any((r["score"] or 0.0) < fail_under for r in results if r["verdict"] != "no_diff"):
-        return 1
+    if fail_under is None:
+        return 0
+    for r in results:
+        score = 0.0 if r["verdict"] == "no_diff" else (r["score"] or 0.0)
+        if score < fail_under or r.get("run_status", "complete") != "complete":
+            return 1
     return 0
 
 
@@ -186,9 +306,13 @@ def run_bases(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+    # No command named first means ``grade``, whatever order its options and paths come in.
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "grade")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed its one-line error (or the help)
+        return 2 if exc.code else 0
     try:
         if args.command == "grade":
             return run_grade(args)
@@ -199,6 +323,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "mutate":
             return run_mutate(args)
         return validate_rubrics(args)
-    except (RubricError, BaseBuildError) as exc:
+    except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

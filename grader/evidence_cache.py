@@ -41,6 +41,6 @@ class EvidenceCache:
 
     def save(self, key: str, run: RunReport) -> None:
         """Keep only evidence that a rerun would reproduce: no time-outs, no environment failures."""
-        if run.timed_out or run.environment_error:
+        if run.timed_out or run.environment_error or any(o.status == "timeout" for o in run.outcomes):
             return
         atomic_write(self.folder / f"{key}.json", json.dumps(asdict(run)))

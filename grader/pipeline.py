@@ -19,9 +19,13 @@ from grader.evidence_cache import EvidenceCache, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
 from grader.rubric import Task, all_tasks
-from grader.run import DEFAULT_TIMEOUT_S, run_hidden_tests
+from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
+
+
+class GraderUsageError(Exception):
+    """The run cannot start as asked (an option this machine cannot honour): exit 2 before any work."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class GradeOptions:
     launcher: Launcher = field(default_factory=ColdLauncher)
     evidence_cache: EvidenceCache | None = None
     contained: bool = True
+    # A subject's memory limit (None: the machine's share at the default --jobs).
+    memory_bytes: int | None = None
 
 
 class BaseCache:
@@ -58,7 +64,7 @@ def detect_gpu(mode: str) -> tuple[bool, str]:
     if available:
         return True, "CUDA GPU found: GPU evidence runs"
     if mode == "on":
-        raise SystemExit("--gpu on was given but torch sees no CUDA device")
+        raise GraderUsageError("--gpu on was given but torch sees no CUDA device")
     return False, "no CUDA GPU found: GPU-only criteria are not evaluated"
 
 
@@ -87,12 +93,15 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
             return apply, None, timings
+        problem = environment_problem(task, base.path, base.key, options.gpu)
+        if problem:
+            return apply, RunReport([], None, False, "", 0.0, problem), timings
         key = tree_key(task, base, apply, options.gpu)
         run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
             import_root = make_import_root(tree, scratch)
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
-                                   options.timeout, options.contained)
+                                   options.timeout, options.contained, memory_bytes=options.memory_bytes)
             if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
@@ -112,6 +121,18 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOption
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
         return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+
+
+def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> str:
+    """What happened, beside the verdict: an environment fault, a time-out, a whole diff applied only in part."""
+    if run is not None and run.environment_error:
+        return "environment_error"
+    if run is not None and (run.timed_out or any(o.status == "timeout" for o in run.outcomes)):
+        return "timed_out"
+    failed_hunks = any(h.status == "failed" for f in apply.files for h in f.hunks)
+    if apply.status == "partial" and failed_hunks and not apply.truncated and not cut_preview:
+        return "apply_partial"
+    return "complete"
 
 
 def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
@@ -139,9 +160,16 @@ def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> Can
         criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
     else:
         criteria = score_criteria(task, run)
-    verdict = verdict_for(task, apply, criteria)
+    status = run_status(apply, run, candidate.at_preview_limit)
+    if status == "environment_error":
+        criteria = not_evaluated_all(task, f"environment problem, not the candidate's: {run.environment_error}")
+    elif status == "timed_out" and run is not None and not run.outcomes:
+        criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
+                                           "any hidden test ran")
+    verdict = verdict_for(task, apply, criteria, status)
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
-                             diff_sha256=diff_sha256(candidate.diff), timings=timings)
+                             diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
+                             error=run.environment_error if status == "environment_error" else None)
     result.summary = summarize(task, result, run)
     return result

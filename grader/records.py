@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
 CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
 Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
+# What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
+RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
 
 
 @dataclass
@@ -103,6 +105,10 @@ class CriterionResult:
     status: CriterionStatus
     rationale: str
     evidence: list[dict] = field(default_factory=list)
+    # Evaluated weight over the weight of every check of the criterion (1.0: every check ran).
+    coverage: float = 0.0
+    # Why checks did not run, counted: {"gpu": 5, "timeout": 1, ...}.
+    not_run: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +125,7 @@ class CandidateResult:
     error: str | None = None
     diff_sha256: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    run_status: RunStatus = "complete"
 
     def to_json(self) -> dict:
         return asdict(self)

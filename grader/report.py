@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,7 +30,11 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def page_name(candidate_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id) + ".html"
+    """A file name for one candidate's page: readable, and unique per id (a short hash of the exact id), so ids
+    that differ only in characters a file name cannot hold never share a page or a store file."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id)[:80].lstrip(".") or "candidate"
+    digest = hashlib.sha256(candidate_id.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{readable}-{digest}.html"
 
 
 def results_document(results: list[dict], run_info: dict) -> dict:

@@ -112,12 +112,14 @@ def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
 
 
 def rubric_fingerprint(task: Task) -> str:
-    """Digest of the task's folder (rubric, base recipe, hidden tests), the shared test harness (rubrics/*.py,
-    pytest.ini) and the engine: a change to any of them can change what evidence means."""
+    """Digest of the task's folder (rubric, base recipe, hidden tests, probes), the shared harness (rubrics/*.py,
+    shared probes, pytest.ini) and the engine code that produces evidence (running the judge and subjects, the
+    evidence plugin): a change to any of them can change what evidence means; other engine edits cannot."""
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    harness = [*sorted(RUBRICS_DIR.glob("*.py")), RUBRICS_DIR / "pytest.ini",
-               *sorted((REPO_ROOT / "grader").glob("*.py"))]
+    harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted((RUBRICS_DIR / "shared_probes").glob("*.py")),
+               RUBRICS_DIR / "pytest.ini", REPO_ROOT / "grader" / "run.py", REPO_ROOT / "grader" / "pytest_evidence.py",
+               *sorted((REPO_ROOT / "grader" / "sandbox").glob("*.py"))]
     for path in [*files, *harness]:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes() if path.is_file() else b"")
@@ -126,11 +128,8 @@ def rubric_fingerprint(task: Task) -> str:
 
 @cache
 def environment_fingerprint() -> str:
-    """Python, torch and triton versions: evidence from another environment is not reused."""
-    versions = [platform.python_version()]
-    for package in ("torch", "triton"):
-        try:
-            versions.append(f"{package}=={metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{package} absent")
-    return ";".join(versions)
+    """Python and every installed distribution (name and version): evidence from another environment, one with
+    a package more or less, is not reused."""
+    installed = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in metadata.distributions()})
+    digest = hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
+    return f"python {platform.python_version()}; {len(installed)} distributions {digest}"

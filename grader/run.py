@@ -13,13 +13,16 @@ import os
 import re
 import resource
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 from grader.apply import hidden_roots
 from grader.checkout import cache_dir
 from grader.records import RunReport, TestOutcome
-from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task
+from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 
@@ -71,13 +74,13 @@ def subject_environment(home: Path, gpu: bool) -> dict[str, str]:
 
 
 def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes: Path, gpu: bool,
-                 contained: bool) -> tuple[dict, contain.Sandbox | None]:
+                 contained: bool, memory_bytes: int | None = None) -> tuple[dict, contain.Sandbox | None]:
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
     # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
     box = contain.prepare(home, visible=[tree, import_root, probes], hidden=hidden_roots(),
-                          as_bytes=resource.RLIM_INFINITY if gpu else contain.ADDRESS_SPACE_BYTES) \
-        if contained else None
+                          as_bytes=resource.RLIM_INFINITY if gpu else contain.ADDRESS_SPACE_BYTES,
+                          memory_bytes=memory_bytes) if contained else None
     spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu),
             "sys_path": [str(import_root), str(probes)], "interpreter_paths": contain.interpreter_paths(),
             "cwd": str(home), "log": str(folder / "subject.log")}
@@ -100,6 +103,61 @@ def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeo
     return env
 
 
+ENVIRONMENT_PROBE = """
+import importlib, json, sys
+found = {}
+try:
+    import subject_setup  # the stand-ins every subject installs first
+except BaseException as exc:
+    found["subject_setup"] = [type(exc).__name__, str(exc)[:300], getattr(exc, "name", None)]
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        found[name] = [type(exc).__name__, str(exc)[:300], getattr(exc, "name", None)]
+print(json.dumps(found))
+"""
+_ENVIRONMENT_CHECKED: dict[str, str | None] = {}
+
+
+def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -> str | None:
+    """Why the grading environment cannot run this task's hidden tests, or None: the task's modules are imported
+    from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault."""
+    key = f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}"
+    if key in _ENVIRONMENT_CHECKED:
+        return _ENVIRONMENT_CHECKED[key]
+    modules = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
+    modules = [m.removesuffix(".__init__") for m in modules if (base_tree / (m.replace(".", "/") + ".py")).exists()
+               or m.endswith(".__init__")]
+    root = Path(tempfile.mkdtemp(prefix="grader-env-"))
+    try:
+        os.symlink(base_tree / "vllm", root / "vllm")
+        env = dict(base_environment(gpu), HOME=str(root), TMPDIR=str(root), GRADER_GPU="1" if gpu else "0",
+                   PYTHONPATH=os.pathsep.join([str(root), str(SHARED_PROBES)]))
+        done = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE, *modules], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=900)
+        failures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else None
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+        failures = {"(probe)": [type(exc).__name__, str(exc)[:300], None]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if failures is None:
+        problem = f"the environment check of {task.id} printed nothing: {done.stderr[-300:]}"
+    else:
+        missing = {info[2] for info in failures.values() if info[0] == "ModuleNotFoundError" and info[2]
+                   and info[2].split(".")[0] != "vllm"}
+        if missing:
+            problem = (f"the grading environment lacks {', '.join(sorted(missing))}, which the unpatched "
+                       f"{task.id} base needs to import {', '.join(sorted(failures))}")
+        elif failures:
+            name, info = next(iter(failures.items()))
+            problem = f"the unpatched {task.id} base fails to import {name} here: {info[0]}: {info[1]}"
+        else:
+            problem = None
+    _ENVIRONMENT_CHECKED[key] = problem
+    return problem
+
+
 def pytest_args(task: Task, select: str | None = None) -> list[str]:
     args = ["-c", str(RUBRICS_DIR / "pytest.ini"), "--rootdir", str(RUBRICS_DIR), "-p", "grader.pytest_evidence",
             str(task.tests_dir)]
@@ -108,7 +166,7 @@ def pytest_args(task: Task, select: str | None = None) -> list[str]:
 
 def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path, scratch: Path, gpu: bool,
                      launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
-                     select: str | None = None) -> RunReport:
+                     select: str | None = None, memory_bytes: int | None = None) -> RunReport:
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -120,7 +178,8 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     boxes = []
     specs = {}
     for name, root, source in (("candidate", import_root, tree), ("base", base_root, base_tree)):
-        spec, box = subject_spec(name, scratch / f"subject-{name}", root, source, probes, gpu, contained)
+        spec, box = subject_spec(name, scratch / f"subject-{name}", root, source, probes, gpu, contained,
+                                 memory_bytes)
         specs[name] = spec
         boxes += [box] if box else []
     (judge / "subjects.json").write_text(json.dumps(specs))

@@ -1,10 +1,13 @@
 """Scoring: pure functions from test outcomes and the apply report to criterion results and a verdict.
 
 A real score, an error and "not evaluated" are three different things: a criterion with no evaluated evidence
-has no score at all, and never counts as the candidate's failure.
+has no score at all, and never counts as the candidate's failure. A check that timed out or was skipped is not
+evaluated: it counts neither for nor against the candidate, and the criterion's coverage says how much ran.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from grader.records import ApplyReport, CriterionResult, RunReport, TestOutcome
 from grader.rubric import Task
@@ -12,7 +15,7 @@ from grader.rubric import Task
 MET_AT = 0.75
 UNMET_AT = 0.25
 FULL_AT = 0.9
-EVALUATED = ("passed", "failed", "error", "timeout")
+EVALUATED = ("passed", "failed", "error")
 
 
 def status_for(score: float) -> str:
@@ -31,16 +34,25 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
     return entry
 
 
+def _not_run_reason(outcome: TestOutcome) -> str:
+    if outcome.status == "timeout":
+        return "timeout"
+    return "gpu" if "gpu" in outcome.kinds else "skipped"
+
+
 def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> CriterionResult:
     """Weighted share of passing evaluated tests; not_evaluated (with the reasons) when none was evaluated."""
     relevant = [(o, o.criteria[cid]) for o in outcomes if cid in o.criteria]
     evidence = [_evidence_entry(o, w) for o, w in relevant]
     evaluated = [(o, w) for o, w in relevant if o.status in EVALUATED]
     total = sum(w for _, w in evaluated)
+    everything = sum(w for _, w in relevant)
+    not_run = dict(Counter(_not_run_reason(o) for o, _ in relevant if o.status not in EVALUATED))
+    coverage = round(total / everything, 4) if everything > 0 else 0.0
     if not evaluated or total <= 0:
-        reasons = sorted({o.message for o, _ in relevant if o.status == "skipped" and o.message})
-        why = "; ".join(reasons) if reasons else "no hidden test evidences this criterion"
-        return CriterionResult(cid, title, None, "not_evaluated", why, evidence)
+        reasons = sorted({o.message for o, _ in relevant if o.status in ("skipped", "timeout") and o.message})
+        why = "; ".join(reasons[:3]) if reasons else "no hidden test evidences this criterion"
+        return CriterionResult(cid, title, None, "not_evaluated", why, evidence, coverage, not_run)
     passed = sum(w for o, w in evaluated if o.status == "passed")
     score = round(passed / total, 4)
     failing = [o for o, _ in evaluated if o.status != "passed"]
@@ -49,10 +61,10 @@ def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> Cr
         rationale += "; failing: " + ", ".join(_short(o.nodeid) for o in failing[:4])
         if len(failing) > 4:
             rationale += f" and {len(failing) - 4} more"
-    skipped = len(relevant) - len(evaluated)
-    if skipped:
-        rationale += f"; {skipped} check(s) not run here"
-    return CriterionResult(cid, title, score, status_for(score), rationale, evidence)
+    if not_run:
+        rationale += f"; evaluated on {_count(total)} of {_count(everything)} weighted checks (not run: " + \
+            ", ".join(f"{n} {why}" for why, n in sorted(not_run.items())) + ")"
+    return CriterionResult(cid, title, score, status_for(score), rationale, evidence, coverage, not_run)
 
 
 def _count(value: float) -> str:
@@ -73,7 +85,7 @@ def apply_conditions(task: Task, results: dict[str, CriterionResult]) -> None:
         if anchor.status == "not_evaluated":
             result.score, result.status = None, "not_evaluated"
             result.rationale = f"anchor {anchor.id} could not be evaluated ({anchor.rationale})"
-        elif anchor.status != "met":
+        elif anchor.status == "unmet":
             own = result.rationale
             result.score, result.status = 0.0, "unmet"
             result.rationale = (f"anchor {anchor.id} ({anchor.title}) is {anchor.status}: the change adds no "
@@ -101,13 +113,19 @@ def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | N
     return round(sum(w * s for w, s in weighted) / total, 4) if total else None
 
 
-def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult]) -> str:
+def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult], run_status: str) -> str:
+    """``full`` needs every criterion evaluated on every one of its checks, at or above FULL_AT, in a complete
+    run; a core criterion below UNMET_AT is ``fail``; an incomplete run or a whole diff with a failed hunk is at
+    best ``partial``."""
     if apply.status == "empty":
         return "no_diff"
+    if run_status == "environment_error":
+        return "error"
     if apply.status in ("failed", "rejected"):
         return "fail"
     if any(criteria[cid].score is not None and criteria[cid].score < UNMET_AT for cid in task.core_criteria):
         return "fail"
-    if all(r.score is not None and r.score >= FULL_AT for r in criteria.values()):
+    if run_status == "complete" and all(r.score is not None and r.score >= FULL_AT and r.coverage >= 1.0
+                                        for r in criteria.values()):
         return "full"
     return "partial"

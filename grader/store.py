@@ -38,5 +38,10 @@ class ResultStore:
             return None
         return record["result"] if record.get("key") == key else None
 
-    def save(self, candidate_id: str, key: str, result: dict) -> None:
+    def save(self, candidate_id: str, key: str, result: dict) -> bool:
+        """Keep a finished result; only a complete grading is kept (a time-out, an interrupt, an environment
+        fault or a grading error would be replayed as if it were the candidate's result)."""
+        if result.get("run_status") != "complete" or result.get("verdict") == "error":
+            return False
         atomic_write(self._path(candidate_id), json.dumps({"key": key, "result": result}, sort_keys=True))
+        return True

@@ -100,3 +100,10 @@ def test_scorecards_render_in_headless_chromium(tmp_path, results):
         assert not console, console
         assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert shot.stat().st_size > 5000, "the screenshot is blank"
+
+
+def test_ids_that_differ_only_in_unsafe_characters_get_their_own_page():
+    ids = ["a/b", "a_b", "a b", "a:b", "a/b/", "."]
+    names = {page_name(i) for i in ids}
+    assert len(names) == len(ids)
+    assert all("/" not in n and not n.startswith(".") for n in names)

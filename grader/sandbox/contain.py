@@ -51,13 +51,32 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
-def _default_memory_bytes() -> int:
-    """Memory (RSS + page cache) of one candidate: 32 GiB, or half the machine's RAM where that is less."""
+def machine_memory_bytes() -> int:
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 32 << 30
-    return min(32 << 30, total // 2)
+
+
+# What one candidate (its judge and its subject) needs at least, and may use at most.
+CANDIDATE_MEMORY_FLOOR = 6 << 30
+CANDIDATE_MEMORY_CAP = 32 << 30
+
+
+def default_jobs() -> int:
+    """Candidates graded at once by default: the cores, but never more than the memory holds at the floor."""
+    return max(1, min(os.cpu_count() or 1, machine_memory_bytes() * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
+
+
+def memory_per_subject(jobs: int) -> int:
+    """A subject's memory cgroup limit with ``jobs`` candidates at once: three quarters of the machine shared
+    among them (so the limits together never overcommit it), within the floor and the cap."""
+    share = machine_memory_bytes() * 3 // 4 // max(1, jobs)
+    return max(1 << 30, min(CANDIDATE_MEMORY_CAP, share))
+
+
+def _default_memory_bytes() -> int:
+    return memory_per_subject(default_jobs())
 
 
 MEMORY_BYTES = _default_memory_bytes()

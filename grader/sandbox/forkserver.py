@@ -69,12 +69,28 @@ def _wait(pid: int, timeout: float) -> tuple[int, bool]:
         time.sleep(0.02)
 
 
+_RUNNING: list[int] = []
+
+
+def _end_on_sigterm(signum, frame) -> None:
+    """The grader is stopping: kill the judge being run (its subjects are killed by the grader) and exit."""
+    for pid in _RUNNING:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    os._exit(1)
+
+
 def serve(stdin, stdout) -> None:
+    signal.signal(signal.SIGTERM, _end_on_sigterm)
     for line in stdin:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _run_child(request)
+        _RUNNING[:] = [pid]
         returncode, timed_out = _wait(pid, float(request["timeout"]))
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever the run left behind in its group

@@ -57,6 +57,9 @@ class Launcher(Protocol):
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
         """(pytest's exit code or None, whether the judge was killed at its time limit)."""
 
+    def terminate(self) -> None:
+        """End every judge now (an interrupt): their runs return as killed."""
+
     def close(self) -> None: ...
 
 
@@ -78,6 +81,16 @@ def base_environment(gpu: bool) -> dict[str, str]:
 class ColdLauncher:
     """One new ``python -m grader.sandbox.judge`` process per run: the simple, slow way."""
 
+    def __init__(self) -> None:
+        self.live: set[int] = set()
+
+    def terminate(self) -> None:
+        for pid in list(self.live):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
         request = Path(job.log).with_suffix(".request.json")
         request.write_text(json.dumps(asdict(job)))
@@ -86,6 +99,7 @@ class ColdLauncher:
             proc = subprocess.Popen(command, cwd=job.cwd, env=dict(job.env, PYTHONPATH=str(REPO_ROOT)),
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
+            self.live.add(proc.pid)
             try:
                 return proc.wait(timeout=job.timeout + JUDGE_GRACE_S), False
             except subprocess.TimeoutExpired:
@@ -96,6 +110,7 @@ class ColdLauncher:
                 except (ProcessLookupError, PermissionError):
                     pass
                 proc.wait()
+                self.live.discard(proc.pid)
 
     def close(self) -> None:
         pass
@@ -145,6 +160,13 @@ class _Server:
         reply = json.loads(answer)
         return reply["returncode"], reply["timed_out"]
 
+    def terminate(self) -> None:
+        """SIGTERM: the worker kills the judge it runs and exits."""
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
     def close(self) -> None:
         try:
             self.proc.stdin.close()
@@ -176,23 +198,39 @@ class WarmPool:
         self.preimport_file = self.home / "preimport.txt"
         self.preimport_file.write_text("\n".join(preimport) + "\n")
         self.idle: queue.Queue[_Server] = queue.Queue()
+        self.servers: list[_Server] = []
+        self.terminated = False
         for _ in range(size):
-            self.idle.put(_Server(self.env, self.preimport_file))
+            self._add()
+
+    def _add(self) -> _Server:
+        server = _Server(self.env, self.preimport_file)
+        self.servers.append(server)
+        self.idle.put(server)
+        return server
+
+    def terminate(self) -> None:
+        self.terminated = True
+        for server in self.servers:
+            server.terminate()
 
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
         server = self.idle.get()
         try:
-            result = server.run(job)
+            return server.run(job)
         except (BrokenPipeError, OSError, ValueError):
-            # The run took its worker down with it: that run ends here, as a crash, and a new worker takes over.
+            # The run took its worker down with it: that run ends here, as a crash, and a new worker takes over
+            # (none after terminate: the run is ending).
             server.close()
-            server = _Server(self.env, self.preimport_file)
-            result = (None, False)
+            self.servers.remove(server)
+            if not self.terminated:
+                self._add()
+            return None, False
         finally:
-            self.idle.put(server)
-        return result
+            if server in self.servers:
+                self.idle.put(server)
 
     def close(self) -> None:
-        while not self.idle.empty():
-            self.idle.get().close()
+        for server in self.servers:
+            server.close()
         shutil.rmtree(self.home, ignore_errors=True)

@@ -1,4 +1,9 @@
-"""c4: after a data-parallel dispatch, the LoRA input follows the dispatched tokens' rows and layout."""
+"""c4: after a data-parallel dispatch, the LoRA input follows the dispatched tokens' rows and layout.
+
+A two-rank naive DP/EP dispatch is faked in the subject (``get_ep_group`` of ``naive_dp_ep``); what the peer rank
+sends (its tokens, FP8-quantized with their scale where the scheme quantizes) is drawn and quantized here, and the
+expected dispatched tokens are mixed here the same way the fake group mixes them.
+"""
 
 from __future__ import annotations
 
@@ -8,47 +13,20 @@ import torch
 
 def _quantize_like(H, scheme, x, static_scale=None):
     if scheme == "fp8-tensor-static":
-        return H._fp8_cast(x.float() / static_scale.float()), static_scale
+        return H.fp8_cast(x.float() / static_scale.float()), static_scale
     if scheme == "fp8-token-dynamic":
         s = (x.float().abs().amax(dim=-1, keepdim=True) / H.FP8_MAX).clamp(min=1e-12)
-        return H._fp8_cast(x.float() / s), s
+        return H.fp8_cast(x.float() / s), s
     return H.group_quant_fp8(x.float(), 128)
 
 
-class _FakeEPGroup:
-    """Two-rank stand-in for the EP group: dispatch adds a peer rank's tokens ('gather') or swaps
-    half of the local tokens for the peer's ('exchange', same row count, different tokens)."""
-
-    def __init__(self, H, scheme, mode, peer):
-        self.H, self.scheme, self.mode, self.peer = H, scheme, mode, peer
-
-    def _mix(self, local, remote):
-        if self.mode == "gather":
-            return torch.cat([remote, local], dim=0)
-        h = local.shape[0] // 2
-        return torch.cat([local[h:], remote[:h]], dim=0)
-
-    def dispatch(self, a1q, topk_weights, topk_ids, is_sequence_parallel=False, extra_tensors=None):
-        peer = self.peer
-        if a1q.dtype == torch.float8_e4m3fn:
-            pq, ps = _quantize_like(self.H, self.scheme, peer["hidden"], peer.get("a1_scale"))
-        else:
-            pq, ps = peer["hidden"].to(a1q.dtype), None
-        out = [self._mix(a1q, pq), self._mix(topk_weights, peer["topk_weights"]),
-               self._mix(topk_ids, peer["topk_ids"])]
-        if extra_tensors is None:
-            return tuple(out)
-        extras = []
-        for t in extra_tensors:
-            if t.dtype in (torch.int32, torch.int64) and t.dim() == 1:
-                extras.append(self._mix(t, peer["mapping"].to(t.dtype)))
-            else:
-                assert ps is not None, "scale dispatched for unquantized activations"
-                extras.append(self._mix(t, ps.to(t.dtype).reshape(-1, *t.shape[1:])))
-        return (*out, extras)
-
-    def combine(self, out, is_sequence_parallel=False):
-        return out[-self.peer["hidden"].shape[0]:]
+def _mix(mode, local, remote):
+    """The dispatched rows: 'gather' adds the peer's tokens before the local ones, 'exchange' keeps the row count
+    but swaps the first half of the local tokens for the peer's (as the subject's fake group does)."""
+    if mode == "gather":
+        return torch.cat([remote, local], dim=0)
+    h = local.shape[0] // 2
+    return torch.cat([local[h:], remote[:h]], dim=0)
 
 
 # Unquantized too: its dispatched tokens need no scale, and a fix must not ask for one. K=256 gives block
@@ -59,29 +37,29 @@ SCHEMES = ["fp8-token-dynamic", "fp8-block", "unquantized", "fp8-tensor-static"]
 DISPATCHES = {"ep-gather": ("gather", True), "ep-exchange": ("exchange", True), "dp-gather": ("gather", False)}
 
 
-def _check_dispatch(H, rec, monkeypatch, scheme, dispatch):
-    import vllm.model_executor.layers.fused_moe.prepare_finalize.naive_dp_ep as nde
-    from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
-
+def _case(H, g, scheme, dispatch):
+    """The problem, its LoRA adapter and the dispatch the subject fakes; the rows the LoRA input must have."""
     mode, use_ep = DISPATCHES[dispatch]
-    p = H.make_problem(scheme, E=32, K=256, seed=5)
-    peer_p = H.make_problem(scheme, E=32, K=256, seed=6)
-    lo = H.make_lora(p, [0, -1, 1, 2])
-    peer = {"hidden": peer_p.hidden, "topk_weights": peer_p.topk_weights,
-            "topk_ids": peer_p.topk_ids,
-            "mapping": torch.tensor([3, 1, -1, 0], dtype=torch.int32),
-            "a1_scale": p.quant_config.a1_scale}
-    group = _FakeEPGroup(H, scheme, mode, peer)
-    monkeypatch.setattr(nde, "get_ep_group", lambda: group)
-    parallel = FusedMoEParallelConfig(
-        tp_size=1, pcp_size=1, dp_size=2, ep_size=2 if use_ep else 1, tp_rank=0, pcp_rank=0, dp_rank=0,
-        ep_rank=0, sp_size=1, use_ep=use_ep, all2all_backend="allgather_reducescatter", enable_eplb=False)
-    pf = nde.MoEPrepareAndFinalizeNaiveDPEPModular(num_dispatchers=2)
-    pf.set_lora_context(lo.ctx)
-    H.run_moe(p, lo, prepare_finalize=pf, parallel=parallel)
-    assert rec.lora, "the MoE-LoRA op was never called for dispatched LoRA tokens"
-    x = rec.lora[0].x.float()
-    expected = group._mix(p.hidden.float(), peer_p.hidden.float())
+    p = H.make_problem(scheme, g, E=32, K=256)
+    peer_p = H.make_problem(scheme, g, E=32, K=256)
+    if scheme == "fp8-tensor-static":
+        # a static scale is one calibrated constant for every rank: here it covers both ranks' tokens
+        amax = torch.maximum(p.hidden.float().abs().amax(), peer_p.hidden.float().abs().amax())
+        p.a1_scale = (amax * 1.25 / H.FP8_MAX).reshape(1)
+        p.quant["a1_scale"] = p.a1_scale
+    lo = H.make_lora(p, [0, -1, 1, 2], g)
+    peer = {"hidden": peer_p.hidden, "topk_weights": peer_p.topk_weights, "topk_ids": peer_p.topk_ids,
+            "mapping": torch.tensor([3, 1, -1, 0], dtype=torch.int32), "quantized": None, "scale": None}
+    if scheme != "unquantized":
+        peer["quantized"], peer["scale"] = _quantize_like(H, scheme, peer_p.hidden, p.a1_scale)
+    expected = _mix(mode, p.hidden.float(), peer_p.hidden.float())
+    return p, lo, {"mode": mode, "use_ep": use_ep, "peer": peer}, expected
+
+
+def _check_run(run, expected):
+    assert run.lora, "the MoE-LoRA op was never called for dispatched LoRA tokens"
+    x = run.lora[0].x.float()
+    assert x.dim() == 2 and x.shape[1] == expected.shape[1], f"LoRA input has shape {tuple(x.shape)}"
     assert x.shape[0] == expected.shape[0], (
         f"LoRA input has {x.shape[0]} rows, the dispatched tokens {expected.shape[0]}")
     row_err = ((x - expected).norm(dim=1) / expected.norm(dim=1)).tolist()
@@ -91,23 +69,27 @@ def _check_dispatch(H, rec, monkeypatch, scheme, dispatch):
 @pytest.mark.criterion("c4")
 @pytest.mark.parametrize("dispatch", list(DISPATCHES))
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_lora_input_follows_dispatched_tokens(H, rec, monkeypatch, scheme, dispatch):
+def test_lora_input_follows_dispatched_tokens(H, subject, secret_generator, scheme, dispatch):
     """After a DP/EP dispatch the LoRA shrink input has the dispatched rows, token for token."""
-    _check_dispatch(H, rec, monkeypatch, scheme, dispatch)
+    p, lo, fake, expected = _case(H, secret_generator, scheme, dispatch)
+    _check_run(H.run_moe(subject, p, lo, dispatch=fake), expected)
 
 
 # A scheme whose dispatched LoRA input is wrong fails its three cases above; with this test failing too, c4 falls
 # below met (9 of 13). One or two wrong cases of a scheme leave it met (11 or 10 of 13).
 @pytest.mark.criterion("c4", weight=1)
-def test_lora_input_follows_dispatched_tokens_in_every_case(H, monkeypatch):
+def test_lora_input_follows_dispatched_tokens_in_every_case(H, subject, secret_generator):
     """The LoRA shrink input follows the dispatched tokens for every scheme and dispatch at once."""
     failures = []
     for scheme in SCHEMES:
         for dispatch in DISPATCHES:
-            rec = H.Recorder()
-            with monkeypatch.context() as mp, H.spies(mp, rec):
-                try:
-                    _check_dispatch(H, rec, mp, scheme, dispatch)
-                except Exception as exc:  # a crash is as wrong as a mismatch
-                    failures.append(f"{scheme}/{dispatch}: {type(exc).__name__}: {str(exc)[:160]}")
+            p, lo, fake, expected = _case(H, secret_generator, scheme, dispatch)
+            run = H.run_moe_outcome(subject, p, lo, dispatch=fake)
+            if isinstance(run, str):  # a crash is as wrong as a mismatch
+                failures.append(f"{scheme}/{dispatch}: {run}")
+                continue
+            try:
+                _check_run(run, expected)
+            except AssertionError as exc:
+                failures.append(f"{scheme}/{dispatch}: AssertionError: {str(exc)[:160]}")
     assert not failures, f"{len(failures)} of {len(SCHEMES) * len(DISPATCHES)} cases wrong: {failures}"

@@ -1,8 +1,10 @@
-"""c1 / c3: what the LoRA shrink and the base FP8 GEMM receive in an FP8 MoE with a LoRA adapter."""
+"""c1 / c3: what the LoRA shrink and the base FP8 GEMM receive in an FP8 MoE with a LoRA adapter.
+
+The judge draws each problem and LoRA adapter (``secret_generator``), the subject runs the layer and reports what
+the MoE-LoRA op and the base GEMM were given (``probes/fp8_lora_probes.py``); every check is made here.
+"""
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 import torch
@@ -11,9 +13,9 @@ SCHEMES = ["fp8-tensor-dynamic", "fp8-tensor-static", "fp8-token-dynamic", "fp8-
 MAPPING = [0, 1, -1, 0]
 
 
-def _assert_shrink_got_real_values(H, rec, p):
-    assert rec.lora, "the MoE-LoRA op was never called for a batch that uses LoRA adapters"
-    x = rec.lora[0].x
+def _assert_shrink_got_real_values(H, run, p):
+    assert run.lora, "the MoE-LoRA op was never called for a batch that uses LoRA adapters"
+    x = run.lora[0].x
     assert x.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz), (
         f"LoRA shrink got the FP8-quantized activations ({x.dtype}) without their scale")
     assert x.shape == p.hidden.shape, f"LoRA input shape {tuple(x.shape)} != {tuple(p.hidden.shape)}"
@@ -23,60 +25,48 @@ def _assert_shrink_got_real_values(H, rec, p):
 
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_lora_shrink_gets_real_valued_activations(H, rec, scheme):
+def test_lora_shrink_gets_real_valued_activations(H, subject, secret_generator, scheme):
     """The w13 LoRA shrink of an FP8 MoE receives real-valued activations of the input's magnitude."""
-    p = H.make_problem(scheme)
-    lo = H.make_lora(p, MAPPING)
-    H.run_moe(p, lo)
-    _assert_shrink_got_real_values(H, rec, p)
-
-
-class _InOrderEvent:
-    """Stands in for a CUDA event where the auxiliary 'stream' runs its work in order on the host."""
-
-    def record(self, *args, **kwargs):
-        pass
-
-    def wait(self, *args, **kwargs):
-        pass
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
+    run = H.run_moe(subject, p, lo)
+    _assert_shrink_got_real_values(H, run, p)
 
 
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, rec, monkeypatch, scheme):
+def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, subject, secret_generator, scheme):
     """With the LoRA kernels overlapped on an auxiliary stream, the w13 shrink still gets real-valued activations."""
-    p = H.make_problem(scheme)
-    lo = H.make_lora(p, MAPPING)
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
     # vLLM can run the LoRA kernels on lora_context.aux_stream beside the base GEMM, a code path of its own.
-    # Without CUDA, a stream whose work runs in order (and events that need no waiting) stands in.
-    lo.ctx.aux_stream = object()
-    lo.ctx.events = tuple(_InOrderEvent() for _ in range(4))
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    H.run_moe(p, lo)
-    _assert_shrink_got_real_values(H, rec, p)
+    # Without CUDA, the subject stands in a stream whose work runs in order (and events that need no waiting).
+    run = H.run_moe(subject, p, lo, overlap=True)
+    _assert_shrink_got_real_values(H, run, p)
 
 
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_fp8_moe_with_lora_matches_fp32_reference(H, rec, scheme):
+def test_fp8_moe_with_lora_matches_fp32_reference(H, subject, secret_generator, scheme):
     """An FP8 MoE with a LoRA adapter matches an fp32 reference within 5% (relative)."""
-    p = H.make_problem(scheme)
-    lo = H.make_lora(p, MAPPING)
-    out = H.run_moe(p, lo)
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
+    out = H.run_moe(subject, p, lo).out
     ref = H.reference_moe(p, lo)
+    assert out.shape == ref.shape, f"output shape {tuple(out.shape)} != {tuple(ref.shape)}"
     err = H.rel_err(out, ref)
     assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
 
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_base_gemm_gets_fp8_input_and_scale_with_lora(H, rec, scheme):
+def test_base_gemm_gets_fp8_input_and_scale_with_lora(H, subject, secret_generator, scheme):
     """With LoRA active, the base w13 GEMM still gets FP8 activations plus the matching scale."""
-    p = H.make_problem(scheme)
-    lo = H.make_lora(p, MAPPING)
-    H.run_moe(p, lo)
-    assert len(rec.gemm) >= 2, "the base fused-MoE GEMMs were not launched"
-    g = rec.gemm[0]
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
+    run = H.run_moe(subject, p, lo)
+    assert len(run.gemm) >= 2, "the base fused-MoE GEMMs were not launched"
+    g = run.gemm[0]
     assert g.use_fp8_w8a8, "base w13 GEMM no longer runs as an FP8 w8a8 GEMM"
     assert g.A.dtype == torch.float8_e4m3fn, f"base w13 GEMM got activations of dtype {g.A.dtype}"
     assert g.A_scale is not None, "base w13 GEMM got no activation scale"
@@ -88,7 +78,7 @@ def test_base_gemm_gets_fp8_input_and_scale_with_lora(H, rec, scheme):
     else:
         assert tuple(g.A_scale.shape) == (M, K // 128)
     if scheme == "fp8-tensor-static":
-        assert torch.equal(g.A_scale.reshape(-1).float(), p.quant_config.a1_scale.reshape(-1).float())
+        assert torch.equal(g.A_scale.reshape(-1).float(), p.a1_scale.reshape(-1).float())
     deq = H.dequant_act(g.A, g.A_scale, 128 if scheme == "fp8-block" else None)
     err = H.rel_err(deq, p.hidden)
     assert err < 0.08, f"dequantized base GEMM input is off by {err:.3g} (relative)"

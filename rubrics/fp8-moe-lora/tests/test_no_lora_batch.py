@@ -1,4 +1,8 @@
-"""c2: a batch in which no token uses a LoRA gets no LoRA delta, even after a LoRA batch."""
+"""c2: a batch in which no token uses a LoRA gets no LoRA delta, even after a LoRA batch.
+
+The judge draws the operands of ``add_lora_fused_moe`` and the layer problems; the subject makes the calls and
+reports the outputs and the host reads of tensor values it saw (``probes/fp8_lora_probes.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,91 +11,71 @@ import torch
 
 TILE = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
         "NUM_WARPS": 4, "NUM_STAGES": 2, "SPLIT_K": 1}
+PROBES = "fp8_lora_probes"
 
 
-def _operands(H, num_tokens, top_k, n_experts, rank, K, N, max_loras, device, seed=3):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(num_tokens, K, generator=g).to(device)
-    y = torch.randn(num_tokens, top_k, N, generator=g).to(device)
-    a = (torch.randn(max_loras, n_experts, rank, K, generator=g).to(device),)
-    b = (torch.randn(max_loras, n_experts, N, rank, generator=g).to(device),)
-    tw = torch.rand(num_tokens, top_k, generator=g).to(device)
-    eids = torch.randint(0, n_experts, (num_tokens * top_k,), generator=g).to(torch.int32).to(device)
-    enabled = torch.ones(max_loras + 1, dtype=torch.int32, device=device)
-    return x, y, a, b, tw, eids, enabled
-
-
-def _call(wrapper, y, x, a, b, tw, eids, enabled, rank, top_k):
-    wrapper.add_lora_fused_moe(
-        y=y, x=x, lora_a_stacked=a, lora_b_stacked=b, topk_weights=tw, sorted_token_ids=None,
-        expert_ids=eids, num_tokens_post_padded=None, max_lora_rank=rank, top_k_num=top_k,
-        shrink_config=TILE, expand_config=TILE, adapter_enabled=enabled)
-
-
-def _flags(meta):
-    return [t for t in (getattr(meta, "no_lora_flag_cpu", None),
-                        getattr(meta, "num_active_loras_cpu", None),
-                        getattr(meta, "default_num_active_loras_cpu", None)) if t is not None]
+def _operands(g, num_tokens, top_k, n_experts, rank, K, N, max_loras, dtype=torch.float32):
+    x = torch.randn(num_tokens, K, generator=g).to(dtype)
+    y = torch.randn(num_tokens, top_k, N, generator=g).to(dtype)
+    a = [torch.randn(max_loras, n_experts, rank, K, generator=g).to(dtype)]
+    b = [torch.randn(max_loras, n_experts, N, rank, generator=g).to(dtype)]
+    tw = torch.rand(num_tokens, top_k, generator=g)
+    eids = torch.randint(0, n_experts, (num_tokens * top_k,), generator=g).to(torch.int32)
+    enabled = torch.ones(max_loras + 1, dtype=torch.int32)
+    return {"x": x, "y": y, "a": a, "b": b, "topk_weights": tw, "expert_ids": eids, "adapter_enabled": enabled,
+            "rank": rank, "top_k": top_k, "max_loras": max_loras}
 
 
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("stale", [[1] * 4 + [2] * 4, [0, -1, 3, 3, -1, 1, 0, 2]],
                          ids=["two-adapters", "mixed"])
-def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, rec, stale):
+def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_generator, stale):
     """add_lora_fused_moe leaves the output untouched for an all-minus-one batch, with no sync."""
     num_tokens, top_k, E, rank, K, N, max_loras = 8, 2, 4, 8, 32, 16, 4
-    wrapper = H.make_wrapper(max_loras, num_tokens, "cpu")
-    x, y, a, b, tw, eids, enabled = _operands(H, num_tokens, top_k, E, rank, K, N, max_loras, "cpu")
+    ops = _operands(secret_generator, num_tokens, top_k, E, rank, K, N, max_loras)
+    before = ops["y"].clone()
+    seen = subject.call(f"{PROBES}.add_lora_fused_moe_lora_then_no_lora", operands=ops,
+                        lora_mapping=torch.tensor(stale, dtype=torch.int32), tile=TILE)
+    after_lora, after_none = seen["after_lora_batch"], seen["after_no_lora_batch"]
+    assert isinstance(after_lora, torch.Tensor) and after_lora.shape == before.shape
+    assert isinstance(after_none, torch.Tensor) and after_none.shape == before.shape
     # a LoRA batch first: it must still get its delta
-    wrapper.token_mapping_meta.prepare_tensors(torch.tensor(stale, dtype=torch.int32))
-    before = y.clone()
-    _call(wrapper, y, x, a, b, tw, eids, enabled, rank, top_k)
-    assert not torch.equal(y, before), "a batch that uses LoRA adapters got no LoRA delta"
+    assert not torch.equal(after_lora, before), "a batch that uses LoRA adapters got no LoRA delta"
     # then a base-model batch: the mapping left from the LoRA batch must not leak
-    wrapper.token_mapping_meta.prepare_tensors(torch.full((num_tokens,), -1, dtype=torch.int32))
-    snap = y.clone()
-    with H.SyncGuard(_flags(wrapper.token_mapping_meta)) as guard:
-        _call(wrapper, y, x, a, b, tw, eids, enabled, rank, top_k)
-    assert torch.equal(y, snap), "a batch without LoRA tokens was given a LoRA delta (stale mapping)"
-    assert not guard.reads, f"host reads of device values (a sync per call on GPU): {guard.reads}"
+    assert torch.equal(after_none, after_lora), "a batch without LoRA tokens was given a LoRA delta (stale mapping)"
+    reads = seen["host_reads"]
+    assert isinstance(reads, list)
+    assert not reads, f"host reads of device values (a sync per call on GPU): {reads}"
 
 
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("scheme", ["fp8-tensor-dynamic", "unquantized"])
-def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, rec, scheme):
+def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject, secret_generator, scheme):
     """A MoE batch with no LoRA tokens, after a LoRA batch, equals the output without any LoRA."""
-    p = H.make_problem(scheme)
-    lo = H.make_lora(p, [0, 1, 2, 3])
-    H.run_moe(p, lo)  # LoRA batch: populates the token mapping
-    lo.wrapper.token_mapping_meta.prepare_tensors(
-        torch.full((p.M,), -1, dtype=torch.int32, device=p.device))
-    lo.mapping = torch.full((p.M,), -1, dtype=torch.int32, device=p.device)
-    out = H.run_moe(p, lo)
-    plain = H.run_moe(p, None)
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
+    # the subject runs the LoRA batch (populating the token mapping), then an all -1 batch on the same context,
+    # then the layer without any LoRA context
+    seen = subject.call(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(), lora=lo.as_args())
+    out, plain = seen["no_lora_batch"], seen["lora_free"]
+    assert isinstance(out, torch.Tensor) and isinstance(plain, torch.Tensor)
+    assert out.shape == plain.shape == p.hidden.shape
     assert torch.equal(out, plain), (
         f"no-LoRA batch differs from the LoRA-free output by {H.rel_err(out, plain):.3g}")
 
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c2")
-def test_no_lora_exit_without_device_sync_on_gpu(H):
+def test_no_lora_exit_without_device_sync_on_gpu(H, subject, secret_generator):
     """On CUDA, the no-LoRA exit of add_lora_fused_moe neither syncs nor touches the output."""
-    dev = "cuda"
     num_tokens, top_k, E, rank, K, N, max_loras = 16, 2, 8, 16, 256, 128, 4
-    wrapper = H.make_wrapper(max_loras, num_tokens, dev)
-    x, y, a, b, tw, eids, enabled = _operands(H, num_tokens, top_k, E, rank, K, N, max_loras, dev)
-    x, y = x.to(torch.bfloat16), y.to(torch.bfloat16)
-    a, b = (a[0].to(torch.bfloat16),), (b[0].to(torch.bfloat16),)
-    wrapper.token_mapping_meta.prepare_tensors(
-        torch.tensor([1] * 8 + [2] * 8, dtype=torch.int32, device=dev))
-    wrapper.token_mapping_meta.prepare_tensors(
-        torch.full((num_tokens,), -1, dtype=torch.int32, device=dev))
-    snap = y.clone()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        _call(wrapper, y, x, a, b, tw, eids, enabled, rank, top_k)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
-    assert torch.equal(y, snap), "a batch without LoRA tokens was given a LoRA delta on the GPU"
+    ops = _operands(secret_generator, num_tokens, top_k, E, rank, K, N, max_loras, dtype=torch.bfloat16)
+    seen = subject.call(f"{PROBES}.add_lora_fused_moe_no_lora_exit_on_gpu", operands=ops,
+                        lora_mapping=torch.tensor([1] * 8 + [2] * 8, dtype=torch.int32), tile=TILE)
+    call = seen["call"]
+    assert "raised" not in call, (
+        f"add_lora_fused_moe raised under torch.cuda.set_sync_debug_mode('error'): {call['raised']}: "
+        f"{call['message']}")
+    y = seen["y"]
+    assert isinstance(y, torch.Tensor) and y.shape == ops["y"].shape
+    assert torch.equal(y, ops["y"]), "a batch without LoRA tokens was given a LoRA delta on the GPU"

@@ -1,59 +1,180 @@
 """Hidden tests for minimax-qk-norm: MiniMax QK RMSNorm under tensor parallelism.
 
-Everything goes through the public layer entry ``MiniMaxText01RMSNormTP.forward_qkv`` with the TP group
-faked by the test (``qknorm_sim``); TP runs are simulated on one process by sharding q/k heads and
-summing the ranks' all-reduce inputs. CPU grading dtypes: fp32 and fp16 (the Triton interpreter mishandles
-bf16); bf16 runs on the GPU.
+Everything goes through the public layer entry ``MiniMaxText01RMSNormTP.forward_qkv``, run in the subject by the
+probes (``probes/qknorm_probes.py``) with the TP group faked there (``probes/qknorm_sim.py``); TP runs are simulated
+on one process by sharding q/k heads and summing the ranks' all-reduce inputs. The inputs are drawn here (from the
+judge's secret), sharded here, and the gathered outputs are checked here against an fp32 (fp64-computed) RMSNorm.
+CPU grading dtypes: fp32 and fp16 (the Triton interpreter mishandles bf16); bf16 runs on the GPU.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
-import json
+import hashlib
+import math
 import os
-import subprocess
-import sys
+import statistics
 from pathlib import Path
 
 import pytest
 import torch
 
-HERE = Path(__file__).resolve().parent
+from rubric_support import gpu_enabled
+
 EPS = 1e-6
 TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
 CPU_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]
 
 
-def _run_sim(sim, tokens, q_full, kv_full, tp, dtype, device, seed=0, inputs=None):
-    res, inputs = sim.simulate_forward_qkv(
-        tokens, q_full, kv_full, tp, dtype, device=device, eps=EPS, seed=seed, inputs=inputs
-    )
-    return res, inputs, sim.check_against_reference(res, inputs, EPS, TOL[dtype], TOL[dtype])
+@pytest.fixture(scope="session")
+def device() -> str:
+    return "cuda" if gpu_enabled() else "cpu"
+
+
+def _module_generator(label: str) -> torch.Generator:
+    """As the ``secret_generator`` fixture, for a module-scoped fixture (one draw shared by its tests)."""
+    secret = os.environ.get("GRADER_SECRET", "")
+    seed = int.from_bytes(hashlib.sha256(f"{secret}\0{__name__}::{label}".encode()).digest()[:8], "big")
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------- judge-side oracle
+
+
+def rms_norm_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Full-width fp32 eager RMSNorm with per-channel weights (the test's reference), computed in fp64."""
+    xf = x.double()
+    ms = xf.pow(2).mean(dim=-1, keepdim=True)
+    return (xf * torch.rsqrt(ms + eps) * w.double()).float()
+
+
+def make_inputs(gen: torch.Generator, tokens, q_full, kv_full, skew=True):
+    """Full-width fp32 q, k, v activations and per-channel weights, drawn from ``gen``.
+
+    With ``skew`` the channel magnitudes grow along the hidden dimension, so the TP shards have very different
+    mean squares and a wrong aggregation (local-only, missing or doubled /tp_world) shows.
+    """
+    def rnd(*s):
+        return torch.randn(*s, generator=gen, dtype=torch.float32)
+
+    q, k, v = rnd(tokens, q_full), rnd(tokens, kv_full), rnd(tokens, kv_full)
+    if skew:
+        q = q * torch.linspace(0.2, 3.0, q_full)
+        k = k * torch.linspace(3.0, 0.3, kv_full)
+    qw = 1.0 + 0.5 * rnd(q_full)
+    kw = 1.0 + 0.5 * rnd(kv_full)
+    return q, k, v, qw, kw
+
+
+def shard(inputs, tp: int) -> dict:
+    """Rank r's qkv (its q heads, k heads and v heads side by side) and weight shards, as probe arguments."""
+    q, k, v, qw, kw = inputs
+    qs, ks = q.shape[1] // tp, k.shape[1] // tp
+    assert q.shape[1] % tp == 0 and k.shape[1] % tp == 0
+    args = {"qkv": [], "q_weight": [], "k_weight": [], "q_size": qs, "kv_size": ks, "eps": EPS}
+    for r in range(tp):
+        sl_q, sl_k = slice(r * qs, (r + 1) * qs), slice(r * ks, (r + 1) * ks)
+        args["qkv"].append(torch.cat([q[:, sl_q], k[:, sl_k], v[:, sl_k]], dim=-1).contiguous())
+        args["q_weight"].append(qw[sl_q].contiguous())
+        args["k_weight"].append(kw[sl_k].contiguous())
+    return args
+
+
+def check_observations(obs: dict, inputs, tp: int, dtype, tol) -> list[str]:
+    """Gather the ranks' outputs and compare with full-width fp32 RMSNorm; returns a list of problems."""
+    q, k, v, qw, kw = inputs
+    if obs.get("outputs") is None:
+        raise AssertionError(f"ranks made different numbers of all-reduce calls: {obs.get('record_counts')}")
+    tokens, q_full, kv_full = q.shape[0], q.shape[1], k.shape[1]
+    qs, ks = q_full // tp, kv_full // tp
+    outs = obs["outputs"]
+    assert len(outs) == tp, f"{len(outs)} rank outputs for tp_world={tp}"
+    q_out = torch.zeros(tokens, q_full, dtype=torch.float32)
+    k_out = torch.zeros(tokens, kv_full, dtype=torch.float32)
+    v_out = torch.zeros(tokens, kv_full, dtype=dtype)
+    v_ok = True
+    problems = []
+    for r, out in enumerate(outs):
+        assert len(out) == 3, f"rank {r}: forward_qkv returned {len(out)} values, not (q, k, v)"
+        qo, ko, vo = out
+        for name, got, width in (("q", qo, qs), ("k", ko, ks), ("v", vo, ks)):
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != (tokens, width):
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                problems.append(f"rank {r}: {name} has shape {shape}, not {(tokens, width)}")
+        if problems:
+            return problems
+        q_out[:, r * qs:(r + 1) * qs] = qo.float()
+        k_out[:, r * ks:(r + 1) * ks] = ko.float()
+        v_ok = v_ok and vo.dtype == dtype
+        if vo.dtype == dtype:
+            v_out[:, r * ks:(r + 1) * ks] = vo
+    ref_q = rms_norm_ref(q.float(), qw.float(), EPS)
+    ref_k = rms_norm_ref(k.float(), kw.float(), EPS)
+    for name, got, ref in (("q", q_out, ref_q), ("k", k_out, ref_k)):
+        if not torch.isfinite(got).all():
+            problems.append(f"{name}: non-finite output")
+            continue
+        if not torch.allclose(got, ref, atol=tol, rtol=tol):
+            err = (got - ref).abs().max().item()
+            ratio = (got.norm() / ref.norm()).item()
+            problems.append(f"{name}: max abs err {err:.4g} (output/ref norm ratio {ratio:.4f})")
+    if not v_ok or not torch.equal(v_out, v):
+        problems.append("v: not the unchanged v slice of qkv")
+    return problems
+
+
+def _cast(inputs, dtype):
+    return tuple(t.to(dtype) for t in inputs)
+
+
+def _run_sim(subject, device, gen, tokens, q_full, kv_full, tp, dtype, inputs=None, **probe_args):
+    """Draw (or take) the inputs, run forward_qkv on ``tp`` simulated ranks in the subject, check them here."""
+    inputs = _cast(inputs if inputs is not None else make_inputs(gen, tokens, q_full, kv_full), dtype)
+    obs = subject.call("qknorm_probes.simulate", device=device, **shard(inputs, tp), **probe_args)
+    return obs, inputs, check_observations(obs, inputs, tp, dtype, TOL[dtype])
 
 
 # --------------------------------------------------------------------------------------------- c1
 
 
+def _float_bits(dtype_name: str):
+    dt = getattr(torch, dtype_name, None)
+    return torch.finfo(dt).bits if isinstance(dt, torch.dtype) and dt.is_floating_point else None
+
+
+def wide_copies(events: list[dict], act_dtype: torch.dtype, min_numel: int) -> list[str]:
+    """Ops that produced a floating tensor wider than the activations with >= min_numel elements."""
+    hits = []
+    for event in events:
+        for dtype_name, shape in event["outputs"]:
+            bits = _float_bits(dtype_name)
+            if bits is not None and bits > torch.finfo(act_dtype).bits and math.prod(shape) >= min_numel:
+                hits.append(f"{event['op']} -> {dtype_name} {tuple(shape)}")
+    return hits
+
+
+JOIN_OPS = ("cat.", "stack.", "hstack.", "vstack.", "concat.", "concatenate.", "chunk.", "split.Tensor",
+            "unsafe_chunk.", "unsafe_split.Tensor")
+
+
+def concat_ops(events: list[dict]) -> list[str]:
+    """cat/stack/chunk-style ops (materializing joins, and the chunk that undoes them)."""
+    return [event["op"] for event in events if event["op"].startswith(JOIN_OPS)]
+
+
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("tp", [1, 2, 4, 8], ids=lambda t: f"tp{t}")
-def test_no_fp32_copies_or_concat(norm_mod, sim, device, tp):
+def test_no_fp32_copies_or_concat(subject, device, secret_generator, tp):
     """forward_qkv on 16-bit qkv makes no fp32 copy of q/k and no cat/chunk of the statistics."""
     tokens, q_shard, kv_shard = 16, 64, 32
-    group = sim.FakeTPGroup(tp)
-    with sim.installed_group(group):
-        q_norm = norm_mod.MiniMaxText01RMSNormTP(q_shard * tp, eps=EPS)
-        k_norm = norm_mod.MiniMaxText01RMSNormTP(kv_shard * tp, eps=EPS)
-        with torch.no_grad():
-            q_norm.weight.data = torch.rand(q_shard, dtype=torch.float16, device=device) + 0.5
-            k_norm.weight.data = torch.rand(kv_shard, dtype=torch.float16, device=device) + 0.5
-        qkv = torch.randn(tokens, q_shard + 2 * kv_shard, dtype=torch.float16, device=device)
-        # warm-up outside the spy (kernel compilation, caches)
-        norm_mod.MiniMaxText01RMSNormTP.forward_qkv(q_norm, k_norm, qkv, q_shard, kv_shard)
-        with sim.OpSpy() as spy:
-            norm_mod.MiniMaxText01RMSNormTP.forward_qkv(q_norm, k_norm, qkv, q_shard, kv_shard)
-    wide = spy.wide_copies(torch.float16, tokens * kv_shard)
-    joins = spy.concat_ops()
+    g = secret_generator
+    q_weight = (torch.rand(q_shard, generator=g) + 0.5).to(torch.float16)
+    k_weight = (torch.rand(kv_shard, generator=g) + 0.5).to(torch.float16)
+    qkv = torch.randn(tokens, q_shard + 2 * kv_shard, generator=g).to(torch.float16)
+    events = subject.call("qknorm_probes.op_events", tp_world=tp, qkv=qkv, q_weight=q_weight, k_weight=k_weight,
+                          q_size=q_shard, kv_size=kv_shard, eps=EPS, device=device)
+    wide = wide_copies(events, torch.float16, tokens * kv_shard)
+    joins = concat_ops(events)
     assert not wide and not joins, (
         f"fp32 copies of q/k-sized tensors: {wide[:6]}; cat/chunk ops: {joins[:6]}"
     )
@@ -104,23 +225,35 @@ SPEED_CASES = [
     ("tp8_16tok_graph", 768, 128, 8, 16, "graph"),
 ]
 SPEED_MARGIN = 0.9
+# What the judge asks the runner to measure: rounds per case, calls per sample, warm-up calls.
+SPEED_ROUNDS = 60
+SPEED_INNER = {"host": 10, "graph": 20}
+SPEED_WARMUP = 20
+# Judge-side lower bounds on a plausible per-call time (us). Host: a Python call into forward_qkv that launches at
+# least one kernel, plus a share of a synchronize, is never under 2 us (the reference measured ~50 us on the H200).
+# Graph: one replayed kernel on MiniMax-M2 shapes is never under 0.5 us (the reference measured 2.2-3.8 us).
+SPEED_FLOOR_US = {"host": 2.0, "graph": 0.5}
 
 
 @pytest.fixture(scope="module")
-def speed_results(vllm_tree):
+def speed_results(subject):
+    """The runner's raw samples, and the wall-clock seconds the judge measured around the whole call."""
     cases = [dict(zip(("name", "q", "kv", "tp", "tokens", "mode"), c)) for c in SPEED_CASES]
-    env = dict(os.environ)
-    env.pop("TORCHDYNAMO_DISABLE", None)
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "speed_runner.py"), str(HERE / "qknorm_sim.py"), json.dumps(cases)],
-        capture_output=True, text=True, env=env, timeout=540,
-    )
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    try:
-        return json.loads(last)
-    except Exception:
-        return {"env_error": None, "import_error": f"rc={proc.returncode}\n{proc.stderr[-3000:]}", "cases": {}}
+    for case in cases:
+        case.update(rounds=SPEED_ROUNDS, inner=SPEED_INNER[case["mode"]], warmup=SPEED_WARMUP)
+    run, wall_s = subject.timed_call("qknorm_probes.speed", cases=cases, timeout=570)
+    return {"run": run, "wall_s": wall_s, "cases": {c["name"]: c for c in cases}}
+
+
+def _reported_timed_us(report: dict, cases: dict) -> float:
+    """What the runner claims it spent inside its timed loops, over every case: per sample, per-call time x the
+    calls the sample covers, for the candidate and the baseline."""
+    total = 0.0
+    for name, rec in (report.get("cases") or {}).items():
+        inner = cases.get(name, {}).get("inner", 0)
+        for key in ("candidate_samples_us", "regressed_samples_us"):
+            total += sum(s for s in rec.get(key) or [] if isinstance(s, (int, float)) and math.isfinite(s)) * inner
+    return total
 
 
 # Five cases of weight 0.4 each (2.0 in all).
@@ -129,16 +262,41 @@ def speed_results(vllm_tree):
 @pytest.mark.parametrize("case", [c[0] for c in SPEED_CASES])
 def test_faster_than_regressed_path(speed_results, case):
     """forward_qkv takes at most 0.9x the time of the base's regressed compiled fp32 path (H200, bf16)."""
-    if speed_results.get("env_error"):
-        pytest.skip("environment: " + speed_results["env_error"][-500:])
-    assert not speed_results.get("import_error"), speed_results["import_error"]
-    r = speed_results["cases"][case]
-    if r.get("baseline_error"):
-        pytest.skip("environment: the test's regressed baseline is not sound here: " + r["baseline_error"][-500:])
+    run, wall_s, spec = speed_results["run"], speed_results["wall_s"], speed_results["cases"][case]
+    report = run.get("report")
+    assert report is not None, (
+        f"the speed runner reported nothing (rc={run.get('returncode')}, timed out: {run.get('timed_out')}):\n"
+        f"{run.get('stderr_tail', '')}"
+    )
+    assert not report.get("env_error"), "the speed runner could not import vLLM:\n" + report["env_error"]
+    assert not report.get("import_error"), report["import_error"]
+    r = (report.get("cases") or {}).get(case)
+    assert r is not None, f"the speed runner reported no result for {case}"
+    # The baseline is the test's own code: a recompile of it while timed is not evidence either way, and only the
+    # judge may decide a skip, so an unsound baseline fails the case.
+    assert not r.get("baseline_error"), "the test's regressed baseline was not sound: " + r["baseline_error"]
     assert "error" not in r, r["error"]
-    assert r["ratio"] <= SPEED_MARGIN, (
-        f"candidate {r['candidate_us']:.1f} us vs regressed {r['regressed_us']:.1f} us ({r['mode']}); median "
-        f"per-round ratio {r['ratio']:.2f} > {SPEED_MARGIN} over {r['rounds']} interleaved rounds"
+    cand, base = r.get("candidate_samples_us"), r.get("regressed_samples_us")
+    # The samples must be what the judge asked for, and plausible against the judge's bounds.
+    assert r.get("inner") == spec["inner"], f"samples of {r.get('inner')} calls, not {spec['inner']}"
+    for who, samples in (("candidate", cand), ("baseline", base)):
+        assert isinstance(samples, list) and len(samples) == SPEED_ROUNDS, (
+            f"{who}: {len(samples) if isinstance(samples, list) else samples!r} samples, not {SPEED_ROUNDS}")
+        assert all(isinstance(s, (int, float)) and math.isfinite(s) for s in samples), f"{who}: non-finite sample"
+        floor = SPEED_FLOOR_US[spec["mode"]]
+        assert min(samples) >= floor, (
+            f"{who}: a reported per-call time of {min(samples):.3g} us is below the judge's floor of {floor} us "
+            f"({spec['mode']} mode): not a plausible measurement")
+    claimed_s = _reported_timed_us(report, speed_results["cases"]) / 1e6
+    assert claimed_s <= wall_s, (
+        f"the runner reports {claimed_s:.3f} s inside its timed loops, more than the {wall_s:.3f} s the judge "
+        "measured around the whole call: its times are not real")
+    ratios = [c / b for b, c in zip(base, cand) if b > 0]
+    ratio = statistics.median(ratios) if ratios else float("inf")
+    assert ratio <= SPEED_MARGIN, (
+        f"candidate {statistics.median(cand):.1f} us vs regressed {statistics.median(base):.1f} us "
+        f"({spec['mode']}); median per-round ratio {ratio:.2f} > {SPEED_MARGIN} over {len(ratios)} interleaved "
+        "rounds"
     )
 
 
@@ -155,12 +313,11 @@ C2_SHAPES = [
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 @pytest.mark.parametrize("tokens,q_full,kv_full,scale", C2_SHAPES)
-def test_matches_fp32_rmsnorm(norm_mod, sim, device, dtype, tokens, q_full, kv_full, scale):
+def test_matches_fp32_rmsnorm(subject, device, secret_generator, dtype, tokens, q_full, kv_full, scale):
     """forward_qkv (tp_world 1) equals fp32 eager RMSNorm with per-channel weights; v is passed through."""
-    q, k, v, qw, kw = sim.make_inputs(tokens, q_full, kv_full, torch.float32, "cpu", seed=11)
-    cvt = lambda t: t.to(dtype).to(device)  # noqa: E731
-    inputs = (cvt(q * scale), cvt(k * scale), cvt(v), cvt(qw), cvt(kw))
-    _, _, problems = _run_sim(sim, tokens, q_full, kv_full, 1, dtype, device, inputs=inputs)
+    q, k, v, qw, kw = make_inputs(secret_generator, tokens, q_full, kv_full)
+    inputs = (q * scale, k * scale, v, qw, kw)
+    _, _, problems = _run_sim(subject, device, None, tokens, q_full, kv_full, 1, dtype, inputs=inputs)
     assert not problems, problems
 
 
@@ -168,40 +325,25 @@ GUARD_ELEMENTS = 64
 GUARD_VALUE = 77
 
 
-@contextlib.contextmanager
-def _guarded_torch_empty(monkeypatch):
-    """Every plain ``torch.empty`` made inside gets GUARD_ELEMENTS more elements after it, set to GUARD_VALUE:
-    a write past the end of a tensor the op allocates lands there (under the interpreter such a write is
-    otherwise overwritten by the next row's program, or goes unseen past the last row)."""
-    real_empty = torch.empty
-    guards = []
-
-    def guarded_empty(*size, **kwargs):
-        if set(kwargs) - {"dtype", "device"}:
-            return real_empty(*size, **kwargs)
-        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
-        numel = 1
-        for n in shape:
-            numel *= int(n)
-        buf = real_empty(numel + GUARD_ELEMENTS, **kwargs)
-        buf[numel:] = GUARD_VALUE
-        guards.append((buf, numel, buf[numel:].clone()))
-        return buf[:numel].view(shape)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(torch, "empty", guarded_empty)
-        yield guards
+def _overruns(guards: list) -> list[int]:
+    """Sizes of the allocations whose guard elements changed (compared with GUARD_VALUE in each one's dtype)."""
+    overrun = []
+    for numel, dtype_name, tail in guards:
+        expected = torch.tensor([float(GUARD_VALUE)]).to(getattr(torch, dtype_name)).to(torch.float64)
+        if tail.shape != (GUARD_ELEMENTS,) or not torch.equal(tail, expected.expand(GUARD_ELEMENTS)):
+            overrun.append(numel)
+    return overrun
 
 
 # A write past a row's end is a memory-safety defect whatever the numbers say: an op that overruns fails both
 # cases, which takes c2 below met (8 of 12 on CPU, 11 of 15 with the GPU cases).
 @pytest.mark.criterion("c2", weight=2)
 @pytest.mark.parametrize("tp", [1, 2], ids=lambda t: f"tp{t}")
-def test_writes_stay_inside_allocated_tensors(norm_mod, sim, device, monkeypatch, tp):
+def test_writes_stay_inside_allocated_tensors(subject, device, secret_generator, tp):
     """forward_qkv writes nothing past the end of the tensors it allocates (row widths not a power of two)."""
-    with _guarded_torch_empty(monkeypatch) as guards:
-        _, _, problems = _run_sim(sim, 3, 96 * tp, 32 * tp, tp, torch.float32, device, seed=3)
-    overrun = [n for buf, n, before in guards if not torch.equal(buf[n:], before)]
+    obs, _, problems = _run_sim(subject, device, secret_generator, 3, 96 * tp, 32 * tp, tp, torch.float32,
+                                guard_elements=GUARD_ELEMENTS, guard_value=float(GUARD_VALUE))
+    overrun = _overruns(obs["guards"])
     assert not overrun, f"written past the end of {len(overrun)} allocated tensor(s) (their sizes: {overrun})"
     assert not problems, problems
 
@@ -209,9 +351,9 @@ def test_writes_stay_inside_allocated_tensors(norm_mod, sim, device, monkeypatch
 @pytest.mark.gpu
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("tokens", [1, 17, 1024])
-def test_matches_fp32_rmsnorm_bf16_gpu(norm_mod, sim, device, tokens):
+def test_matches_fp32_rmsnorm_bf16_gpu(subject, device, secret_generator, tokens):
     """bf16 forward_qkv (MiniMax-M2 TP1 widths) equals fp32 RMSNorm within atol=rtol=3e-2 on the GPU."""
-    _, _, problems = _run_sim(sim, tokens, 6144, 1024, 1, torch.bfloat16, device, seed=tokens)
+    _, _, problems = _run_sim(subject, device, secret_generator, tokens, 6144, 1024, 1, torch.bfloat16)
     assert not problems, problems
 
 
@@ -221,18 +363,18 @@ def test_matches_fp32_rmsnorm_bf16_gpu(norm_mod, sim, device, tokens):
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
-def test_tp_variance_aggregation(norm_mod, sim, device, dtype, tp):
+def test_tp_variance_aggregation(subject, device, secret_generator, dtype, tp):
     """Sharded forward_qkv with the variance all-reduced over tp ranks equals full-width RMSNorm."""
-    _, _, problems = _run_sim(sim, 6, 64 * 8, 16 * 8, tp, dtype, device, seed=tp)
+    _, _, problems = _run_sim(subject, device, secret_generator, 6, 64 * 8, 16 * 8, tp, dtype)
     assert not problems, f"tp_world={tp}: {problems}"
 
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
-def test_tp_variance_aggregation_bf16_gpu(norm_mod, sim, device, tp):
+def test_tp_variance_aggregation_bf16_gpu(subject, device, secret_generator, tp):
     """bf16 sharded forward_qkv (MiniMax-M2 full widths) equals full-width fp32 RMSNorm on the GPU."""
-    _, _, problems = _run_sim(sim, 33, 6144, 1024, tp, torch.bfloat16, device, seed=100 + tp)
+    _, _, problems = _run_sim(subject, device, secret_generator, 33, 6144, 1024, tp, torch.bfloat16)
     assert not problems, f"tp_world={tp}: {problems}"
 
 
@@ -241,20 +383,21 @@ def test_tp_variance_aggregation_bf16_gpu(norm_mod, sim, device, tp):
 
 @pytest.mark.criterion("c4")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-def test_tp1_skips_all_reduce(norm_mod, sim, device, dtype):
+def test_tp1_skips_all_reduce(subject, device, secret_generator, dtype):
     """With tp_world 1 forward_qkv calls no all-reduce and still normalizes correctly."""
-    res, _, problems = _run_sim(sim, 4, 128, 32, 1, dtype, device, seed=5)
-    assert res.total_calls == 0, f"all-reduce called {res.total_calls} time(s) at tp_world=1"
+    obs, _, problems = _run_sim(subject, device, secret_generator, 4, 128, 32, 1, dtype)
+    assert obs["total_calls"] == 0, f"all-reduce called {obs['total_calls']} time(s) at tp_world=1"
     assert not problems, problems
 
 
 @pytest.mark.criterion("c4", weight=2 / 3)
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
-def test_tp_gt1_handled(norm_mod, sim, device, tp):
+def test_tp_gt1_handled(subject, device, secret_generator, tp):
     """With tp_world > 1 every rank all-reduces its statistics and the gathered result is correct."""
     # MiniMax-M2 proportions (q:kv = 6:1) scaled down, fp16 activations.
-    res, _, problems = _run_sim(sim, 3, 48 * 8, 8 * 8, tp, torch.float16, device, seed=20 + tp)
-    missing = [r for r in range(tp) if res.calls_per_rank.get(r, 0) == 0]
+    obs, _, problems = _run_sim(subject, device, secret_generator, 3, 48 * 8, 8 * 8, tp, torch.float16)
+    calls = obs["calls_per_rank"]
+    missing = [r for r in range(tp) if r >= len(calls) or calls[r] == 0]
     assert not missing, f"ranks {missing} made no all-reduce call at tp_world={tp}"
     assert not problems, f"tp_world={tp}: {problems}"
 
@@ -262,39 +405,47 @@ def test_tp_gt1_handled(norm_mod, sim, device, tp):
 # --------------------------------------------------------------------------------------------- c5
 
 FALLBACK_CASES = [
-    {"name": "tp1_fp32", "tokens": 5, "q": 96, "kv": 32, "tp": 1, "dtype": "float32", "tol": 1e-4},
-    {"name": "tp2_fp32", "tokens": 5, "q": 128, "kv": 32, "tp": 2, "dtype": "float32", "tol": 1e-4},
-    {"name": "tp4_fp16", "tokens": 4, "q": 256, "kv": 64, "tp": 4, "dtype": "float16", "tol": 3e-2},
-    {"name": "tp8_fp32", "tokens": 3, "q": 384, "kv": 64, "tp": 8, "dtype": "float32", "tol": 1e-4},
+    {"name": "tp1_fp32", "tokens": 5, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float32},
+    {"name": "tp2_fp32", "tokens": 5, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float32},
+    {"name": "tp4_fp16", "tokens": 4, "q": 256, "kv": 64, "tp": 4, "dtype": torch.float16},
+    {"name": "tp8_fp32", "tokens": 3, "q": 384, "kv": 64, "tp": 8, "dtype": torch.float32},
 ]
 
 
 @pytest.fixture(scope="module")
-def fallback_results(device):
-    cases = [dict(c, eps=EPS, seed=i) for i, c in enumerate(FALLBACK_CASES)]
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "fallback_runner.py"), str(HERE / "qknorm_sim.py"), device,
-         json.dumps(cases)],
-        capture_output=True, text=True, timeout=300,
-    )
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    try:
-        return json.loads(last)
-    except Exception:
-        return {"env_error": None, "import_error": f"rc={proc.returncode}\n{proc.stderr[-3000:]}",
-                "has_triton": None, "cases": {}}
+def fallback_results(subject, device):
+    """One run of the no-Triton subprocess over every case; the inputs stay here for the oracle."""
+    gen = _module_generator("fallback")
+    inputs, cases = {}, []
+    for c in FALLBACK_CASES:
+        inputs[c["name"]] = _cast(make_inputs(gen, c["tokens"], c["q"], c["kv"]), c["dtype"])
+        cases.append({"name": c["name"], **shard(inputs[c["name"]], c["tp"])})
+    run = subject.call("qknorm_probes.fallback", cases=cases, device=device, timeout=300)
+    return {"run": run, "inputs": inputs}
 
 
 @pytest.mark.criterion("c5")
 @pytest.mark.parametrize("case", [c["name"] for c in FALLBACK_CASES])
 def test_fallback_without_triton(fallback_results, case):
     """With Triton unimportable (and no fused all-reduce op) forward_qkv still gives the RMSNorm results."""
-    if fallback_results.get("env_error"):
-        pytest.skip("environment: " + fallback_results["env_error"][-500:])
-    if fallback_results.get("has_triton"):
-        pytest.skip("environment: could not make Triton unavailable in the subprocess")
-    assert not fallback_results.get("import_error"), (
-        "rms_norm_tp does not import without Triton:\n" + fallback_results["import_error"]
+    run = fallback_results["run"]
+    report = run.get("report")
+    assert report is not None, (
+        f"the no-Triton subprocess reported nothing (rc={run.get('returncode')}, timed out: "
+        f"{run.get('timed_out')}):\n{run.get('stderr_tail', '')}"
     )
-    problems = fallback_results["cases"].get(case, ["case not run"])
+    assert not report.get("env_error"), "vLLM does not import with Triton unavailable:\n" + report["env_error"]
+    # Triton is blocked in that process before anything imports; a tree that still says it has Triton there is
+    # not running its no-Triton path (only the judge may decide a skip).
+    assert report.get("has_triton") is False, (
+        f"vllm.triton_utils.HAS_TRITON is {report.get('has_triton')!r} with Triton unimportable")
+    assert not report.get("import_error"), (
+        "rms_norm_tp does not import without Triton:\n" + report["import_error"]
+    )
+    obs = (report.get("cases") or {}).get(case)
+    assert obs is not None, ["case not run"]
+    assert "raised" not in obs, ["raised: " + str(obs["raised"])]
+    spec = next(c for c in FALLBACK_CASES if c["name"] == case)
+    problems = check_observations(obs, fallback_results["inputs"][case], spec["tp"], spec["dtype"],
+                                  TOL[spec["dtype"]])
     assert not problems, problems

@@ -1,8 +1,8 @@
-"""Per-task setup for moe-swap-ab: loads the helper module by path (tests run with --import-mode=importlib)."""
+"""Per-task setup for moe-swap-ab: loads the judge-side helper module by path (tests run with
+--import-mode=importlib). The candidate's fused_moe is reached only through the subject's probes
+(``probes/moe_swap_probes.py``); its source is read here as text."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -16,15 +16,6 @@ def h():
 
 
 @pytest.fixture(scope="session")
-def fm(h, vllm_tree):
-    """The candidate's fused_moe module, imported from the tree under grading (import errors fail tests)."""
-    mod = h.import_fm()
-    origin = Path(mod.__file__).resolve()
-    if not str(origin).startswith(str(Path(vllm_tree).resolve())):
-        pytest.skip(f"environment: fused_moe imported from {origin}, not from the tree under grading")
-    return mod
-
-
-@pytest.fixture(scope="session")
 def kernel_source(h, vllm_tree):
-    return h.kernel_module_source(Path(vllm_tree))
+    """The patched fused_moe.py, as text."""
+    return h.kernel_module_source(vllm_tree)

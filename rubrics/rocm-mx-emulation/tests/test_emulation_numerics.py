@@ -1,8 +1,9 @@
 """c2, c3, c4: the OCP MX emulation experts with static FP8 activations (scheme w_mxfp4_a_fp8), on CPU.
 
-The experts run through vLLM's modular MoE kernel: MXFP4 weights are dequantized (amd-quark stand-in from
-conftest), the Triton GEMMs run under the Triton interpreter in float32, and the result is compared with a
-torch reference MoE whose activations go through an FP8 quantize-dequantize round trip.
+The subject runs the experts through vLLM's modular MoE kernel (``probes/rocm_mx_numerics.py``: MXFP4 weights
+dequantized by the amd-quark stand-in, the Triton GEMMs under the Triton interpreter in float32) on a problem drawn
+here, and the result is compared here with a torch reference MoE whose activations go through an FP8
+quantize-dequantize round trip. The reference, its MXFP4 weight dequantization included, never touches the tree.
 """
 
 from __future__ import annotations
@@ -10,36 +11,27 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.sandbox.client import ProbeRaised
+from rubric_support import load_beside, skip_unless_interpretable
+
+devices = load_beside(__file__, "devices")
+
 E, H, I, T, K = 16, 64, 32, 2, 2  # T * K * 4 <= E: naive block assignment, no moe_align_block_size op
+DIMS = {"E": E, "H": H, "I": I, "K": K}
+
+# The faked platform's FP8 dtype (float8_e4m3fnuz only on gfx94x, as RocmPlatform.fp8_dtype()).
+FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx90a": torch.float8_e4m3fn, "gfx950": torch.float8_e4m3fn,
+       "cuda": torch.float8_e4m3fn}
 
 
-def _moe_config():
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
-
-    return FusedMoEConfig(
-        num_experts=E,
-        experts_per_token=K,
-        hidden_dim=H,
-        intermediate_size=I,
-        num_local_experts=E,
-        num_logical_experts=E,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
-        activation=MoEActivation.SILU,
-        in_dtype=torch.float32,
-        device="cpu",
-        routing_method=RoutingMethodType.Renormalize,
-        moe_backend="emulation",
-    )
+def _fp8_of(plat) -> torch.dtype:
+    kind, where = plat
+    return FP8[where] if kind == "rocm" else FP8["cuda"]
 
 
-def _problem(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    p = dict(
+def _problem(g: torch.Generator) -> dict:
+    """A problem drawn with the judge's generator: MXFP4 weights and e8m0 scales, activations, a fixed routing."""
+    return dict(
         w1=torch.randint(0, 256, (E, 2 * I, H // 2), dtype=torch.uint8, generator=g),
         w2=torch.randint(0, 256, (E, H, I // 2), dtype=torch.uint8, generator=g),
         w1s=torch.randint(122, 126, (E, 2 * I, H // 32), dtype=torch.uint8, generator=g),
@@ -48,13 +40,18 @@ def _problem(seed: int = 0):
         ids=torch.tensor([[0, 11], [5, 11]], dtype=torch.int32),
         tw=torch.tensor([[0.6, 0.4], [0.3, 0.7]], dtype=torch.float32),
     )
-    return p
 
 
-def _dequant(w, s):
-    from vllm.model_executor.layers.quantization.utils.mxfp4_utils import dequant_mxfp4
+_E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 
-    return dequant_mxfp4(w, s, torch.float32)
+
+def _dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """MXFP4 dequantization in float32: two e2m1 codes per byte (low nibble first), one e8m0 scale per 32."""
+    lut = torch.tensor(_E2M1_VALUES, dtype=torch.float32)
+    wb = w.to(torch.int64)
+    vals = torch.stack([lut[wb & 0xF], lut[(wb >> 4) & 0xF]], dim=-1).reshape(*w.shape[:-1], w.shape[-1] * 2)
+    scale = torch.exp2(s.to(torch.float32) - 127.0)
+    return (vals.reshape(*vals.shape[:-1], -1, 32) * scale.unsqueeze(-1)).reshape(vals.shape)
 
 
 def _qdq(x: torch.Tensor, scale: torch.Tensor | None, fp8_dtype: torch.dtype) -> torch.Tensor:
@@ -96,42 +93,27 @@ def _scales(p, fp8_dtype):
     return s1, s2
 
 
-def _w4a8_quant_config(p, s1, s2):
-    from vllm.model_executor.layers.fused_moe.config import mxfp4_w4a8_moe_quant_config
-
-    return mxfp4_w4a8_moe_quant_config(
-        w1_scale=p["w1s"].clone(), w2_scale=p["w2s"].clone(), a1_scale=s1.clone(), a2_scale=s2.clone()
-    )
+def _w4a8(p, s1=None, s2=None) -> dict:
+    return {"scheme": "w4a8", "w1_scale": p["w1s"], "w2_scale": p["w2s"], "a1_scale": s1, "a2_scale": s2}
 
 
-def _emulation_cls():
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, backend_to_kernel_cls
-
-    return backend_to_kernel_cls(Mxfp4MoeBackend.EMULATION)[0]
+def _w4a16(p) -> dict:
+    return {"scheme": "w4a16", "w1_scale": p["w1s"], "w2_scale": p["w2s"]}
 
 
-def _run(rocm, p, quant_config):
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, make_mxfp4_moe_kernel
+def _run(subject, plat, p, quant: dict, spy: bool = False) -> dict:
+    """The emulation experts' output (and, with ``spy``, the scales the quantize entry points saw)."""
+    skip_unless_interpretable()
+    problem = {k: p[k] for k in ("x", "w1", "w2", "ids", "tw")}
+    got = subject.call("rocm_mx_numerics.run_emulation", device=devices.of(plat), dims=DIMS, problem=problem,
+                       quant=quant, spy=spy)
+    assert isinstance(got["output"], torch.Tensor), f"the MoE returned {got['output_repr']}, not a tensor"
+    assert got["output"].shape == (T, H), f"the MoE output has shape {tuple(got['output'].shape)}, not {(T, H)}"
+    return got
 
-    rocm.prepare_cpu_run()
-    kernel = make_mxfp4_moe_kernel(
-        moe_quant_config=quant_config,
-        moe_config=_moe_config(),
-        experts_cls=_emulation_cls(),
-        mxfp4_backend=Mxfp4MoeBackend.EMULATION,
-    )
-    return kernel.apply(
-        hidden_states=p["x"].clone(),
-        w1=p["w1"],
-        w2=p["w2"],
-        topk_ids=p["ids"],
-        topk_weights=p["tw"],
-        activation=MoEActivation.SILU,
-        global_num_experts=E,
-        expert_map=None,
-        apply_router_weight_on_input=False,
-    )
+
+def _quant_dtype(subject, plat, quant: dict) -> dict:
+    return subject.call("rocm_mx_numerics.emulation_quant_dtype", device=devices.of(plat), dims=DIMS, quant=quant)
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -147,15 +129,6 @@ PLATFORMS = [
 ]
 
 
-def _set(rocm, plat):
-    kind, arch = plat
-    if kind == "rocm":
-        rocm.set_rocm(arch)
-    else:
-        rocm.set_cuda(arch)
-    rocm.fake_vllm_config()
-
-
 # ----------------------------------------------------------------------------------------------------------
 # c2: FP8 activation QDQ is implemented
 # ----------------------------------------------------------------------------------------------------------
@@ -163,13 +136,12 @@ def _set(rocm, plat):
 
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("plat", PLATFORMS)
-def test_fp8_activation_emulation_matches_qdq_reference(rocm, plat):
+def test_fp8_activation_emulation_matches_qdq_reference(subject, secret_generator, plat):
     """Emulated MXFP4 MoE with static FP8 activations equals a torch FP8 quantize-dequantize reference."""
-    _set(rocm, plat)
-    fp8 = rocm.platform.fp8_dtype()
-    p = _problem()
+    fp8 = _fp8_of(plat)
+    p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
-    out = _run(rocm, p, _w4a8_quant_config(p, s1, s2))
+    out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
     assert torch.isfinite(out).all()
     refs = {mode: _reference(p, s1, s2, fp8, mode)[0] for mode in ("static", "dynamic", "none")}
     errs = {mode: _rel_err(out, r) for mode, r in refs.items()}
@@ -186,17 +158,13 @@ DYNAMIC_INPUTS = ["random", "zeros"]
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("inputs", DYNAMIC_INPUTS)
 @pytest.mark.parametrize("plat", PLATFORMS)
-def test_dynamic_fp8_activation_emulation_matches_qdq_reference(rocm, plat, inputs):
+def test_dynamic_fp8_activation_emulation_matches_qdq_reference(subject, secret_generator, plat, inputs):
     """Emulated MXFP4 MoE with FP8 activations and no static scales equals a dynamic per-tensor QDQ reference."""
-    _set(rocm, plat)
-    fp8 = rocm.platform.fp8_dtype()
-    p = _problem(seed=3)
+    fp8 = _fp8_of(plat)
+    p = _problem(secret_generator)
     if inputs == "zeros":
         p["x"] = torch.zeros_like(p["x"])
-    from vllm.model_executor.layers.fused_moe.config import mxfp4_w4a8_moe_quant_config
-
-    qc = mxfp4_w4a8_moe_quant_config(w1_scale=p["w1s"].clone(), w2_scale=p["w2s"].clone())
-    out = _run(rocm, p, qc)
+    out = _run(subject, plat, p, _w4a8(p))["output"]
     assert torch.isfinite(out).all(), f"non-finite output for {inputs} inputs: {out}"
     ref = _reference(p, None, None, fp8, "dynamic")[0]
     if inputs == "zeros":
@@ -222,32 +190,29 @@ DTYPE_CASES = [
 ]
 
 
+def _is_dtype(observed: dict, expected: torch.dtype) -> bool:
+    return observed == {"type": "torch.dtype", "value": str(expected).removeprefix("torch.")}
+
+
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("plat,expected", DTYPE_CASES)
-def test_emulation_quant_dtype_is_platform_fp8(rocm, plat, expected):
+def test_emulation_quant_dtype_is_platform_fp8(subject, plat, expected):
     """For w_mxfp4_a_fp8 the emulation experts' quant_dtype is the platform FP8 dtype."""
-    _set(rocm, plat)
-    p = _problem()
+    p = _problem(torch.Generator().manual_seed(0))
     s = torch.tensor([0.05])
-    experts = _emulation_cls()(_moe_config(), _w4a8_quant_config(p, s, s))
-    assert experts.quant_dtype == expected, f"quant_dtype={experts.quant_dtype!r}, expected {expected}"
+    got = _quant_dtype(subject, plat, _w4a8(p, s, s))
+    assert _is_dtype(got, expected), f"quant_dtype={got['value']} ({got['type']}), expected {expected}"
 
 
 @pytest.mark.criterion("c3")
-def test_emulation_quant_dtype_mxfp6_weights_fp8_activations(rocm):
+def test_emulation_quant_dtype_mxfp6_weights_fp8_activations(subject):
     """For w_mxfp6_e3m2_a_fp8 on gfx942 the emulation experts' quant_dtype is float8_e4m3fnuz."""
-    _set(rocm, ("rocm", "gfx942"))
-    from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig, FusedMoEQuantDesc
-
     s = torch.tensor([0.05])
-    qc = FusedMoEQuantConfig(
-        _a1=FusedMoEQuantDesc("fp8", None, s.clone(), None, None, None),
-        _a2=FusedMoEQuantDesc("fp8", None, s.clone(), None, None, None),
-        _w1=FusedMoEQuantDesc("mxfp6_e3m2", None, torch.zeros(E, 2 * I, H // 32, dtype=torch.uint8), None, None, None),
-        _w2=FusedMoEQuantDesc("mxfp6_e3m2", None, torch.zeros(E, H, I // 32, dtype=torch.uint8), None, None, None),
-    )
-    experts = _emulation_cls()(_moe_config(), qc)
-    assert experts.quant_dtype == torch.float8_e4m3fnuz, f"quant_dtype={experts.quant_dtype!r}"
+    quant = {"scheme": "w6a8", "a1_scale": s, "a2_scale": s,
+             "w1_scale": torch.zeros(E, 2 * I, H // 32, dtype=torch.uint8),
+             "w2_scale": torch.zeros(E, H, I // 32, dtype=torch.uint8)}
+    got = _quant_dtype(subject, ("rocm", "gfx942"), quant)
+    assert _is_dtype(got, torch.float8_e4m3fnuz), f"quant_dtype={got['value']} ({got['type']})"
 
 
 # BF16-activation (weight-only MXFP4) models get the emulation backend on gfx942/gfx90a too (c1): their
@@ -255,39 +220,40 @@ def test_emulation_quant_dtype_mxfp6_weights_fp8_activations(rocm):
 WEIGHT_ONLY_PLATFORMS = [PLATFORMS[0], PLATFORMS[1]]
 
 
-@pytest.mark.criterion("c3")
-@pytest.mark.parametrize("plat", WEIGHT_ONLY_PLATFORMS)
-def test_weight_only_emulation_keeps_activations_unquantized(rocm, plat):
-    """For weight-only MXFP4 (w_mxfp4) the emulation experts' quant_dtype is None and the MoE runs unquantized."""
-    _set(rocm, plat)
-    from vllm.model_executor.layers.fused_moe.config import mxfp4_w4a16_moe_quant_config
-
-    p = _problem(seed=4)
-    fp8 = rocm.platform.fp8_dtype()
-    experts = _emulation_cls()(_moe_config(), mxfp4_w4a16_moe_quant_config(p["w1s"].clone(), p["w2s"].clone()))
-    assert experts.quant_dtype is None, f"quant_dtype={experts.quant_dtype!r} for a weight-only scheme"
-    out = _run(rocm, p, mxfp4_w4a16_moe_quant_config(p["w1s"].clone(), p["w2s"].clone()))
+def _check_weight_only(subject, plat, g: torch.Generator) -> None:
+    p = _problem(g)
+    fp8 = _fp8_of(plat)
+    got = _quant_dtype(subject, plat, _w4a16(p))
+    assert got["type"] == "builtins.NoneType", f"quant_dtype={got['value']} for a weight-only scheme"
+    out = _run(subject, plat, p, _w4a16(p))["output"]
     ref = _reference(p, None, None, fp8, "none", a1_quantized=False)[0]
     err = _rel_err(out, ref)
     assert err < TOL, f"weight-only emulation differs from the unquantized-activation reference by {err:.3g}"
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("plat", WEIGHT_ONLY_PLATFORMS)
+def test_weight_only_emulation_keeps_activations_unquantized(subject, secret_generator, plat):
+    """For weight-only MXFP4 (w_mxfp4) the emulation experts' quant_dtype is None and the MoE runs unquantized."""
+    _check_weight_only(subject, plat, secret_generator)
 
 
 # The per-case tests above give partial credit; this one asks for every scheme at once, so emulation experts
 # that get any scheme's quant dtype wrong (or cannot serve weight-only MXFP4) leave c3 below met, while experts
 # that only serve weight-only MXFP4 right stay unmet.
 @pytest.mark.criterion("c3", weight=2)
-def test_emulation_quant_dtype_right_for_every_scheme(rocm):
+def test_emulation_quant_dtype_right_for_every_scheme(subject, secret_generator):
     """Every FP8-activation case reports the platform FP8 dtype and every weight-only case runs unquantized."""
     cases = [(test_emulation_quant_dtype_is_platform_fp8, dict(plat=c.values[0], expected=c.values[1]), c.id)
              for c in DTYPE_CASES]
     cases.append((test_emulation_quant_dtype_mxfp6_weights_fp8_activations, {}, "gfx942-mxfp6"))
-    cases += [(test_weight_only_emulation_keeps_activations_unquantized, dict(plat=c.values[0]), f"weight-only-{c.id}")
+    cases += [(_check_weight_only, dict(plat=c.values[0], g=secret_generator), f"weight-only-{c.id}")
               for c in WEIGHT_ONLY_PLATFORMS]
     wrong = []
     for check, kwargs, label in cases:
         try:
-            check(rocm, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - every wrong case is reported with the rest
+            check(subject, **kwargs)
+        except (AssertionError, ProbeRaised) as exc:  # every wrong case is reported with the rest
             wrong.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
     assert not wrong, "; ".join(wrong)
 
@@ -299,13 +265,12 @@ def test_emulation_quant_dtype_right_for_every_scheme(rocm):
 
 @pytest.mark.criterion("c4", weight=2)
 @pytest.mark.parametrize("plat", [PLATFORMS[0], PLATFORMS[2]])
-def test_static_scales_applied_to_both_activations(rocm, plat):
+def test_static_scales_applied_to_both_activations(subject, secret_generator, plat):
     """The output equals the reference that QDQs a1 with its static scale and a2 with its static scale."""
-    _set(rocm, plat)
-    fp8 = rocm.platform.fp8_dtype()
-    p = _problem(seed=1)
+    fp8 = _fp8_of(plat)
+    p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
-    out = _run(rocm, p, _w4a8_quant_config(p, s1, s2))
+    out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
     static = _reference(p, s1, s2, fp8, "static")[0]
     dynamic = _reference(p, s1, s2, fp8, "dynamic")[0]
     err = _rel_err(out, static)
@@ -316,51 +281,13 @@ def test_static_scales_applied_to_both_activations(rocm, plat):
 
 
 @pytest.mark.criterion("c4")
-def test_quantize_calls_receive_both_static_scales(rocm):
+def test_quantize_calls_receive_both_static_scales(subject, secret_generator):
     """Spies on vLLM's activation-quantize entry points see the static a1 scale and the static a2 scale."""
-    import sys
-
-    _set(rocm, ("rocm", "gfx942"))
-    fp8 = rocm.platform.fp8_dtype()
-    p = _problem(seed=2)
+    plat = ("rocm", "gfx942")
+    fp8 = _fp8_of(plat)
+    p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
-    qc = _w4a8_quant_config(p, s1, s2)
-
-    seen: list[torch.Tensor] = []
-
-    def record(scale):
-        if isinstance(scale, torch.Tensor) and scale.numel() >= 1:
-            seen.append(scale.detach().float().reshape(-1).clone())
-
-    import vllm._custom_ops as ops
-    import vllm.model_executor.layers.fused_moe.utils as fm_utils
-
-    orig_mkqi = fm_utils.moe_kernel_quantize_input
-
-    def spy_mkqi(A, A_scale, *args, **kwargs):
-        record(A_scale)
-        return orig_mkqi(A, A_scale, *args, **kwargs)
-
-    orig_fp8 = ops.scaled_fp8_quant
-
-    def spy_fp8(input, scale=None, *args, **kwargs):
-        record(scale)
-        return orig_fp8(input, scale, *args, **kwargs)
-
-    rocm.mp.setattr(ops, "scaled_fp8_quant", spy_fp8)
-    for name in (
-        "vllm.model_executor.layers.fused_moe.utils",
-        "vllm.model_executor.layers.fused_moe.experts.triton_moe",
-        "vllm.model_executor.layers.fused_moe.experts.ocp_mx_emulation_moe",
-    ):
-        __import__(name)
-        mod = sys.modules[name]
-        if getattr(mod, "moe_kernel_quantize_input", None) is orig_mkqi:
-            rocm.mp.setattr(mod, "moe_kernel_quantize_input", spy_mkqi)
-        if getattr(mod, "scaled_fp8_quant", None) is orig_fp8:
-            rocm.mp.setattr(mod, "scaled_fp8_quant", spy_fp8)
-
-    _run(rocm, p, qc)
+    seen = _run(subject, plat, p, _w4a8(p, s1, s2), spy=True)["seen_scales"]
 
     def hit(s):
         return any(torch.allclose(v, s.reshape(-1)[0].expand_as(v), rtol=1e-6, atol=0) for v in seen)
@@ -374,14 +301,12 @@ def test_quantize_calls_receive_both_static_scales(rocm):
 # per-expert scale tensors must neither crash the emulation path nor be dropped for a dynamic QDQ.
 @pytest.mark.criterion("c4", weight=2)
 @pytest.mark.parametrize("plat", [PLATFORMS[0], PLATFORMS[2]])
-def test_per_expert_static_scales_applied(rocm, plat):
+def test_per_expert_static_scales_applied(subject, secret_generator, plat):
     """Static a1/a2 scales given per expert (all equal) are applied like the single per-tensor scale."""
-    _set(rocm, plat)
-    fp8 = rocm.platform.fp8_dtype()
-    p = _problem(seed=5)
+    fp8 = _fp8_of(plat)
+    p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
-    qc = _w4a8_quant_config(p, s1.expand(E).contiguous(), s2.expand(E).contiguous())
-    out = _run(rocm, p, qc)
+    out = _run(subject, plat, p, _w4a8(p, s1.expand(E).contiguous(), s2.expand(E).contiguous()))["output"]
     static = _reference(p, s1, s2, fp8, "static")[0]
     dynamic = _reference(p, s1, s2, fp8, "dynamic")[0]
     err = _rel_err(out, static)

@@ -1,19 +1,23 @@
 """c1 (behaviour of the repo's oracle test file): run the patched tree's tests/quantization/test_gfx950_moe.py.
 
-That file selects backends through the oracle only, so it runs here under the harness of conftest.py on each
-faked GPU. When a candidate switches it to expect emulation on gfx942/gfx90a (the static check only reads the
-text), the switched tests must really run there and pass, must still pass (or skip) on gfx950 and CUDA, and
-must fail when the oracle hands gfx942 a native backend again: a test that cannot see the old selection does
-not expect emulation. Candidates that switch other test files instead are not judged here (skipped).
+That file selects backends through the oracle only, so the subject runs it in a nested pytest session under its
+ROCm harness (``probes/rocm_mx_harness.py``) on each faked GPU and reports every test's outcome; what those
+outcomes mean is decided here. When a candidate switches it to expect emulation on gfx942/gfx90a (the static check
+only reads the text), the switched tests must really run there and pass, must still pass (or skip) on gfx950 and
+CUDA, and must fail when the oracle hands gfx942 a native backend again: a test that cannot see the old selection
+does not expect emulation. Candidates that switch other test files instead are not judged here (skipped).
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from rubric_support import load_beside
+
+devices = load_beside(__file__, "devices")
 
 ORACLE_TEST = "tests/quantization/test_gfx950_moe.py"
 EMULATION = re.compile(r"Mxfp4MoeBackend\.EMULATION|[\"']emulation[\"']")
@@ -39,83 +43,52 @@ RUNS = [
 ]
 
 
-class _Outcomes:
-    """Inner-session plugin: the outcome of every test and every collection error."""
-
-    def __init__(self):
-        self.passed: list[str] = []
-        self.failed: list[str] = []
-        self.skipped: list[str] = []
-        self.errors: list[str] = []
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            self.errors.append(f"collection: {str(report.longrepr)[-600:]}")
-
-    def pytest_runtest_logreport(self, report):
-        if report.nodeid.rsplit("::", 1)[-1].split("[", 1)[0] in BASE_TESTS:
-            return
-        if report.failed:
-            self.failed.append(f"{report.nodeid.rsplit('::', 1)[-1]} ({report.when}): {str(report.longrepr)[-400:]}")
-        elif report.when == "call" and report.passed:
-            self.passed.append(report.nodeid)
-        elif report.skipped:
-            self.skipped.append(report.nodeid)
+def _outcomes(observed: dict) -> dict:
+    """What a run of the file means here: collection errors, and the passed / failed / skipped tests, with the
+    base's own tests left out."""
+    got = {"errors": [f"collection: {e}" for e in observed["collect_errors"]], "passed": [], "failed": [],
+           "skipped": []}
+    for report in observed["reports"]:
+        name = report["nodeid"].rsplit("::", 1)[-1]
+        if name.split("[", 1)[0] in BASE_TESTS:
+            continue
+        if report["outcome"] == "failed":
+            got["failed"].append(f"{name} ({report['when']}): {report['longrepr']}")
+        elif report["when"] == "call" and report["outcome"] == "passed":
+            got["passed"].append(report["nodeid"])
+        elif report["outcome"] == "skipped":
+            got["skipped"].append(report["nodeid"])
+    return got
 
 
-def _run_file(path: Path, ini: Path) -> _Outcomes:
-    """Run ``path`` in a nested pytest session; its module is imported afresh (module-level platform checks)."""
-    for name, mod in list(sys.modules.items()):
-        if getattr(mod, "__file__", None) and Path(mod.__file__).resolve() == path.resolve():
-            del sys.modules[name]
-    outcomes = _Outcomes()
-    pytest.main(
-        [str(path), "-q", "-s", "-c", str(ini), "--rootdir", str(path.parent), "--noconftest",
-         "--import-mode=importlib", "-p", "no:cacheprovider", "-W", "ignore"],
-        plugins=[outcomes],
-    )
-    return outcomes
+def _run_file(subject, device: dict, force_native: bool = False) -> dict:
+    """Run the tree's file in a nested pytest session in the subject, on ``device``."""
+    return _outcomes(subject.call("rocm_mx_repo_tests.run_test_file", device=device, path=ORACLE_TEST,
+                                  force_native=force_native))
 
 
-def _set(rocm, arch, aiter):
-    if arch is None:
-        rocm.set_cuda((9, 0))
-    else:
-        rocm.set_rocm(arch, aiter=aiter)
-    rocm.fake_triton_kernels(True)
-    rocm.fake_vllm_config()
+def _device(arch, aiter) -> dict:
+    return devices.cuda((9, 0)) if arch is None else devices.rocm(arch, aiter)
 
 
 @pytest.mark.criterion("c1", weight=8)
-def test_switched_oracle_tests_run_and_expect_emulation(rocm, vllm_tree, tmp_path, monkeypatch):
+def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
     """The repo's switched oracle tests pass on every faked GPU, run on gfx942/gfx90a and catch a native pick."""
     path = Path(vllm_tree) / ORACLE_TEST
     if not path.is_file() or len(EMULATION.findall(path.read_text(errors="replace"))) <= BASE_EMULATION_COUNT:
         pytest.skip(f"{ORACLE_TEST} is not switched to expect emulation; other test files are read statically only")
-    # The nested session must not load installed plugins (the grader's evidence writer among them).
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    ini = tmp_path / "inner.ini"
-    ini.write_text("[pytest]\n")
-
-    # Import the oracle while the harness plays ROCm (vLLM's import-time probes need no CUDA extension then).
-    import vllm.model_executor.layers.fused_moe.oracle.mxfp4 as oracle
 
     problems = []
     for label, arch, aiter, must_run in RUNS:
-        _set(rocm, arch, aiter)
-        got = _run_file(path, ini)
-        if got.errors or got.failed:
-            problems.append(f"{label}: " + "; ".join((got.errors + got.failed)[:3]))
-        elif must_run and not got.passed:
-            problems.append(f"{label}: no test ran (all {len(got.skipped)} skipped)")
+        got = _run_file(subject, _device(arch, aiter))
+        if got["errors"] or got["failed"]:
+            problems.append(f"{label}: " + "; ".join((got["errors"] + got["failed"])[:3]))
+        elif must_run and not got["passed"]:
+            problems.append(f"{label}: no test ran (all {len(got['skipped'])} skipped)")
 
     # Sensitivity: on gfx942 the oracle picks a native backend again, as before the fix.
-    _set(rocm, "gfx942", True)
-    native = type("NativeExpertsStandIn", (), {})
-    monkeypatch.setattr(oracle, "select_mxfp4_moe_backend",
-                        lambda *args, **kwargs: (oracle.Mxfp4MoeBackend.TRITON_UNFUSED, native))
-    got = _run_file(path, ini)
-    if not got.failed and not got.errors:
+    got = _run_file(subject, devices.rocm("gfx942", True), force_native=True)
+    if not got["failed"] and not got["errors"]:
         problems.append("gfx942 with the oracle picking TRITON_UNFUSED: every test still passes or skips, so "
                         "the tests do not expect emulation")
     assert not problems, f"{ORACLE_TEST}: " + " | ".join(problems)
