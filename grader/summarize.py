@@ -55,6 +55,25 @@ def _failure_text(entry: dict | None) -> str:
     return text + (f": {first[:160]})" if first else ")")
 
 
+def status_sentence(result: CandidateResult, run: RunReport | None) -> str:
+    """The first sentence when grading did not complete: what happened, before anything about the patch."""
+    status = result.run_status
+    if status == "timed_out":
+        unfinished = sum(o.status == "timeout" for o in run.outcomes) if run else 0
+        total = len(run.outcomes) if run else 0
+        return (f"Timed out: the time limit was reached with {unfinished} of {total} checks unfinished; those "
+                "count neither for nor against the patch, and this result is not cached.") if total else \
+            "Timed out before any hidden test ran; this result is not cached."
+    if status == "environment_error":
+        return f"Not graded, because of the grading environment, not the patch: {result.error}."
+    if status == "apply_partial":
+        failed = [f"{f.path} {h.header.split('@@')[1].strip() if '@@' in h.header else ''}".strip()
+                  for f in result.apply.files for h in f.hunks if h.status == "failed"]
+        return (f"Applied only in part: {len(failed)} hunk{'s' if len(failed) != 1 else ''} failed "
+                f"({'; '.join(failed[:3])}), so the patched tree is not the one the author wrote.")
+    return ""
+
+
 def summarize(task, result: CandidateResult, run: RunReport | None) -> str:
     criteria = [result.criteria[c] for c in sorted(result.criteria)]
     template = _env.get_template("summary.txt.j2")
@@ -67,4 +86,5 @@ def summarize(task, result: CandidateResult, run: RunReport | None) -> str:
         failure=lambda cid: _failure_text(_first_failure(result, cid)),
         run=run,
     )
-    return " ".join(text.split())
+    lead = status_sentence(result, run)
+    return " ".join((lead + " " + text).split())

@@ -29,7 +29,7 @@ def out(name: str, status: str, message: str = "", **criteria: float) -> Outcome
 def result(cid: str, score: float | None, status: str | None = None) -> CriterionResult:
     if status is None:
         status = "not_evaluated" if score is None else status_for(score)
-    return CriterionResult(cid, f"title {cid}", score, status, f"why {cid}")
+    return CriterionResult(cid, f"title {cid}", score, status, f"why {cid}", coverage=0.0 if score is None else 1.0)
 
 
 def results(task, **scores) -> dict[str, CriterionResult]:
@@ -69,10 +69,17 @@ def test_status_for_boundaries():
     assert status_for(0.75) == "met" and status_for(0.25) == "unmet"
 
 
-@pytest.mark.parametrize("bad", ["error", "timeout"])
-def test_errors_and_timeouts_count_as_failures(bad):
-    r = score_from_outcomes("c1", "t", [out("a", "passed", c1=1), out("b", bad, c1=1)])
+def test_errors_count_as_failures():
+    r = score_from_outcomes("c1", "t", [out("a", "passed", c1=1), out("b", "error", c1=1)])
     assert (r.score, r.status) == (0.5, "partial")
+
+
+def test_timeouts_count_neither_way_and_lower_coverage():
+    r = score_from_outcomes("c1", "t", [out("a", "passed", c1=1), out("b", "timeout", "no answer", c1=3)])
+    assert (r.score, r.status, r.coverage, r.not_run) == (1.0, "met", 0.25, {"timeout": 1})
+    assert "evaluated on 1 of 4" in r.rationale
+    only = score_from_outcomes("c1", "t", [out("b", "timeout", "timeout: no answer", c1=1)])
+    assert only.status == "not_evaluated" and "timeout" in only.rationale
 
 
 def test_skips_are_left_out_of_the_share():
@@ -115,10 +122,16 @@ def test_conditional_with_unmet_anchor_scores_zero(task):
     assert (rs["c1"].score, rs["c5"].score) == (0.0, 1.0)
 
 
-def test_conditional_with_partial_anchor_scores_zero(task):
-    rs = results(task, c1=0.5)
+def test_conditional_with_partial_anchor_keeps_its_own_score(task):
+    rs = results(task, c1=0.5, c2=0.8)
     apply_conditions(task, rs)
-    assert (rs["c2"].score, rs["c2"].status) == (0.0, "unmet") and "partial" in rs["c2"].rationale
+    assert (rs["c2"].score, rs["c2"].status) == (0.8, "met")
+
+
+def test_conditional_with_unmet_anchor_scores_zero(task):
+    rs = results(task, c1=0.25, c2=0.8)
+    apply_conditions(task, rs)
+    assert (rs["c2"].score, rs["c2"].status) == (0.0, "unmet") and "unmet" in rs["c2"].rationale
 
 
 def test_conditional_with_met_anchor_keeps_its_score(task):
@@ -161,34 +174,43 @@ APPLIED = ApplyReport("applied", "git apply")
 
 
 def test_verdict_no_diff(task):
-    assert verdict_for(task, ApplyReport("empty"), results(task)) == "no_diff"
+    assert verdict_for(task, ApplyReport("empty"), results(task), "complete") == "no_diff"
 
 
 @pytest.mark.parametrize("status", ["failed", "rejected"])
 def test_verdict_fail_when_apply_failed(task, status):
-    assert verdict_for(task, ApplyReport(status), results(task)) == "fail"
+    assert verdict_for(task, ApplyReport(status), results(task), "complete") == "fail"
 
 
 @pytest.mark.parametrize("core", ["c1", "c3"])
 def test_verdict_fail_on_core_below_unmet(task, core):
-    assert verdict_for(task, APPLIED, results(task, **{core: 0.2})) == "fail"
-    assert verdict_for(task, APPLIED, results(task, **{core: 0.25})) == "partial"  # fail is strictly below
+    assert verdict_for(task, APPLIED, results(task, **{core: 0.2}), "complete") == "fail"
+    assert verdict_for(task, APPLIED, results(task, **{core: 0.25}), "complete") == "partial"  # fail is strictly below
 
 
 def test_low_non_core_criterion_is_not_fail(task):
-    assert verdict_for(task, APPLIED, results(task, c2=0.0, c4=0.0, c5=0.0)) == "partial"
+    assert verdict_for(task, APPLIED, results(task, c2=0.0, c4=0.0, c5=0.0), "complete") == "partial"
 
 
 def test_core_not_evaluated_is_not_fail(task):
-    assert verdict_for(task, APPLIED, results(task, c1=None, c3=None)) == "partial"
+    assert verdict_for(task, APPLIED, results(task, c1=None, c3=None), "complete") == "partial"
 
 
 def test_verdict_full_needs_all_five(task):
     assert FULL_AT == 0.9
-    assert verdict_for(task, APPLIED, results(task, c1=0.9, c2=0.95)) == "full"
-    assert verdict_for(task, ApplyReport("partial", "git apply", truncated=True), results(task)) == "full"
-    assert verdict_for(task, APPLIED, results(task, c5=0.89)) == "partial"
-    assert verdict_for(task, APPLIED, results(task, c4=None)) == "partial"
+    assert verdict_for(task, APPLIED, results(task, c1=0.9, c2=0.95), "complete") == "full"
+    assert verdict_for(task, ApplyReport("partial", "git apply", truncated=True), results(task), "complete") == "full"
+    assert verdict_for(task, APPLIED, results(task, c5=0.89), "complete") == "partial"
+    assert verdict_for(task, APPLIED, results(task, c4=None), "complete") == "partial"
+
+
+def test_full_needs_a_complete_run_and_full_coverage(task):
+    assert verdict_for(task, APPLIED, results(task), "timed_out") == "partial"
+    assert verdict_for(task, APPLIED, results(task), "apply_partial") == "partial"
+    assert verdict_for(task, APPLIED, results(task), "environment_error") == "error"
+    rs = results(task)
+    rs["c2"].coverage = 0.5
+    assert verdict_for(task, APPLIED, rs, "complete") == "partial"
 
 
 def test_overall_score_weighted_mean_of_evaluated(task):

@@ -49,10 +49,14 @@ def main():
         for case in torch.load(cases_path, weights_only=True):
             try:
                 on = lambda ts: [t.to(device) for t in ts]  # noqa: E731
-                out["cases"][case["name"]] = qknorm_sim.run_ranks(
+                obs = qknorm_sim.run_ranks(
                     mod, on(case["qkv"]), on(case["q_weight"]), on(case["k_weight"]), case["q_size"],
                     case["kv_size"], case["eps"],
                 )
+                if obs["outputs"] is not None:  # back on the CPU: the subject loads these files
+                    obs["outputs"] = [[t.cpu() if isinstance(t, torch.Tensor) else t for t in out]
+                                      for out in obs["outputs"]]
+                out["cases"][case["name"]] = obs
             except Exception:
                 out["cases"][case["name"]] = {"raised": traceback.format_exc()[-2000:]}
     torch.save(out, results_path)
