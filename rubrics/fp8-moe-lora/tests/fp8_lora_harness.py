@@ -33,7 +33,11 @@ PROBES = "fp8_lora_probes"
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
+def _shape(t) -> str:
+    return "None" if t is None else f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+@dataclass(repr=False)
 class Problem:
     scheme: str
     M: int
@@ -55,6 +59,10 @@ class Problem:
     a1_scale: torch.Tensor | None = None
     a2_scale: torch.Tensor | None = None
     block_shape: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return (f"Problem({self.scheme}, M={self.M}, K={self.K}, I={self.I}, E={self.E}, topk={self.topk}, "
+                f"hidden {_shape(self.hidden)})")
 
     def as_args(self) -> dict:
         """What the subject builds the layer from."""
@@ -127,7 +135,7 @@ def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, to
                    topk_weights=tw, topk_ids=tid, quant=quant, a1_scale=a1s, a2_scale=a2s, block_shape=block)
 
 
-@dataclass
+@dataclass(repr=False)
 class LoraSetup:
     a13: tuple
     b13: tuple
@@ -137,6 +145,9 @@ class LoraSetup:
     max_loras: int
     max_tokens: int
     adapter_enabled: torch.Tensor
+
+    def __repr__(self) -> str:
+        return f"LoraSetup(mapping={self.mapping.tolist()}, max_loras={self.max_loras}, rank={self.a13[0].shape[-2]})"
 
     def as_args(self) -> dict:
         return {"a13": list(self.a13), "b13": list(self.b13), "a2": list(self.a2), "b2": list(self.b2),
@@ -184,7 +195,7 @@ class LoraCall:
     token_lora_mapping: torch.Tensor | None
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
     """What one run of the layer in the subject produced and what its pieces were given."""
 
@@ -192,6 +203,11 @@ class Run:
     gemm: list = field(default_factory=list)
     lora: list = field(default_factory=list)
     w13_entry: list = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return (f"Run(out {_shape(self.out)}, {len(self.gemm)} GEMM call(s) with A "
+                f"{[_shape(c.A) for c in self.gemm]}, {len(self.lora)} MoE-LoRA call(s) with x "
+                f"{[_shape(c.x) for c in self.lora]})")
 
 
 def _as_tensor(value, what: str) -> torch.Tensor:
