@@ -1,9 +1,10 @@
 """Containment of candidate code.
 
-Part 1 tests each mechanism of ``grader.contain`` directly with tiny Python children (no vLLM, seconds).
+Part 1 tests each mechanism of ``grader.sandbox.contain`` directly with tiny Python children (no vLLM, seconds).
 Part 2 (``slow``) grades the adversarial corpus in ``tests/adversarial/`` through the real pipeline
 (``grade_candidate`` on the int8-kv-rounding base) and checks each case's outcome: the run goes on, the affected
-criteria are unmet or errors with the reason, and nothing outside the candidate's tree changed.
+criteria are unmet or not evaluated with the reason, and nothing outside the candidate's tree changed.
+``tests/test_integrity.py`` holds the corpus of attacks on the verdict itself.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import contain
-from grader.apply import scratch_root
+from grader.apply import hidden_roots, scratch_root
+from grader.sandbox import contain
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "adversarial"
@@ -38,6 +39,11 @@ def scratch():
     path = Path(tempfile.mkdtemp(prefix="contain-test-", dir=scratch_root()))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def subject_box(scratch: Path, **limits) -> contain.Sandbox:
+    """A subject's sandbox with ``scratch/home`` as its home and what a subject may not see hidden."""
+    return contain.prepare(scratch / "home", hidden=hidden_roots(), **limits)
 
 
 def run_child(box: contain.Sandbox, code: str, outer_timeout: float = 60) -> subprocess.CompletedProcess:
@@ -61,15 +67,8 @@ def test_describe_says_what_is_in_effect():
     assert contain.summary_line()
 
 
-def test_isolation_prefix_matches_the_probe():
-    prefix, reason = contain.isolation_prefix()
-    assert bool(prefix) == CAPS.net, reason
-    if prefix:
-        assert subprocess.run(prefix + ["true"], timeout=30).returncode == 0
-
-
 def test_infinite_loop_is_stopped_by_the_cpu_limit(scratch):
-    box = contain.prepare(scratch, cpu_s=1)
+    box = subject_box(scratch, cpu_s=1)
     started = time.monotonic()
     done = run_child(box, "while True: pass", outer_timeout=60)
     assert done.returncode in (-signal.SIGXCPU, -signal.SIGKILL), done.stdout
@@ -77,7 +76,7 @@ def test_infinite_loop_is_stopped_by_the_cpu_limit(scratch):
 
 
 def test_memory_hog_gets_memory_error(scratch):
-    box = contain.prepare(scratch, as_bytes=1 << 30)
+    box = subject_box(scratch, as_bytes=1 << 30)
     done = run_child(box, """
         try:
             hog = bytearray(2 << 30)
@@ -89,7 +88,7 @@ def test_memory_hog_gets_memory_error(scratch):
 
 @needs_uid
 def test_bounded_fork_loop_is_stopped_and_cleaned_up(scratch):
-    box = contain.prepare(scratch, max_tasks=32)
+    box = subject_box(scratch, max_tasks=32)
     done = run_child(box, """
         import os, time
         made = 0
@@ -117,7 +116,7 @@ def test_bounded_fork_loop_is_stopped_and_cleaned_up(scratch):
 
 @needs_uid
 def test_child_runs_as_an_unprivileged_uid_with_no_way_back(scratch):
-    box = contain.prepare(scratch)
+    box = subject_box(scratch)
     done = run_child(box, """
         import os
         print("uid", os.getuid(), os.geteuid())
@@ -161,11 +160,11 @@ def test_network_connect_to_a_host_loopback_listener_fails(scratch):
             print("refused", exc)
     """
     try:
-        done = run_child(contain.prepare(scratch), code)
+        done = run_child(subject_box(scratch), code)
         assert "refused" in done.stdout, done.stdout
         assert accepted == []
         # The same child without a network namespace does reach the listener: the check above can fail.
-        control = run_child(contain.prepare(scratch, net=False), code)
+        control = run_child(subject_box(scratch, net=False), code)
         assert "connected" in control.stdout
         deadline = time.monotonic() + 5
         while not accepted and time.monotonic() < deadline:
@@ -182,7 +181,7 @@ def test_writes_outside_the_scratch_area_are_prevented(scratch):
     marker = f"grader-pwned-{os.getpid()}"
     targets = [REPO / marker, REPO / "grader" / marker, Path("/tmp") / marker, Path("/var/tmp") / marker,
                Path("/dev/shm") / marker, Path(tempfile.gettempdir()) / marker]
-    box = contain.prepare(scratch)
+    box = subject_box(scratch)
     code = f"""
         import os
         for path in {[str(t) for t in targets]!r} + [os.path.join({str(scratch / "home")!r}, "ok")]:
@@ -201,6 +200,68 @@ def test_writes_outside_the_scratch_area_are_prevented(scratch):
     finally:
         for target in targets:
             target.unlink(missing_ok=True)
+
+
+needs_view = pytest.mark.skipif(not CAPS.private_tmp, reason=f"no mount namespace: {CAPS.private_tmp_reason}")
+needs_pid = pytest.mark.skipif(not (CAPS.ipc_pid and CAPS.private_tmp), reason=CAPS.ipc_pid_reason)
+
+
+@needs_view
+def test_subject_sees_neither_the_repository_nor_the_caches_nor_other_candidates(scratch):
+    other = Path(tempfile.mkdtemp(prefix="grader-other-", dir=scratch_root()))
+    (other / "secret").write_text("another candidate's tree")
+    box = subject_box(scratch)
+    code = f"""
+        import os
+        for path in [{str(REPO / "reference_impl")!r}, {str(REPO / "rubrics")!r}, {str(REPO / "candidates")!r},
+                     {str(contain_cache())!r}, {str(other / "secret")!r}]:
+            seen = (bool(os.listdir(path)) if os.path.isdir(path) else True) if os.path.exists(path) else False
+            print(path, "visible" if seen else "hidden")
+    """
+    try:
+        done = run_child(box, code)
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 5 and all(line.endswith("hidden") for line in lines), done.stdout
+
+
+def contain_cache() -> Path:
+    from grader.checkout import cache_dir
+
+    return cache_dir()
+
+
+@needs_pid
+def test_subject_has_its_own_pid_and_ipc_namespaces(scratch):
+    box = subject_box(scratch)
+    done = run_child(box, """
+        import ctypes, os
+        print("pid", os.getpid(), "procs", len([p for p in os.listdir("/proc") if p.isdigit()]))
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("queue", libc.msgget(0x47524432, 0o1666))
+    """)
+    assert done.stdout.split()[:4] == ["pid", "1", "procs", "1"], done.stdout
+    assert ctypes_queue_absent(0x47524432), "a message queue made in the sandbox is visible on the host"
+
+
+def ctypes_queue_absent(key: int) -> bool:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).msgget(key, 0) < 0
+
+
+@needs_view
+def test_subject_gets_private_run_and_tmp(scratch):
+    Path("/run/grader-contain-test").write_text("host")
+    try:
+        done = run_child(subject_box(scratch), """
+            import os
+            print(sorted(os.listdir("/run")), os.path.exists("/tmp/.X11-unix"))
+        """)
+    finally:
+        Path("/run/grader-contain-test").unlink(missing_ok=True)
+    assert "grader-contain-test" not in done.stdout, done.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -280,17 +341,17 @@ def test_import_time_infinite_loop_times_out_and_is_reported(graded):
     result, seconds = graded["import-loop"]
     assert seconds < LOOP_TIMEOUT + 60
     every = [e for c in result.criteria.values() for e in c.evidence]
-    assert any(e["status"] == "timeout" and "time limit" in e.get("message", "") for e in every)
-    assert not any(c.status in ("met", "partial") for c in result.criteria.values())
-    assert result.verdict not in ("full", "error")
+    assert any(e["status"] == "timeout" for e in every)
+    assert result.run_status == "timed_out" and result.summary.startswith("Timed out"), result.summary
 
 
 @pytest.mark.slow
-def test_import_time_infinite_loop_fails_every_criterion_it_kept_from_running(graded):
-    """Tests that never started before the time limit still count, as time-outs, for their criteria."""
+def test_import_time_infinite_loop_counts_neither_for_nor_against(graded):
+    """A hang is not a result: its checks are not evaluated (never failed, never passed) and the verdict is
+    never full; the summary says it timed out."""
     result, _ = graded["import-loop"]
-    assert result.verdict == "fail", result.summary
-    assert all(c.status == "unmet" for c in result.criteria.values()), result.summary
+    assert all(c.status == "not_evaluated" for c in result.criteria.values()), result.summary
+    assert result.verdict == "partial"
 
 
 @pytest.mark.slow
@@ -331,10 +392,10 @@ def test_path_traversal_is_rejected_before_anything_runs(graded):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known limit: the candidate's vllm/__init__.py runs inside the pytest "
-                   "process and can rewrite its reports; no containment can stop in-process code (see docs/ci.md)")
 def test_in_process_report_forgery_is_not_graded_full(graded):
     """pytest-forgery.diff leaves the base's truncation (c1, c3, c5 fail there) and makes vllm/__init__.py turn
-    every failed pytest report into a pass. An honest grader must not call that a full fix."""
+    every failed pytest report into a pass. Its code runs in the subject, where there is no pytest to forge."""
     result, _ = graded["pytest-forgery"]
-    assert result.verdict != "full", result.summary
+    assert result.verdict == "fail", result.summary
+    assert {c: r.status for c, r in result.criteria.items() if c in ("c1", "c3", "c5")} == \
+        {"c1": "unmet", "c3": "unmet", "c5": "unmet"}, result.summary

@@ -243,8 +243,17 @@ def _become_pid_namespace_init(libc, own_proc: bool) -> None:
                 os.close(fd)
             except OSError:
                 pass
-        _, status = os.waitpid(child, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        code = 125
+        try:
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status) & 0xFF
+            if os.WIFSIGNALED(status):  # die of the same signal, so the caller sees what ended the subject
+                sig = os.WTERMSIG(status)
+                if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+        finally:
+            os._exit(code)
     if own_proc:
         # A /proc of this namespace: the subject sees its own processes, not the host's.
         _check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
