@@ -14,7 +14,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__
-from grader.records import SCHEMA_VERSION, CandidateResult
+from grader.records import SCHEMA_VERSION
 
 _env = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 CRITERIA = ("c1", "c2", "c3", "c4", "c5")
@@ -72,27 +72,51 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     return out / "index.html"
 
 
+def _seconds(r: dict) -> str:
+    return f"{sum(v for k, v in r.get('timings', {}).items() if k.endswith('_s')):.2f}"
+
+
 def write_junit(path: Path, results: list[dict]) -> Path:
-    """One testcase per candidate and criterion: met passes, unmet/partial fail, not_evaluated is skipped."""
+    """Per candidate one testcase for its verdict and one per criterion (named with its title): met passes,
+    partial/unmet fail, not_evaluated is skipped, and the checks of a criterion that did not run are a skipped
+    testcase of their own. ``error`` only where grading broke; a run that did not complete says so."""
     suites = ET.Element("testsuites", name="grader")
     for task, group in _by_task(results).items():
         suite = ET.SubElement(suites, "testsuite", name=task)
         counts = defaultdict(int)
+
+        def case(classname: str, name: str, seconds: str = "0") -> ET.Element:
+            counts["tests"] += 1
+            return ET.SubElement(suite, "testcase", classname=classname, name=name, time=seconds)
+
+        def mark(element: ET.Element, kind: str, message: str, text: str = "") -> None:
+            counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
+            ET.SubElement(element, kind, message=message[:500]).text = text or None
+
         for r in group:
+            classname = f"{task}.{r['id']}"
+            state = r.get("run_status", "complete")
+            verdict = case(classname, "verdict", _seconds(r))
+            headline = f"{r['verdict']}" + ("" if r["score"] is None else f" ({r['score']:.2f})") + \
+                ("" if state == "complete" else f"; run {state}")
+            if r["verdict"] == "error":
+                mark(verdict, "error", r.get("error") or "not graded", r.get("summary", ""))
+            elif r["verdict"] == "no_diff":
+                mark(verdict, "skipped", "no diff to grade")
+            elif r["verdict"] != "full":
+                mark(verdict, "failure", headline, r.get("summary", ""))
             for cid in CRITERIA:
                 crit = r["criteria"].get(cid)
-                case = ET.SubElement(suite, "testcase", classname=f"{task}.{r['id']}", name=cid)
-                counts["tests"] += 1
-                if r["verdict"] == "error" or crit is None:
-                    ET.SubElement(case, "error", message=(r.get("error") or "not graded")[:500])
-                    counts["errors"] += 1
-                elif crit["status"] == "not_evaluated":
-                    ET.SubElement(case, "skipped", message=crit["rationale"][:500])
-                    counts["skipped"] += 1
+                if crit is None:
+                    continue
+                element = case(classname, f"{cid} {crit['title']}")
+                if r["verdict"] == "error" or crit["status"] == "not_evaluated":
+                    mark(element, "skipped", crit["rationale"])
                 elif crit["status"] != "met":
-                    failure = ET.SubElement(case, "failure", message=f"{crit['status']} ({crit['score']})")
-                    failure.text = crit["rationale"]
-                    counts["failures"] += 1
+                    mark(element, "failure", f"{crit['status']} ({crit['score']})", crit["rationale"])
+                for why, n in sorted(crit.get("not_run", {}).items()) if crit["status"] != "not_evaluated" else ():
+                    mark(case(classname, f"{cid} {crit['title']}: {n} {why} check(s) not run"), "skipped",
+                         f"{n} check(s) of {cid} did not run here ({why})")
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,14 +126,13 @@ def write_junit(path: Path, results: list[dict]) -> Path:
 
 
 def markdown_summary(results: list[dict]) -> str:
-    lines = ["| candidate | task | verdict | score | " + " | ".join(CRITERIA) + " |",
-             "| --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERIA) + " |"]
+    lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERIA) + " |",
+             "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERIA) + " |"]
     for r in sorted(results, key=lambda r: r["id"]):
         marks = [r["criteria"].get(c, {}).get("status", "-") for c in CRITERIA]
         score = "-" if r["score"] is None else f"{r['score']:.2f}"
-        lines.append(f"| {r['id']} | {r['task'] or '-'} | {r['verdict']} | {score} | " + " | ".join(marks) + " |")
+        lines.append(f"| {r['id']} | {r['task'] or '-'} | {r['verdict']} | {score} | {r.get('run_status', '-')} | "
+                     + " | ".join(marks) + " |")
     return "\n".join(lines) + "\n"
 
 
-def result_dict(result: CandidateResult) -> dict:
-    return result.to_json()

@@ -45,19 +45,32 @@ def test_results_json_is_versioned_and_sorted(tmp_path, results):
     assert set(first["criteria"]["c1"]) >= {"score", "status", "evidence", "rationale"}
 
 
-def test_junit_has_one_case_per_candidate_and_criterion(tmp_path, results):
+def test_junit_has_a_verdict_case_and_one_case_per_criterion(tmp_path, results):
     root = ET.parse(write_junit(tmp_path / "junit.xml", results)).getroot()
     cases = root.findall(".//testcase")
-    assert len(cases) == 2 * 5
+    assert len(cases) == 2 * 6
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("10", "4", "2", "0")
-    c4 = next(c for c in cases if c.get("name") == "c4")
+    # failures: c2 and c3 of both candidates, and the partial candidate's verdict; skipped: c4 of both.
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("12", "5", "2", "0")
+    c4 = next(c for c in cases if c.get("name") == "c4 title c4")
     assert c4.find("skipped") is not None
+    assert all(c.get("time") is not None for c in cases)
+
+
+def test_junit_marks_checks_that_did_not_run_and_no_error_for_no_diff(tmp_path, results):
+    partly = dict(results[1])
+    partly["criteria"] = {k: dict(v) for k, v in partly["criteria"].items()}
+    partly["criteria"]["c1"]["not_run"] = {"gpu": 5}
+    empty = dict(results[0], id="empty", verdict="no_diff", score=None)
+    root = ET.parse(write_junit(tmp_path / "junit.xml", [partly, empty])).getroot()
+    names = [c.get("name") for c in root.findall(".//testcase")]
+    assert "c1 title c1: 5 gpu check(s) not run" in names
+    assert root.find("testsuite").get("errors") == "0"
 
 
 def test_markdown_summary_lists_every_candidate(results):
     text = markdown_summary(results)
-    assert "| a-first | int8-kv-rounding | full | 0.57 | met | partial | unmet | not_evaluated | met |" in text
+    assert "| a-first | int8-kv-rounding | full | 0.57 | complete | met | partial | unmet | not_evaluated | met |" in text
     assert text.count("\n") == 4
 
 

@@ -177,6 +177,17 @@ def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, subject):
     )
 
 
+# As for c3 and c4: c5 names every dtype (fp8, fp8_e4m3, fp8_e5m2 and bfloat16); a store validator that accepts
+# all but one of them does not do what c5 asks. Weight 2: one dtype rejected entirely leaves c5 at 4/7, below
+# met, while a validator that accepts bf16 alone (and agrees with its backend) stays partial (2/7).
+@pytest.mark.criterion("c5", weight=2)
+def test_cache_store_validator_accepts_every_dtype_on_xpu(subject):
+    """The KV cache store validator accepts every fp8 dtype and bfloat16 on XPU, not just some of them."""
+    cases = [("XPU", _case("validator", "xpu", None, dtype), True) for dtype in FP8_DTYPES + ["bfloat16"]]
+    wrong = _wrong_verdicts(subject, cases)
+    assert not wrong, f"the store validator gets {len(wrong)} XPU dtype(s) wrong: " + "; ".join(wrong)
+
+
 @pytest.mark.criterion("c5")
 def test_validation_sites_agree_on_xpu(subject):
     """On XPU the attention backend and the KV cache store validator give the same verdict for every dtype."""
