@@ -350,7 +350,11 @@ def test_import_time_infinite_loop_counts_neither_for_nor_against(graded):
     """A hang is not a result: its checks are not evaluated (never failed, never passed) and the verdict is
     never full; the summary says it timed out."""
     result, _ = graded["import-loop"]
-    assert all(c.status == "not_evaluated" for c in result.criteria.values()), result.summary
+    assert not any(c.status in ("unmet", "partial") for c in result.criteria.values()), result.summary
+    for criterion in result.criteria.values():
+        # Only a static check (it reads the source, nothing hung there) can still decide a criterion.
+        if not any("static" in e["kinds"] and e["status"] == "passed" for e in criterion.evidence):
+            assert criterion.status == "not_evaluated", (criterion.id, result.summary)
     assert result.verdict == "partial"
 
 
