@@ -1,10 +1,13 @@
 """Grading throughput on one machine, in one run: naive vs warm workers vs a fully cached re-run.
 
-    python bench/throughput.py [BUNDLE] [--jobs N] [--limit K]
+    python bench/throughput.py [BUNDLE] [--jobs N] [--limit K] [--baseline REV]
 
 - naive:  one fresh ``python -m pytest`` process per candidate, serial, no caches (``--cold --no-cache --jobs 1``)
 - cold:   warm fork-server workers, ``--jobs N``, empty result and evidence caches
 - cached: the same command again, everything served from the caches
+- baseline (with ``--baseline REV``): the warm mode of the grader as it was at git revision REV (checked out into
+  a temporary worktree, its own rubrics and hidden tests), on the same inputs, right after the warm mode: the
+  cost of a change to the engine, side by side in one run
 
 Each mode runs ``grade.py`` as a subprocess with its own GRADER_CACHE (bases copied in, so base building is not
 timed) and output folder. Prints candidates per minute and the ratios, and checks that every mode wrote the same
@@ -43,11 +46,11 @@ def differences(a, b, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
 
 
-def run_mode(name: str, bundle: Path, out: Path, cache: Path, extra: list[str]) -> float:
+def run_mode(name: str, bundle: Path, out: Path, cache: Path, extra: list[str], repo: Path = REPO) -> float:
     env = dict(os.environ, GRADER_CACHE=str(cache))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "grade.py"), str(bundle), "--out", str(out), "--gpu", "off",
-                           *extra], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(repo / "grade.py"), str(bundle), "--out", str(out), "--gpu", "off",
+                           *extra], env=env, capture_output=True, text=True, cwd=repo)
     elapsed = time.monotonic() - started
     if proc.returncode not in (0, 1):
         sys.stderr.write(proc.stderr[-3000:])
@@ -78,34 +81,51 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--limit", type=int, help="only the first K entries of the bundle")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--baseline", help="also time the warm mode of the grader at this git revision")
+    parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive mode")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="grader-bench-"))
     source_cache = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     bundle = limited_bundle(args.bundle, args.limit, work)
+    baseline = None
+    if args.baseline:
+        baseline = work / "baseline"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
+                       check=True, capture_output=True)
+    modes = [] if args.skip_naive else [("naive", ["--cold", "--no-cache", "--jobs", "1"], REPO)]
+    modes += [("cold", ["--jobs", str(args.jobs)], REPO)]
+    if baseline:
+        modes += [("baseline", ["--jobs", str(args.jobs)], baseline)]
+    modes += [("cached", ["--jobs", str(args.jobs)], REPO)]
     timings = {}
-    for name, extra in (("naive", ["--cold", "--no-cache", "--jobs", "1"]),
-                        ("cold", ["--jobs", str(args.jobs)]),
-                        ("cached", ["--jobs", str(args.jobs)])):
-        cache = work / ("cache-naive" if name == "naive" else "cache-warm")
+    for name, extra, repo in modes:
+        cache = work / {"naive": "cache-naive", "baseline": "cache-baseline"}.get(name, "cache-warm")
         if not cache.exists():
             # Bases (and the sdists) are built once beforehand: the benchmark times grading, not checkout.
             cache.mkdir()
             for part in ("sdists", "bases"):
                 if (source_cache / part).exists():
                     (cache / part).symlink_to(source_cache / part)
-        out = work / ("out-naive" if name == "naive" else "out-warm")
-        timings[name] = run_mode(name, bundle, out, cache, extra)
-        print(f"{name:7s} {timings[name]:8.1f} s", flush=True)
-    count = len(json.loads((work / "out-naive" / "results.json").read_text())["candidates"])
-    naive, warm = comparable(work / "out-naive" / "results.json"), comparable(work / "out-warm" / "results.json")
+        out = work / {"naive": "out-naive", "baseline": "out-baseline"}.get(name, "out-warm")
+        timings[name] = run_mode(name, bundle, out, cache, extra, repo)
+        print(f"{name:8s} {timings[name]:8.1f} s", flush=True)
+    if baseline:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True)
+    count = len(json.loads((work / "out-warm" / "results.json").read_text())["candidates"])
+    warm = comparable(work / "out-warm" / "results.json")
+    naive = comparable(work / "out-naive" / "results.json") if "naive" in timings else warm
     same = naive == warm
     rate = {k: 60.0 * count / v for k, v in timings.items()}
     print(f"\n{count} candidates, jobs={args.jobs}, {os.cpu_count()} cores")
-    print("mode      seconds   candidates/min")
+    print("mode       seconds   candidates/min")
     for k in timings:
-        print(f"{k:7s} {timings[k]:9.1f} {rate[k]:12.1f}")
-    print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
-    print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
+        print(f"{k:8s} {timings[k]:9.1f} {rate[k]:12.1f}")
+    if "naive" in timings:
+        print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
+        print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
+    if baseline:
+        print(f"warm cost per candidate vs baseline {args.baseline}: {timings['cold'] / timings['baseline']:.2f}x "
+              f"({timings['cold'] / count:.1f} s vs {timings['baseline'] / count:.1f} s)")
     print(f"results.json identical across modes (timings aside): {same}")
     for line in differences(naive, warm)[:20]:
         print("  differs at", line)
