@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from grader.checkout import BuiltBase, cache_dir
-from grader.diffparse import FileSection, is_header_only_change, parse_sections, render
+from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
 from grader.records import ApplyReport, FileReport, HunkReport
 from grader.rubric import REPO_ROOT
 from grader.sandbox.tooling import run_tool
@@ -256,11 +256,14 @@ def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection]
     return kept, [s.path for s in dropped]
 
 
-def apply_diff(diff: str, tree: Path, contained: bool = True) -> ApplyReport:
-    """Apply ``diff`` inside ``tree`` and report per file and hunk; raises nothing for bad diffs."""
+def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> ApplyReport:
+    """Apply ``diff`` (read once by ``parse_diff``; text is read here) inside ``tree`` and report per file and
+    hunk; raises nothing for bad diffs."""
+    parsed = diff if isinstance(diff, ParsedDiff) else parse_diff(diff)
+    diff = parsed.text
     if not diff.strip():
         return ApplyReport("empty", message="the candidate has no diff")
-    sections = parse_sections(diff)
+    sections = list(parsed.sections)
     if not sections:
         return ApplyReport("failed", message="no file sections found: not a unified diff")
     try:

@@ -217,6 +217,18 @@ def parse_sections(text: str) -> list[FileSection]:
     return sections
 
 
+@dataclass(frozen=True)
+class ParsedDiff:
+    """A diff read once: its text and its file sections, as the safety check and the apply both consume them."""
+
+    text: str
+    sections: tuple[FileSection, ...]
+
+
+def parse_diff(text: str) -> ParsedDiff:
+    return ParsedDiff(text, tuple(parse_sections(text)))
+
+
 def render(sections: list[FileSection]) -> str:
     """Write sections back as diff text, dropping incomplete hunks and sections left with no change."""
     out: list[str] = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
 from grader.checkout import BuiltBase, build_base
+from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
@@ -88,7 +89,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(diff, tree, options.contained) if diff.strip() else \
+        apply = apply_diff(parse_diff(diff), tree, options.contained) if diff.strip() else \
             ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
