@@ -83,7 +83,7 @@ def _named_paths(section: FileSection) -> list[str]:
     return [p for p in dict.fromkeys(paths) if p not in (None, "", "/dev/null")]
 
 
-def _is_cut_header(section: FileSection) -> bool:
+def is_cut_header(section: FileSection) -> bool:
     """A preview cut inside a file header: no hunk and no header-only change (mode, rename, empty file)."""
     return not section.hunks and not is_header_only_change(section)
 
@@ -243,7 +243,7 @@ def _file_reports(sections: list[FileSection], output: str, applied: bool) -> li
             hunks.append(HunkReport(hunk.header, found.status, found.detail))
         hunks += [HunkReport(h.header, "truncated", f"cut off after {len(h.lines)} lines; not applied")
                   for h in section.hunks if not h.complete]
-        if section is sections[-1] and _is_cut_header(section):
+        if section is sections[-1] and is_cut_header(section):
             hunks.append(HunkReport("", "truncated", "cut off inside the file header; no hunk shown"))
         reports.append(FileReport(section.path, _change_of(section), hunks))
     return reports
@@ -275,7 +275,7 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
         return ApplyReport("rejected", message=f"path {escaping[0]!r} resolves outside the tree through a link")
     sections, neutralized = _drop_self_executing(sections)
     # A preview cut inside the last file's header shows no hunk of it: that is truncation too.
-    truncated = any(not h.complete for s in sections for h in s.hunks) or _is_cut_header(sections[-1]) \
+    truncated = any(not h.complete for s in sections for h in s.hunks) or is_cut_header(sections[-1]) \
         if sections else False
     patch_text = render(sections)
     if not patch_text:

@@ -406,11 +406,11 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
 
 
 def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
-    from grader.report import _env, atomic_write
+    from grader.report import TEMPLATES, atomic_write
 
     json_path, html_path = out / "calibration.json", out / "calibration.html"
     atomic_write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    html = _env.get_template("calibration.html.j2").render(doc=doc, classes=CLASSES, verdicts=VERDICTS)
+    html = TEMPLATES.get_template("calibration.html.j2").render(doc=doc, classes=CLASSES, verdicts=VERDICTS)
     atomic_write(html_path, html)
     return json_path, html_path
 

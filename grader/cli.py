@@ -1,4 +1,5 @@
-"""Command line: ``grade PATH...`` (the default), ``bases``, ``validate-rubrics``, ``calibrate``, ``mutate``.
+"""Command line: ``grade PATH...`` (the default), ``bases``, ``validate-rubrics``, ``calibrate``, ``mutate``,
+``run-tests``.
 
 Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
 scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
@@ -32,7 +33,7 @@ from grader.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore, cache_key
 from grader.validate import validate_rubrics
 
-COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate")
+COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests")
 
 
 def task_id(value: str) -> str:
@@ -98,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--task", type=task_id, help="only this task")
     v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
     v.add_argument("--out", type=Path, default=Path("out"))
+    t = sub.add_parser("run-tests", help="run a task's hidden tests against any vLLM tree (the author's loop)")
+    t.add_argument("--task", type=task_id, required=True)
+    t.add_argument("--tree", type=Path, required=True, help="a folder holding a vllm/ package")
+    t.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
+    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
+    t.add_argument("--timeout", type=positive(float), default=600)
     return parser
 
 
@@ -304,6 +311,36 @@ def run_bases(args) -> int:
     return 1 if failed else 0
 
 
+def run_tests(args) -> int:
+    """Copy ``--tree`` into a scratch folder, run the task's hidden tests on it (judge and subjects, sandboxed as
+    in grading), print the judge's pytest output; pytest's exit code."""
+    import shutil
+    import tempfile
+
+    from grader.apply import make_import_root, scratch_root
+    from grader.run import run_hidden_tests
+
+    if not (args.tree / "vllm").is_dir():
+        print(f"error: {args.tree} holds no vllm/ package", file=sys.stderr)
+        return 2
+    task = all_tasks()[args.task]
+    gpu, reason = detect_gpu(args.gpu)
+    base = BaseCache().get(task)
+    scratch = Path(tempfile.mkdtemp(prefix=f"grader-run-tests-{task.id}-", dir=scratch_root()))
+    try:
+        tree = scratch / "tree"
+        tree.mkdir(mode=0o755)
+        shutil.copytree(args.tree / "vllm", tree / "vllm", symlinks=False)
+        run = run_hidden_tests(task, tree, make_import_root(tree, scratch), base.path, scratch, gpu, ColdLauncher(),
+                               args.timeout, select=args.select)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(run.log)
+    print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s"
+          + (f"; {run.environment_error}" if run.environment_error else "") + "]", file=sys.stderr)
+    return 2 if run.environment_error or run.returncode is None else int(run.returncode)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # No command named first means ``grade``, whatever order its options and paths come in.
@@ -322,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_calibrate(args)
         if args.command == "mutate":
             return run_mutate(args)
+        if args.command == "run-tests":
+            return run_tests(args)
         return validate_rubrics(args)
     except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -630,10 +630,10 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
 
 
 def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
-    from grader.report import _env, atomic_write
+    from grader.report import TEMPLATES, atomic_write
 
     atomic_write(out / "mutation.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    html = _env.get_template("mutation.html.j2").render(doc=doc)
+    html = TEMPLATES.get_template("mutation.html.j2").render(doc=doc)
     atomic_write(out / "mutation.html", html)
     return out / "mutation.json", out / "mutation.html"
 

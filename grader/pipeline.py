@@ -39,6 +39,9 @@ class GradeOptions:
     contained: bool = True
     # A subject's memory limit (None: the machine's share at the default --jobs).
     memory_bytes: int | None = None
+    # Variables of the grader's environment passed on beyond launch.PASSED_THROUGH_ENV (a Ray task's narrowed
+    # CUDA_VISIBLE_DEVICES).
+    also_pass: tuple[str, ...] = ()
 
 
 class BaseCache:
@@ -73,7 +76,7 @@ def diff_sha256(diff: str) -> str:
     return hashlib.sha256(diff.encode("utf-8", "replace")).hexdigest()
 
 
-def _error_result(candidate: Candidate, message: str, task: Task | None = None,
+def error_result(candidate: Candidate, message: str, task: Task | None = None,
                   apply: ApplyReport | None = None) -> CandidateResult:
     criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
     return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
@@ -102,7 +105,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         if run is None:
             import_root = make_import_root(tree, scratch)
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
-                                   options.timeout, options.contained, memory_bytes=options.memory_bytes)
+                                   options.timeout, options.contained, memory_bytes=options.memory_bytes,
+                                   also_pass=options.also_pass)
             if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
@@ -121,7 +125,7 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOption
         return _grade(candidate, bases, options)
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
-        return _error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> str:
@@ -138,7 +142,7 @@ def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> 
 
 def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
     if candidate.ingest_error:
-        return _error_result(candidate, candidate.ingest_error)
+        return error_result(candidate, candidate.ingest_error)
     tasks = all_tasks()
     task = tasks.get(candidate.task or "")
     if not candidate.diff.strip():
@@ -150,9 +154,9 @@ def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> Can
         result.summary = summarize(task, result, None)
         return result
     if candidate.task is None:
-        return _error_result(candidate, f"task could not be told: {candidate.task_reason}")
+        return error_result(candidate, f"task could not be told: {candidate.task_reason}")
     if task is None:
-        return _error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
+        return error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
     apply, run, timings = evaluate(task, candidate.diff, bases, options)
     if candidate.at_preview_limit and apply.status == "applied":
         apply.status, apply.truncated = "partial", True

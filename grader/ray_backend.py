@@ -16,7 +16,7 @@ Failures: a grading error never leaves :func:`grade_candidate` (it is this candi
 application exceptions are not retried (``retry_exceptions=False``). System failures (the worker process killed,
 its node lost) are retried by Ray up to ``MAX_RETRIES`` times; when they are exhausted, or Ray fails for that
 task in any other way (:class:`ray.exceptions.RayError`), the candidate gets an ``error`` result built by
-:func:`grader.pipeline._error_result`, and only that candidate.
+:func:`grader.pipeline.error_result`, and only that candidate.
 
 ``ray`` is an optional dependency (``pip install -e ".[ray]"``); it is imported only here, and only when the
 Ray backend is used.
@@ -115,7 +115,6 @@ def detect_gpu(mode: str, address: str | None) -> tuple[bool, str]:
 # --------------------------------------------------------------------------------------- inside a Ray task
 
 _NODE_BASES = None
-_PASSED_THROUGH_ENV = None
 
 
 def _node_bases():
@@ -148,15 +147,11 @@ def grade_on_node(candidate, gpu: bool, timeout: float, keep_trees: bool, contai
     from grader.evidence_cache import EvidenceCache
     from grader.pipeline import GradeOptions, grade_candidate
 
-    global _PASSED_THROUGH_ENV
-    if _PASSED_THROUGH_ENV is None:
-        _PASSED_THROUGH_ENV = launch.PASSED_THROUGH_ENV
     # Ray narrows CUDA_VISIBLE_DEVICES to the GPU it gave a task: that task's hidden tests must see only that one.
     # Other tasks (the same worker process may run both kinds) pass on exactly what a local run passes on.
-    launch.PASSED_THROUGH_ENV = (*_PASSED_THROUGH_ENV, "CUDA_VISIBLE_DEVICES") if gpu_assigned \
-        else _PASSED_THROUGH_ENV
     options = GradeOptions(gpu=gpu, timeout=timeout, keep_trees=keep_trees, launcher=launch.ColdLauncher(),
-                           evidence_cache=EvidenceCache() if evidence_cache else None, contained=contained)
+                           evidence_cache=EvidenceCache() if evidence_cache else None, contained=contained,
+                           also_pass=("CUDA_VISIBLE_DEVICES",) if gpu_assigned else ())
     return grade_candidate(candidate, _node_bases(), options).to_json()
 
 
@@ -201,7 +196,7 @@ def grade_pending(pending: Iterable[tuple[Any, str]], total: int, results: dict[
     """Grade ``pending`` [(candidate, store key)] as Ray tasks; fill ``results`` and ``store`` as they finish.
 
     ``work`` is what each task runs (:func:`grade_on_node`; the tests put a crashing stand-in there)."""
-    from grader.pipeline import _error_result
+    from grader.pipeline import error_result
     from grader.rubric import all_tasks
 
     pending = list(pending)
@@ -229,7 +224,7 @@ def grade_pending(pending: Iterable[tuple[Any, str]], total: int, results: dict[
         # Reported like any error result, but not stored: a lost node says nothing about the candidate, so a
         # rerun grades it again.
         candidate, _ = by_id[candidate_id]
-        error = _error_result(candidate, failure_message(exc), tasks.get(candidate.task or "")).to_json()
+        error = error_result(candidate, failure_message(exc), tasks.get(candidate.task or "")).to_json()
         results[candidate.id] = error
         progress(len(results), total, error, False)
 

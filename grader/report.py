@@ -16,7 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader import __version__
 from grader.records import SCHEMA_VERSION
 
-_env = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
+TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 CRITERIA = ("c1", "c2", "c3", "c4", "c5")
 
 
@@ -63,10 +63,10 @@ def _by_task(results: list[dict]) -> dict[str, list[dict]]:
 def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, str]) -> Path:
     pages = out / "candidates"
     for r in results:
-        html = _env.get_template("candidate.html.j2").render(r=r, criteria=CRITERIA, diff=diffs.get(r["id"], ""),
+        html = TEMPLATES.get_template("candidate.html.j2").render(r=r, criteria=CRITERIA, diff=diffs.get(r["id"], ""),
                                                              run=run_info)
         atomic_write(pages / page_name(r["id"]), html)
-    index = _env.get_template("index.html.j2").render(groups=_by_task(results), criteria=CRITERIA,
+    index = TEMPLATES.get_template("index.html.j2").render(groups=_by_task(results), criteria=CRITERIA,
                                                       page_name=page_name, run=run_info)
     atomic_write(out / "index.html", index)
     return out / "index.html"

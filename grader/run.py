@@ -62,9 +62,9 @@ def stage_probes(task: Task, folder: Path) -> Path:
     return folder
 
 
-def subject_environment(home: Path, gpu: bool) -> dict[str, str]:
+def subject_environment(home: Path, gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, str]:
     """What a subject's process sees: private HOME and caches, nothing of the grader's or the judge's."""
-    env = base_environment(gpu)
+    env = base_environment(gpu, also_pass)
     env.update({"HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
                 "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
                 "GRADER_GPU": "1" if gpu else "0",
@@ -74,23 +74,25 @@ def subject_environment(home: Path, gpu: bool) -> dict[str, str]:
 
 
 def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes: Path, gpu: bool,
-                 contained: bool, memory_bytes: int | None = None) -> tuple[dict, contain.Sandbox | None]:
+                 contained: bool, memory_bytes: int | None = None,
+                 also_pass: tuple[str, ...] = ()) -> tuple[dict, contain.Sandbox | None]:
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
     # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
     box = contain.prepare(home, visible=[tree, import_root, probes], hidden=hidden_roots(),
                           as_bytes=resource.RLIM_INFINITY if gpu else contain.ADDRESS_SPACE_BYTES,
                           memory_bytes=memory_bytes) if contained else None
-    spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu),
+    spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu, also_pass),
             "sys_path": [str(import_root), str(probes)], "interpreter_paths": contain.interpreter_paths(),
             "cwd": str(home), "log": str(folder / "subject.log")}
     return spec, box
 
 
-def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeout: float) -> dict[str, str]:
+def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeout: float,
+                      also_pass: tuple[str, ...] = ()) -> dict[str, str]:
     home = judge / "home"
     home.mkdir(parents=True, exist_ok=True)
-    env = base_environment(gpu)
+    env = base_environment(gpu, also_pass)
     env.update({
         "HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
         "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
@@ -166,7 +168,8 @@ def pytest_args(task: Task, select: str | None = None) -> list[str]:
 
 def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path, scratch: Path, gpu: bool,
                      launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
-                     select: str | None = None, memory_bytes: int | None = None) -> RunReport:
+                     select: str | None = None, memory_bytes: int | None = None,
+                     also_pass: tuple[str, ...] = ()) -> RunReport:
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -179,14 +182,14 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     specs = {}
     for name, root, source in (("candidate", import_root, tree), ("base", base_root, base_tree)):
         spec, box = subject_spec(name, scratch / f"subject-{name}", root, source, probes, gpu, contained,
-                                 memory_bytes)
+                                 memory_bytes, also_pass)
         specs[name] = spec
         boxes += [box] if box else []
     (judge / "subjects.json").write_text(json.dumps(specs))
     evidence = judge / "evidence.jsonl"
     evidence.write_text("")
     log = judge / "pytest.log"
-    job = JudgeRun(pytest_args(task, select), judge_environment(judge, tree, base_tree, gpu, timeout), [],
+    job = JudgeRun(pytest_args(task, select), judge_environment(judge, tree, base_tree, gpu, timeout, also_pass), [],
                    str(RUBRICS_DIR), str(log), timeout)
     started = time.monotonic()
     try:

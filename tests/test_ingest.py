@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from grader.apply import _is_cut_header
+from grader.apply import is_cut_header
 from grader.diffparse import parse_sections
 from grader.ingest import IngestError, infer_task, ingest, parse_bundle
 from grader.rubric import all_base_recipes
@@ -29,7 +29,7 @@ def seed(request):
 
 def looks_truncated(diff: str) -> bool:
     sections = parse_sections(diff)
-    return any(not h.complete for s in sections for h in s.hunks) or bool(sections and _is_cut_header(sections[-1]))
+    return any(not h.complete for s in sections for h in s.hunks) or bool(sections and is_cut_header(sections[-1]))
 
 
 def edit_diff(path: str, blob: str | None = "0000000", old: str = "x = 1", new: str = "x = 2") -> str:

@@ -63,9 +63,10 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
-def base_environment(gpu: bool) -> dict[str, str]:
-    """What every hidden-test process inherits from the grader's environment; nothing else passes."""
-    env = {k: os.environ[k] for k in PASSED_THROUGH_ENV if k in os.environ}
+def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, str]:
+    """What every judge and subject inherits from the grader's environment (``PASSED_THROUGH_ENV`` and the
+    caller's ``also_pass``); nothing else passes."""
+    env = {k: os.environ[k] for k in (*PASSED_THROUGH_ENV, *also_pass) if k in os.environ}
     env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1",
                 "HF_HUB_OFFLINE": "1"})
     if not gpu:
@@ -75,6 +76,7 @@ def base_environment(gpu: bool) -> dict[str, str]:
         # keeps vLLM from probing a driver while leaving the real Triton importable.
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"
+    # (With GPU evidence, CUDA_VISIBLE_DEVICES passes only when the caller asks: a Ray task narrowed to its GPU.)
     return env
 
 
