@@ -77,7 +77,8 @@ def test_seed_every_task_inferred(seed):
     wrong = [(c.id, c.task, labels[i]["task"], c.task_reason)
              for i, c in enumerate(candidates) if c.diff and c.task != labels[i]["task"]]
     assert not wrong
-    assert {c.task for c in candidates if c.diff} == set(all_base_recipes())
+    # The seed holds candidates of the seven original tasks; a task added later need not appear in it.
+    assert {c.task for c in candidates if c.diff} <= set(all_base_recipes())
 
 
 def test_seed_whole_diffs_are_not_truncated(seed):
