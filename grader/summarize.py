@@ -87,4 +87,14 @@ def summarize(task, result: CandidateResult, run: RunReport | None) -> str:
         run=run,
     )
     lead = status_sentence(result, run)
-    return " ".join((lead + " " + text).split())
+    return " ".join((lead + " " + fuzz_sentence(result.apply) + " " + text).split())
+
+
+def fuzz_sentence(apply: ApplyReport | None) -> str:
+    """Hunks that landed only with fuzz (context that did not match), named: the tree may differ from the intent."""
+    fuzzed = [f"{f.path} {h.header.split('@@')[1].strip()}" if "@@" in h.header else f.path
+              for f in (apply.files if apply else []) for h in f.hunks if h.status == "fuzz"]
+    if not fuzzed:
+        return ""
+    return (f"{len(fuzzed)} hunk{'s' if len(fuzzed) != 1 else ''} landed only with fuzz, on context that did not "
+            f"match ({'; '.join(fuzzed[:3])}{'; ...' if len(fuzzed) > 3 else ''}).")

@@ -6,7 +6,8 @@
 #
 # It needs, beside the working tree: .whl/ (wheels for what the image lacks, see docs/gpu.md) and
 # .gpu/cache/sdists/vllm-0.24.0.tar.gz (the GPU machine cannot download). Optional: .gpu/bin/{git,patch}.gz,
-# used only where the machine has no git / patch.
+# used only where the machine has no git / patch on the sandbox's PATH (grader/sandbox/tooling.py runs them
+# contained, with PATH=/usr/local/bin:/usr/bin:/bin and /tmp hidden), and .gpu/upstream/vllm-0.25.0-pkg.tar.xz.
 #
 # Every step is time-boxed against one deadline (GPU_KIT_BUDGET seconds, default 530), in priority order:
 # probes, bases, validate-rubrics (GPU) while grade (CPU, for comparison) runs niced in the background,
@@ -31,7 +32,7 @@ SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 TASKS=${GPU_KIT_TASKS:-"int8-kv-rounding moe-swap-ab minimax-qk-norm fp8-moe-lora"}
 if [ "$DRY" = 1 ]; then
-  PY=${GPU_KIT_PY:-/tmp/venv-probe/bin/python}; GPU=off; JOBS_GPU=2; JOBS_CPU=2; BENCH_DEV=cpu
+  PY=${GPU_KIT_PY:-$ROOT/.venv/bin/python}; GPU=off; JOBS_GPU=1; JOBS_CPU=1; BENCH_DEV=cpu
 else
   PY=${GPU_KIT_PY:-python3}; GPU=on; JOBS_GPU=${GPU_KIT_JOBS_GPU:-4}; JOBS_CPU=${GPU_KIT_JOBS_CPU:-12}; BENCH_DEV=cuda
 fi
@@ -67,13 +68,29 @@ trap pack EXIT
 note "gpu kit: dry=$DRY gpu=$GPU tasks=[$TASKS] budget=${BUDGET}s python=$PY start=$(date -u +%FT%TZ)"
 
 # ------------------------------------------------------------------ 0. tools the grader shells out to
+# The grader runs git apply / patch contained (grader/sandbox/tooling.py): PATH=/usr/local/bin:/usr/bin:/bin, and
+# /tmp is covered in the sandbox's view. So each tool must be found on that PATH, not merely on ours: one found
+# elsewhere is linked into /usr/local/bin, a missing one unpacked there from .gpu/bin/; /tmp/gpu-kit-bin is the
+# last resort (then uncontained git works, contained apply does not find it).
+SANDBOX_PATH=/usr/local/bin:/usr/bin:/bin
 for tool in git patch; do
-  if ! command -v "$tool" >/dev/null 2>&1 && [ -f ".gpu/bin/$tool.gz" ]; then
+  PATH=$SANDBOX_PATH command -v "$tool" >/dev/null 2>&1 && continue
+  found=$(command -v "$tool" 2>/dev/null)
+  if [ -n "$found" ] && mkdir -p /usr/local/bin 2>/dev/null && ln -sf "$(readlink -f "$found")" "/usr/local/bin/$tool" 2>/dev/null; then
+    note "linked $tool ($found) into /usr/local/bin for the sandbox"
+  elif [ -f ".gpu/bin/$tool.gz" ] && mkdir -p /usr/local/bin 2>/dev/null \
+      && gunzip -c ".gpu/bin/$tool.gz" > "/usr/local/bin/$tool" 2>/dev/null && chmod 755 "/usr/local/bin/$tool"; then
+    note "using carried $tool (/usr/local/bin)"
+  elif [ -z "$found" ] && [ -f ".gpu/bin/$tool.gz" ]; then
     mkdir -p /tmp/gpu-kit-bin && gunzip -c ".gpu/bin/$tool.gz" > "/tmp/gpu-kit-bin/$tool" \
-      && chmod +x "/tmp/gpu-kit-bin/$tool" && export PATH=/tmp/gpu-kit-bin:$PATH && note "using carried $tool"
+      && chmod +x "/tmp/gpu-kit-bin/$tool" && export PATH=/tmp/gpu-kit-bin:$PATH \
+      && note "using carried $tool from /tmp/gpu-kit-bin: /usr/local/bin not writable, contained apply will not find it"
+  else
+    note "WARNING: no $tool on $SANDBOX_PATH: contained apply steps that need it will fail"
   fi
 done
 git --version; patch --version | head -1
+{ for tool in git patch; do echo "$tool: ours $(command -v $tool), sandbox's $(PATH=$SANDBOX_PATH command -v $tool)"; done; } | tee -a "$SUMMARY"
 
 # ------------------------------------------------------------------ 1. wheels into the interpreter's own site-packages
 # Hidden tests run with a minimal environment (no PYTHONPATH passes through), so the wheels go where the
@@ -112,13 +129,18 @@ EOF
 } > "$R/probe-env.log" 2>&1
 cat "$R/probe-env.log"
 grep -E "^(torch|device|python)|FAIL" "$R/probe-env.log" | tee -a "$SUMMARY"
-# The hidden tests run under RLIMIT_AS = 32 GiB (grader/contain.py); does CUDA initialise under that limit?
+# What the sandbox (grader/sandbox/contain.py) finds allowed here, and whether a Triton kernel runs (on CUDA with
+# --gpu on) in a process contained as a subject is: own uid, private /tmp, repository and caches hidden.
+step probe-sandbox 120 $PY scripts/gpu/probe_sandbox.py --gpu "$GPU"
+grep -E '"(user|tasks|memory|network|namespaces|filesystem)"|^uid|contained' "$R/probe-sandbox.log" | tee -a "$SUMMARY"
+# CPU-evidence subjects run under RLIMIT_AS = contain.ADDRESS_SPACE_BYTES (32 GiB, grader/sandbox/contain.py);
+# GPU subjects get none (grader/run.py: the memory cgroup caps them). Informational: does CUDA start under it?
 if [ "$GPU" = on ]; then
   # Triton's @jit reads the kernel's source, so the probe is a file (python -c fails: "@jit functions should be
   # defined in a Python file", as the 2026-11-29 run showed).
   cat > "$W/probe_rlimit_as.py" <<'PYEOF'
 import resource
-resource.setrlimit(resource.RLIMIT_AS, (32 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+resource.setrlimit(resource.RLIMIT_AS, (32 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))  # contain.ADDRESS_SPACE_BYTES
 import torch, triton, triton.language as tl
 x = torch.ones(1 << 20, device="cuda")
 @triton.jit
