@@ -30,6 +30,14 @@ def load_beside(anchor: str | Path, name: str):
     return sys.modules[full]
 
 
+def load_probe_module(anchor: str | Path, name: str):
+    """The probe module ``<name>.py`` of the task's ``probes/`` folder (beside the tests folder of ``anchor``),
+    imported in the judge too: for pure-torch helpers both sides compute alike with (references, interpreter
+    corrections). A probe module that imports vLLM cannot be loaded here: the judge refuses vLLM."""
+    probes = Path(anchor).resolve().parent.parent / "probes"
+    return load_beside(probes / "_", name)
+
+
 def gpu_enabled() -> bool:
     """True when the grader asked for GPU evidence (GRADER_GPU=1) and this process can see a CUDA device."""
     if os.environ.get("GRADER_GPU") != "1":

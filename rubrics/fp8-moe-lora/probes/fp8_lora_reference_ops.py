@@ -1,9 +1,8 @@
 """Torch reference pieces of the fp8-moe-lora hidden tests: pure torch, no vLLM.
 
-This file exists twice, byte for byte: ``tests/fp8_lora_reference.py`` (the judge's copy: its oracles rebuild the
-unmodified MoE data path from these pieces) and ``probes/fp8_lora_reference_ops.py`` (the subject's copy: the op
-stand-ins and the spies compute with it). The judge never imports a probe module and the subject cannot see the
-tests, so each side has its own copy; a bit-identity check of c5 relies on both computing alike, so edit both.
+Both sides use this one file: the subject's op stand-ins and spies compute with it, and the judge's oracles rebuild
+the unmodified MoE data path from it (``rubric_support.load_probe_module``; it imports no vLLM, so the judge may
+load it). A bit-identity check of c5 relies on both computing alike.
 
 Contents: torch implementations of the compiled ops the MoE path calls, dequantization helpers, a reference for
 the fused-MoE Triton GEMM (one matrix-vector product per token/expert pair, fp32 accumulation) and one for the

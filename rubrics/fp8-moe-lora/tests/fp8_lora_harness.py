@@ -4,7 +4,7 @@ The judge draws every input here (activations, weights quantized with their scal
 which quantization config the subject builds (``Problem.quant``), runs the layer in the subject through the probes
 of ``probes/fp8_lora_probes.py`` and gets back what happened (``Run``: the output, what the base fused-MoE GEMM and
 the MoE-LoRA op were given). The expectations are computed here: an fp32 reference of the whole MoE + LoRA layer
-and the unmodified data path rebuilt step by step from the reference pieces (``fp8_lora_reference.py``).
+and the unmodified data path rebuilt step by step from the reference pieces (``probes/fp8_lora_reference_ops.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rubric_support import load_beside
+from rubric_support import load_probe_module
 
-R = load_beside(__file__, "fp8_lora_reference")
+R = load_probe_module(__file__, "fp8_lora_reference_ops")
 
 FP8 = R.FP8
 FP8_MAX = R.FP8_MAX
