@@ -10,11 +10,12 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
 from grader.checkout import BuiltBase, build_base
+from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
@@ -94,6 +95,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         tree = make_tree(base, scratch)
         apply = apply_diff(parse_diff(diff), tree, options.contained) if diff.strip() else \
             ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        if apply.status not in ("failed", "rejected", "empty"):
+            apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
             return apply, None, timings
@@ -176,5 +179,5 @@ def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> Can
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
                              error=run.environment_error if status == "environment_error" else None)
-    result.summary = summarize(task, result, run)
+    result.summary = summarize(task, result, run, apply.description)
     return result

@@ -55,6 +55,8 @@ class ApplyReport:
     neutralized: list[str] = field(default_factory=list)
     # git's tree hash of the whole applied tree: what the evidence cache is keyed on (never on parsed paths).
     tree_id: str = ""
+    # What the applied tree changes, in words (grader.describe), for the summary.
+    description: str = ""
 
     @property
     def hunks_applied(self) -> int:

@@ -1,31 +1,36 @@
-"""Summaries: one paragraph per candidate, written from the evidence through the templates in ``templates/``."""
+"""Summaries: one short paragraph per candidate, written from the evidence (``templates/summary.txt.j2``).
+
+It opens with what happened when grading did not complete, then what the patch does (``grader.describe``, read off
+the applied tree), then one sentence per reason for the verdict: the core criterion that failed with its first
+failing claim, what else is not met, what conditional criteria lost to their anchor (one sentence per anchor),
+what was not evaluated and why, and what is met only on part of its checks. The detail lives on the page.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from collections import defaultdict
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from grader.records import ApplyReport, CandidateResult, RunReport
+from grader.records import ApplyReport, CandidateResult, CriterionResult, RunReport
 
 _env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
+ASSERTION_CAP = 220
+# pytest's own prefixes of an assertion message, not part of the claim.
+NOISE = re.compile(r"^(?:AssertionError|assert|grader\.sandbox\.client\.\w+|E)\s*:?\s*")
 
 
-def describe_change(apply: ApplyReport | None) -> str:
-    """What the diff touches, in words: files by area and change type."""
+def describe_files(apply: ApplyReport | None) -> str:
+    """What the diff touches, when nothing finer could be read from the tree: files by area."""
     if apply is None or not apply.files:
         return "changes nothing the grader could see"
-    areas = Counter()
-    for f in apply.files:
-        area = "test" if f.path.startswith("tests/") else "doc" if f.path.startswith("docs/") else "source"
-        areas[area] += 1
     source = sorted({f.path.rsplit("/", 1)[-1] for f in apply.files if not f.path.startswith(("tests/", "docs/"))})
-    parts = source[:4] + ([f"{len(source) - 4} more source files"] if len(source) > 4 else [])
-    if areas["test"]:
-        parts.append(f"{areas['test']} test file{'s' if areas['test'] > 1 else ''}")
-    if areas["doc"]:
-        parts.append(f"{areas['doc']} doc file{'s' if areas['doc'] > 1 else ''}")
+    tests = sum(f.path.startswith("tests/") for f in apply.files)
+    parts = [f"`{name}`" for name in source[:4]] + ([f"{len(source) - 4} more files"] if len(source) > 4 else [])
+    if tests:
+        parts.append(f"{tests} test file{'s' if tests > 1 else ''}")
     return "changes " + _join(parts)
 
 
@@ -35,24 +40,30 @@ def _join(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _first_failure(result, cid: str) -> dict | None:
-    for entry in result.criteria[cid].evidence:
-        if entry["status"] not in ("passed", "skipped"):
-            return entry
-    return None
+def _first_failure(criterion: CriterionResult) -> dict | None:
+    return next((e for e in criterion.evidence if e["status"] in ("failed", "error")), None)
 
 
-def _failure_text(entry: dict | None) -> str:
+def quote_assertion(message: str) -> str:
+    """The first line that states what went wrong, whole up to a sentence end (or the cap, at a word)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    marked = [line[1:].strip() for line in lines if line.startswith("E ")]
+    first = next((NOISE.sub("", m) for m in marked if NOISE.sub("", m)), lines[-1] if lines else "")
+    first = NOISE.sub("", first).strip()
+    if len(first) <= ASSERTION_CAP:
+        return first
+    cut = first[:ASSERTION_CAP]
+    end = max(cut.rfind(". "), cut.rfind("; "))
+    return cut[:end + 1] if end > ASSERTION_CAP // 3 else cut.rsplit(" ", 1)[0] + " ..."
+
+
+def failure_sentence(criterion: CriterionResult) -> str:
+    entry = _first_failure(criterion)
     if entry is None:
-        return ""
-    claim = entry.get("claim") or entry["test"].rsplit("::", 1)[-1]
-    message = (entry.get("message") or "").strip().splitlines()
-    # pytest marks the failure's own lines with "E"; the first of them states what went wrong.
-    first = next((line.strip()[1:].strip() for line in message if line.strip().startswith("E ")
-                  and line.strip()[1:].strip()), "")
-    first = first or (message[-1].strip() if message else "")
-    text = f"'{claim}' does not hold ({entry['test'].rsplit('::', 1)[-1]}"
-    return text + (f": {first[:160]})" if first else ")")
+        return criterion.rationale
+    claim = (entry.get("claim") or entry["test"].rsplit("::", 1)[-1]).rstrip(".")
+    said = quote_assertion(entry.get("message") or "")
+    return f"\"{claim}\" does not hold" + (f" ({said.rstrip('.')})" if said else "")
 
 
 def status_sentence(result: CandidateResult, run: RunReport | None) -> str:
@@ -74,22 +85,6 @@ def status_sentence(result: CandidateResult, run: RunReport | None) -> str:
     return ""
 
 
-def summarize(task, result: CandidateResult, run: RunReport | None) -> str:
-    criteria = [result.criteria[c] for c in sorted(result.criteria)]
-    template = _env.get_template("summary.txt.j2")
-    text = template.render(
-        task=task, result=result, apply=result.apply, change=describe_change(result.apply),
-        met=[c for c in criteria if c.status == "met"],
-        partial=[c for c in criteria if c.status == "partial"],
-        unmet=[c for c in criteria if c.status == "unmet"],
-        not_evaluated=[c for c in criteria if c.status == "not_evaluated"],
-        failure=lambda cid: _failure_text(_first_failure(result, cid)),
-        run=run,
-    )
-    lead = status_sentence(result, run)
-    return " ".join((lead + " " + fuzz_sentence(result.apply) + " " + text).split())
-
-
 def fuzz_sentence(apply: ApplyReport | None) -> str:
     """Hunks that landed only with fuzz (context that did not match), named: the tree may differ from the intent."""
     fuzzed = [f"{f.path} {h.header.split('@@')[1].strip()}" if "@@" in h.header else f.path
@@ -98,3 +93,57 @@ def fuzz_sentence(apply: ApplyReport | None) -> str:
         return ""
     return (f"{len(fuzzed)} hunk{'s' if len(fuzzed) != 1 else ''} landed only with fuzz, on context that did not "
             f"match ({'; '.join(fuzzed[:3])}{'; ...' if len(fuzzed) > 3 else ''}).")
+
+
+def _named(criteria: list[CriterionResult]) -> str:
+    return _join([f"{c.id} ({c.title})" for c in criteria])
+
+
+def reason_sentences(task, result: CandidateResult) -> list[str]:
+    """One sentence per reason for the verdict, repeated reasons merged."""
+    criteria = [result.criteria[c] for c in sorted(result.criteria)]
+    core = set(task.core_criteria) if task else set()
+    anchored: dict[str, list[CriterionResult]] = defaultdict(list)
+    failing, not_evaluated, thin = [], defaultdict(list), []
+    for c in criteria:
+        if c.status == "unmet" and c.rationale.startswith("anchor "):
+            anchored[c.rationale.split()[1]].append(c)
+        elif c.status in ("unmet", "partial"):
+            failing.append(c)
+        elif c.status == "not_evaluated":
+            not_evaluated[c.rationale.split(";")[0]].append(c)
+        elif c.not_run:
+            thin.append(c)
+    sentences = []
+    failing.sort(key=lambda c: (c.id not in core, c.status != "unmet", c.id))
+    if failing:
+        first = failing[0]
+        kind = "Core criterion " if first.id in core else ""
+        state = "is not met" if first.status == "unmet" else f"is only partly met ({first.score:.2f})"
+        sentences.append(f"{kind}{first.id} ({first.title}) {state}: {failure_sentence(first)}.")
+    rest = failing[1:]
+    if rest:
+        sentences.append(_join([f"{c.id} ({c.title}, {c.score:.2f})" for c in rest]) + " "
+                         + ("are" if len(rest) > 1 else "is") + " also below met.")
+    for anchor, dependants in anchored.items():
+        sentences.append(f"{_join([c.id for c in dependants])} get{'s' if len(dependants) == 1 else ''} no credit "
+                         f"while their anchor {anchor} is unmet.")
+    for why, group in not_evaluated.items():
+        sentences.append(f"Not evaluated here: {_join([c.id for c in group])} ({why.rstrip('.')}).")
+    for c in thin[:2]:
+        runs = ", ".join(f"{n} {kind} check{'s' if n != 1 else ''}" for kind, n in sorted(c.not_run.items()))
+        sentences.append(f"{c.id} is met on {c.coverage:.0%} of its weighted checks ({runs} not run).")
+    if result.verdict == "partial" and not failing and not anchored and not not_evaluated:
+        why = "the run did not complete" if result.run_status != "complete" else \
+            "some checks did not run here" if thin else "a criterion is below 0.9"
+        sentences.append(f"Every criterion is met, but not full: {why}.")
+    return sentences
+
+
+def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:
+    text = _env.get_template("summary.txt.j2").render(
+        result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
+        lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
+        reasons=reason_sentences(task, result) if result.verdict not in ("no_diff",) else [],
+    )
+    return " ".join(text.split())

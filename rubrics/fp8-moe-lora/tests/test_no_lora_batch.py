@@ -26,16 +26,17 @@ def _operands(g, num_tokens, top_k, n_experts, rank, K, N, max_loras, dtype=torc
             "rank": rank, "top_k": top_k, "max_loras": max_loras}
 
 
-@pytest.mark.criterion("c2")
-@pytest.mark.parametrize("stale", [[1] * 4 + [2] * 4, [0, -1, 3, 3, -1, 1, 0, 2]],
-                         ids=["two-adapters", "mixed"])
-def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_generator, stale):
-    """add_lora_fused_moe leaves the output untouched for an all-minus-one batch, with no sync."""
+STALE = {"two-adapters": [1] * 4 + [2] * 4, "mixed": [0, -1, 3, 3, -1, 1, 0, 2]}
+LAYER_SCHEMES = ["fp8-tensor-dynamic", "unquantized"]
+
+
+def _op_case(g, stale):
     num_tokens, top_k, E, rank, K, N, max_loras = 8, 2, 4, 8, 32, 16, 4
-    ops = _operands(secret_generator, num_tokens, top_k, E, rank, K, N, max_loras)
-    before = ops["y"].clone()
-    seen = subject.call(f"{PROBES}.add_lora_fused_moe_lora_then_no_lora", operands=ops,
-                        lora_mapping=torch.tensor(stale, dtype=torch.int32), tile=TILE)
+    ops = _operands(g, num_tokens, top_k, E, rank, K, N, max_loras)
+    return ops, {"operands": ops, "lora_mapping": torch.tensor(stale, dtype=torch.int32), "tile": TILE}
+
+
+def _check_op(seen, before):
     after_lora, after_none = seen["after_lora_batch"], seen["after_no_lora_batch"]
     assert isinstance(after_lora, torch.Tensor) and after_lora.shape == before.shape
     assert isinstance(after_none, torch.Tensor) and after_none.shape == before.shape
@@ -48,8 +49,26 @@ def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_gener
     assert not reads, f"host reads of device values (a sync per call on GPU): {reads}"
 
 
+def _check_layer(H, seen, p):
+    out, plain = seen["no_lora_batch"], seen["lora_free"]
+    assert isinstance(out, torch.Tensor) and isinstance(plain, torch.Tensor)
+    assert out.shape == plain.shape == p.hidden.shape
+    assert torch.equal(out, plain), (
+        f"no-LoRA batch differs from the LoRA-free output by {H.rel_err(out, plain):.3g}")
+
+
 @pytest.mark.criterion("c2")
-@pytest.mark.parametrize("scheme", ["fp8-tensor-dynamic", "unquantized"])
+@pytest.mark.parametrize("stale", list(STALE.values()), ids=list(STALE))
+def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_generator, stale):
+    """add_lora_fused_moe leaves the output untouched for an all-minus-one batch, with no sync."""
+    ops, args = _op_case(secret_generator, stale)
+    before = ops["y"].clone()
+    seen = subject.call(f"{PROBES}.add_lora_fused_moe_lora_then_no_lora", **args)
+    _check_op(seen, before)
+
+
+@pytest.mark.criterion("c2")
+@pytest.mark.parametrize("scheme", LAYER_SCHEMES)
 def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject, secret_generator, scheme):
     """A MoE batch with no LoRA tokens, after a LoRA batch, equals the output without any LoRA."""
     p = H.make_problem(scheme, secret_generator)
@@ -57,11 +76,39 @@ def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject,
     # the subject runs the LoRA batch (populating the token mapping), then an all -1 batch on the same context,
     # then the layer without any LoRA context
     seen = subject.call(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(), lora=lo.as_args())
-    out, plain = seen["no_lora_batch"], seen["lora_free"]
-    assert isinstance(out, torch.Tensor) and isinstance(plain, torch.Tensor)
-    assert out.shape == plain.shape == p.hidden.shape
-    assert torch.equal(out, plain), (
-        f"no-LoRA batch differs from the LoRA-free output by {H.rel_err(out, plain):.3g}")
+    _check_layer(H, seen, p)
+
+
+# Each c2 case above is one test (the earlier LoRA batch's two patterns at the op, the layer's FP8 and unquantized
+# paths), so one case wrong leaves c2 at 3/4 = 0.75 (CPU) or 4/5 (with the GPU test), still met. This test fails
+# whenever any case does: one wrong case then gives 3/5 on CPU and 4/6 with the GPU test, below met.
+@pytest.mark.criterion("c2", weight=1)
+def test_no_lora_batch_gets_no_delta_in_every_case(H, subject, secret_generator):
+    """Every no-LoRA batch (after either stale pattern, FP8 and unquantized layers) gets no delta, with no sync."""
+    failures = []
+    cases = 0
+    for name, stale in STALE.items():
+        cases += 1
+        ops, args = _op_case(secret_generator, stale)
+        before = ops["y"].clone()
+        seen = subject.outcome(f"{PROBES}.add_lora_fused_moe_lora_then_no_lora", **args)
+        try:
+            assert "raised" not in seen, f"raised {seen.get('raised')}: {str(seen.get('message'))[:160]}"
+            _check_op(seen["returned"], before)
+        except AssertionError as exc:
+            failures.append(f"add_lora_fused_moe after {name}: {str(exc)[:200]}")
+    for scheme in LAYER_SCHEMES:
+        cases += 1
+        p = H.make_problem(scheme, secret_generator)
+        lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
+        seen = subject.outcome(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(),
+                               lora=lo.as_args())
+        try:
+            assert "raised" not in seen, f"raised {seen.get('raised')}: {str(seen.get('message'))[:160]}"
+            _check_layer(H, seen["returned"], p)
+        except AssertionError as exc:
+            failures.append(f"{scheme} layer: {str(exc)[:200]}")
+    assert not failures, f"{len(failures)} of {cases} cases wrong: {failures}"
 
 
 @pytest.mark.gpu

@@ -1,0 +1,232 @@
+"""What a patch does, in words, read off the applied tree: the before/after AST of every changed function.
+
+Deterministic and local: for each changed Python file, the functions (methods included, Triton ``@triton.jit``
+kernels named as such) whose AST differs are compared for conditions added, removed or rewritten, calls added or
+removed, numbers changed, and new or removed functions, kernels, ``tl.constexpr`` parameters and tests. Where
+nothing finer is found it says how many lines of the function changed. Never raises: an unparsable file is
+described as such.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_CODE = 70
+MAX_FUNCTIONS = 2
+
+
+@dataclass
+class FunctionChange:
+    name: str
+    conditions_added: list[str] = field(default_factory=list)
+    conditions_removed: list[str] = field(default_factory=list)
+    calls_added: list[str] = field(default_factory=list)
+    calls_removed: list[str] = field(default_factory=list)
+    numbers: list[tuple[str, str]] = field(default_factory=list)
+    strings: list[str] = field(default_factory=list)
+    lines: int = 0
+
+    def weight(self) -> int:
+        return 3 * (len(self.conditions_added) + len(self.conditions_removed)) + 2 * len(self.numbers) + \
+            len(self.calls_added) + len(self.calls_removed)
+
+
+def code(text: str) -> str:
+    """A code fragment for prose: one line, cut at a token boundary, in backticks."""
+    text = " ".join(text.split())
+    if len(text) > MAX_CODE:
+        cut = text[:MAX_CODE].rsplit(" ", 1)[0]
+        text = (cut if len(cut) > MAX_CODE // 2 else text[:MAX_CODE]) + " ..."
+    return f"`{text}`"
+
+
+def code_pair(old: str, new: str) -> tuple[str, str]:
+    """Two long fragments that differ in the middle, shown around where they differ."""
+    old, new = " ".join(old.split()), " ".join(new.split())
+    if max(len(old), len(new)) <= MAX_CODE:
+        return code(old), code(new)
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    start = max(0, old.rfind(" ", 0, max(0, start - 10)) + 1) if start > 20 else 0
+    lead = "... " if start else ""
+    return code(lead + old[start:]), code(lead + new[start:])
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.AST]:
+    found: dict[str, ast.AST] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[prefix + child.name] = child
+                walk(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+
+    walk(tree, "")
+    return found
+
+
+def _conditions(node: ast.AST) -> set[str]:
+    tests = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            tests.add(ast.unparse(sub.test))
+    return tests
+
+
+def _calls(node: ast.AST) -> set[str]:
+    return {ast.unparse(sub.func) for sub in ast.walk(node) if isinstance(sub, ast.Call)}
+
+
+def _numbers(node: ast.AST) -> list[str]:
+    return [repr(sub.value) for sub in ast.walk(node)
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, (int, float)) and not isinstance(sub.value, bool)]
+
+
+def _strings(node: ast.AST) -> set[str]:
+    """String constants (docstrings aside), f-string parts included."""
+    body = getattr(node, "body", [])
+    doc = body[0].value if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else None
+    return {sub.value for sub in ast.walk(node) if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
+            and sub is not doc and len(sub.value) > 3}
+
+
+def _is_kernel(node: ast.AST) -> bool:
+    return any("jit" in ast.unparse(d) for d in getattr(node, "decorator_list", []))
+
+
+def _constexprs(node: ast.AST) -> set[str]:
+    args = getattr(node, "args", None)
+    if args is None:
+        return set()
+    return {a.arg for a in args.args + args.kwonlyargs if a.annotation is not None
+            and ast.unparse(a.annotation).endswith("constexpr")}
+
+
+def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
+    change = FunctionChange(name)
+    before, after = _conditions(old), _conditions(new)
+    change.conditions_added = sorted(after - before)
+    change.conditions_removed = sorted(before - after)
+    calls_before, calls_after = _calls(old), _calls(new)
+    change.calls_added = sorted(calls_after - calls_before)
+    change.calls_removed = sorted(calls_before - calls_after)
+    old_numbers, new_numbers = _numbers(old), _numbers(new)
+    if len(old_numbers) == len(new_numbers):
+        change.numbers = [(a, b) for a, b in zip(old_numbers, new_numbers) if a != b]
+    change.strings = sorted(_strings(new) - _strings(old))
+    old_lines, new_lines = ast.unparse(old).splitlines(), ast.unparse(new).splitlines()
+    change.lines = sum(1 for line in difflib.ndiff(old_lines, new_lines) if line[:1] in "+-")
+    return change
+
+
+def _sentence_for(change: FunctionChange) -> str:
+    parts = []
+    if change.conditions_added and change.conditions_removed and len(change.conditions_added) == 1 \
+            and len(change.conditions_removed) == 1:
+        before, after = code_pair(change.conditions_removed[0], change.conditions_added[0])
+        parts.append(f"rewrites the condition {before} as {after}")
+    else:
+        if change.conditions_added:
+            parts.append("adds the condition" + ("s " if len(change.conditions_added) > 1 else " ")
+                         + " and ".join(code(c) for c in change.conditions_added[:2]))
+        if change.conditions_removed:
+            parts.append("removes the condition" + ("s " if len(change.conditions_removed) > 1 else " ")
+                         + " and ".join(code(c) for c in change.conditions_removed[:2]))
+    if change.numbers and len(change.numbers) <= 2:  # more is code moved around, not a constant changed
+        parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in change.numbers))
+    if change.calls_added and len(parts) < 2:
+        parts.append("adds calls to " + ", ".join(code(c + "()") for c in change.calls_added[:3]))
+    if change.calls_removed and len(parts) < 2:
+        parts.append("removes calls to " + ", ".join(code(c + "()") for c in change.calls_removed[:3]))
+    if change.strings and not parts:
+        parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
+    if not parts:
+        parts.append(f"edits {change.lines} line{'s' if change.lines != 1 else ''}")
+    return " and ".join(parts) + f" in {code(change.name + '()')}"
+
+
+def describe_file(path: str, old_text: str | None, new_text: str | None) -> list[str]:
+    """Phrases saying what changed in one file (empty when nothing the grader can name changed)."""
+    name = Path(path).name
+    if new_text is None:
+        return [f"deletes {code(path)}"]
+    try:
+        new = ast.parse(new_text)
+    except SyntaxError as exc:
+        return [f"leaves {code(name)} unparsable (line {exc.lineno}: {exc.msg})"]
+    try:
+        old = ast.parse(old_text) if old_text is not None else ast.Module(body=[], type_ignores=[])
+    except SyntaxError:
+        old = ast.Module(body=[], type_ignores=[])
+    before, after = _functions(old), _functions(new)
+    if path.startswith("tests/") or name.startswith("test_"):
+        return _describe_tests(path, before, after, old_text is None)
+    phrases = []
+    added = [n for n in after if n not in before]
+    tests = [n for n in added if n.rsplit(".", 1)[-1].startswith("test_")]
+    kernels = [n for n in added if _is_kernel(after[n])]
+    helpers = [n for n in added if n not in tests and n not in kernels]
+    if old_text is None:
+        phrases.append(f"adds {code(path)}")
+    if tests:
+        phrases.append(f"adds {len(tests)} test{'s' if len(tests) != 1 else ''} in {code(name)}")
+    if kernels:
+        phrases.append("adds the Triton kernel" + ("s " if len(kernels) > 1 else " ")
+                       + ", ".join(code(k) for k in kernels[:3]))
+    if helpers and old_text is not None:
+        phrases.append("adds " + ", ".join(code(h + "()") for h in helpers[:3]))
+    removed = [n for n in before if n not in after]
+    if removed:
+        phrases.append("removes " + ", ".join(code(r + "()") for r in removed[:3]))
+    changed = [compare_function(n, before[n], after[n]) for n in before
+               if n in after and ast.dump(before[n]) != ast.dump(after[n])]
+    for change in sorted(changed, key=FunctionChange.weight, reverse=True)[:MAX_FUNCTIONS]:
+        new_constexprs = _constexprs(after[change.name]) - _constexprs(before[change.name])
+        sentence = _sentence_for(change)
+        if new_constexprs:
+            sentence += ", a kernel given the constexpr " + ", ".join(code(c) for c in sorted(new_constexprs))
+        phrases.append(sentence)
+    if not phrases and ast.dump(old) != ast.dump(new):
+        phrases.append(f"edits module-level code of {code(name)}")
+    return phrases
+
+
+def _describe_tests(path: str, before: dict, after: dict, new_file: bool) -> list[str]:
+    tests = [n for n in after if n.rsplit(".", 1)[-1].startswith("test_")]
+    added = [n for n in tests if n not in before]
+    edited = [n for n in tests if n in before and ast.dump(before[n]) != ast.dump(after[n])]
+    parts = []
+    if added:
+        parts.append(f"adds {len(added)} test{'s' if len(added) != 1 else ''}")
+    if edited:
+        parts.append(f"edits {len(edited)}")
+    where = code(Path(path).name)
+    if not parts:
+        return [f"{'adds' if new_file else 'edits'} the test file {where}"]
+    return [" and ".join(parts) + f" in {where}"]
+
+
+def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
+    """One clause for the whole patch, e.g. "in `f()` it adds the condition `x.is_xpu()`; adds 2 tests ...";
+    empty when no Python file changed."""
+    phrases = []
+    # Source before tests: what the patch changes in vLLM is what a reader wants first.
+    for path in sorted(paths, key=lambda p: (p.startswith("tests/"), p)):
+        if not path.endswith(".py"):
+            continue
+        old_file, new_file = base / path, tree / path
+        old = old_file.read_text(errors="replace") if old_file.is_file() else None
+        new = new_file.read_text(errors="replace") if new_file.is_file() else None
+        if old == new:
+            continue
+        try:
+            phrases += describe_file(path, old, new)
+        except (RecursionError, ValueError) as exc:  # a pathological file: say so rather than fail the grading
+            phrases.append(f"changes {code(Path(path).name)} (not described: {type(exc).__name__})")
+    return "; ".join(phrases[:3]) + ("; and more" if len(phrases) > 3 else "")
