@@ -54,7 +54,7 @@ def quote_assertion(message: str) -> str:
         return first
     cut = first[:ASSERTION_CAP]
     end = max(cut.rfind(". "), cut.rfind("; "))
-    return cut[:end + 1] if end > ASSERTION_CAP // 3 else cut.rsplit(" ", 1)[0] + " ..."
+    return cut[:end + 1] if end > 15 else cut.rsplit(" ", 1)[0] + " ..."
 
 
 def failure_sentence(criterion: CriterionResult) -> str:

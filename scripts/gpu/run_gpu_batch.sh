@@ -122,9 +122,29 @@ for m in ["pytest", "jinja2", "git", "unidiff", "pydantic", "pydantic_core", "zm
           "openai_harmony", "transformers", "typing_extensions", "aiohttp", "regex", "psutil", "einops"]:
     try:
         mod = importlib.import_module(m)
-        print(f"  ok   {m} {getattr(mod, '__version__', '')}")
+        v = getattr(mod, "__version__", "")
+        print(f"  ok   {m} {v if isinstance(v, str) else ''}")
     except Exception as e:
         print(f"  FAIL {m}: {type(e).__name__}: {e}")
+# The grader's own dependencies (pyproject.toml), against what is installed; torch and triton are the image's
+# CUDA builds at vLLM's pins, not pyproject's CPU pins.
+import tomllib
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+for spec in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]:
+    req = Requirement(spec)
+    if req.name in ("torch", "triton"):
+        continue
+    try:
+        have = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        print(f"  FAIL pyproject {spec}: not installed")
+        continue
+    ok = not req.specifier or req.specifier.contains(have, prereleases=True)
+    print(f"  {'ok  ' if ok else 'FAIL'} pyproject {spec}: {have}")
 EOF
 } > "$R/probe-env.log" 2>&1
 cat "$R/probe-env.log"

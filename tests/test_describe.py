@@ -1,0 +1,144 @@
+"""What a patch does, in words: grader/describe.py on small sources, on every task's reference and samples, and on
+the seed bundle's whole diffs; and the summaries built on it."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import SEED
+from grader.apply import apply_diff, make_tree, scratch_root
+from grader.describe import code, describe_file
+from grader.ingest import parse_bundle
+from grader.pipeline import BaseCache
+from grader.rubric import REPO_ROOT, all_tasks
+from grader.summarize import quote_assertion
+
+BEFORE = '''
+def gate(platform, dtype):
+    if platform.is_cuda() and platform.capability() < 89:
+        raise ValueError("needs SM89")
+    return True
+'''
+
+
+def test_a_condition_added_is_named_with_its_predicate():
+    after = BEFORE.replace("if platform.is_cuda()", "if not platform.is_xpu() and platform.is_cuda()")
+    (text,) = describe_file("vllm/gate.py", BEFORE, after)
+    assert text.startswith("rewrites the condition") and "`not platform.is_xpu() and" in text
+    assert text.endswith("in `gate()`")
+
+
+def test_removed_conditions_calls_and_numbers():
+    removed = describe_file("vllm/gate.py", BEFORE, "def gate(platform, dtype):\n    return True\n")[0]
+    assert "removes the condition `platform.is_cuda() and platform.capability() < 89`" in removed
+    changed = describe_file("vllm/gate.py", BEFORE, BEFORE.replace("89", "100"))[0]
+    assert "changes 89 to 100" in changed
+
+
+def test_new_kernels_constexprs_helpers_and_tests():
+    before = "import triton\n\n@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n    pass\n"
+    after = ("import triton\n\n@triton.jit\ndef k(x, BLOCK: tl.constexpr, IS_INT8: tl.constexpr):\n"
+             "    if IS_INT8:\n        pass\n\n@triton.jit\ndef helper(y):\n    return y\n")
+    text = "; ".join(describe_file("vllm/k.py", before, after))
+    assert "adds the Triton kernel `helper`" in text and "constexpr `IS_INT8`" in text
+    tests = describe_file("tests/test_k.py", "def test_a():\n    pass\n",
+                          "def test_a():\n    assert 1\n\ndef test_b():\n    pass\n")
+    assert tests == ["adds 1 test and edits 1 in `test_k.py`"]
+
+
+def test_unparsable_and_deleted_files_are_said_so():
+    assert "unparsable" in describe_file("vllm/x.py", "x = 1\n", "def (:\n")[0]
+    assert describe_file("vllm/x.py", "x = 1\n", None) == ["deletes `vllm/x.py`"]
+
+
+def test_code_fragments_are_cut_at_a_token_boundary():
+    long = " or ".join(f"current_platform.is_device_{i}()" for i in range(10))
+    shown = code(long)
+    assert shown.endswith(" ...`") and len(shown) < 90 and "current_platform.is_device_" in shown
+
+
+def test_assertions_are_quoted_whole_to_a_sentence_end():
+    message = "E   AssertionError: " + "the store rejects fp8 on XPU. " + "x" * 400
+    assert quote_assertion(message) == "the store rejects fp8 on XPU."
+    assert quote_assertion("E   AssertionError: short one") == "short one"
+
+
+def _describe_diff(task: str, diff: str, bases: BaseCache) -> str:
+    from grader.describe import describe_tree
+
+    base = bases.get(all_tasks()[task])
+    parent = Path(tempfile.mkdtemp(prefix="describe-", dir=scratch_root()))
+    try:
+        tree = make_tree(base, parent)
+        report = apply_diff(diff, tree)
+        return describe_tree(base.path, tree, [f.path for f in report.files])
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[str, str]:
+    bases = BaseCache()
+    found = {}
+    for task in all_tasks():
+        diffs = {"reference": (REPO_ROOT / "reference_impl" / f"{task}.diff").read_text()}
+        diffs |= {p.stem: p.read_text() for p in sorted((REPO_ROOT / "candidates" / task).glob("*.diff"))}
+        for name, diff in diffs.items():
+            found[f"{task}/{name}"] = _describe_diff(task, diff, bases)
+    return found
+
+
+@pytest.mark.slow
+def test_every_reference_and_sample_gets_a_description_naming_code(described):
+    empty = [k for k, v in described.items() if not v]
+    assert not empty, empty
+    assert all("`" in v for v in described.values()), {k: v for k, v in described.items() if "`" not in v}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key,words", [
+    ("xpu-kv-cache-dtypes/reference", ["current_platform.is_xpu()", "TritonAttentionImpl.__init__()"]),
+    ("xpu-kv-cache-dtypes/gate-on-is-cuda", ["current_platform.is_cuda()"]),
+    ("vit-fp8-blackwell/gate-only", ["changes 90 to 100", "has_device_capability(100)"]),
+    ("int8-kv-rounding/key-only", ["constexpr `IS_INT8`", "_reshape_cache_per_token_head()"]),
+    ("minimax-qk-norm/tp1-only-fast-path", ["adds the Triton kernel `_qk_norm_tp1_kernel`"]),
+    ("minimax-qk-norm/narrow-only", ["qkv.narrow()", "qkv.split()"]),
+])
+def test_descriptions_say_what_the_change_does(described, key, words):
+    for word in words:
+        assert word in described[key], described[key]
+
+
+@pytest.mark.slow
+def test_seed_whole_diffs_are_described():
+    """Every whole diff of the earlier judge's bundle gets a description that names code."""
+    bases = BaseCache()
+    whole = [c for c in parse_bundle(SEED / "graded-candidates.txt") if c.diff and not c.at_preview_limit and c.task]
+    described = {c.id: _describe_diff(c.task, c.diff, bases) for c in whole}
+    assert len(described) >= 20
+    missing = {k: v for k, v in described.items() if "`" not in v}
+    assert len(missing) <= len(described) // 10, missing
+
+
+@pytest.mark.slow
+def test_summaries_are_short_and_keep_names_as_written(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "grade.py", "candidates", "--out", str(tmp_path / "out"), "--jobs", "2"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["candidates"]
+    lengths = [len(r["summary"].split()) for r in results]
+    assert statistics.median(lengths) <= 80, sorted(lengths)
+    text = " ".join(r["summary"] for r in results)
+    for lowered in (" lora ", " xpu ", " cuda ", " fp8 gemm", " rocm "):
+        assert lowered not in text.replace("`", " "), lowered
+    assert all(r["summary"].startswith(("The patch", "Timed out", "Applied only", "Not graded", "No change"))
+               or "landed only with fuzz" in r["summary"] for r in results)
