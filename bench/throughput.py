@@ -82,12 +82,15 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="only the first K entries of the bundle")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--baseline", help="also time the warm mode of the grader at this git revision")
+    parser.add_argument("--baseline-dir", type=Path,
+                        help="or: the earlier grader as a folder (e.g. unpacked from `git archive REV`), for machines "
+                             "without the repository's history")
     parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive mode")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="grader-bench-"))
     source_cache = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     bundle = limited_bundle(args.bundle, args.limit, work)
-    baseline = None
+    baseline = args.baseline_dir.resolve() if args.baseline_dir else None
     if args.baseline:
         baseline = work / "baseline"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
@@ -109,7 +112,7 @@ def main() -> int:
         out = work / {"naive": "out-naive", "baseline": "out-baseline"}.get(name, "out-warm")
         timings[name] = run_mode(name, bundle, out, cache, extra, repo)
         print(f"{name:8s} {timings[name]:8.1f} s", flush=True)
-    if baseline:
+    if args.baseline:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True)
     count = len(json.loads((work / "out-warm" / "results.json").read_text())["candidates"])
     warm = comparable(work / "out-warm" / "results.json")
@@ -124,7 +127,8 @@ def main() -> int:
         print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
         print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
     if baseline:
-        print(f"warm cost per candidate vs baseline {args.baseline}: {timings['cold'] / timings['baseline']:.2f}x "
+        print(f"warm cost per candidate vs baseline {args.baseline or baseline}: "
+              f"{timings['cold'] / timings['baseline']:.2f}x "
               f"({timings['cold'] / count:.1f} s vs {timings['baseline'] / count:.1f} s)")
     print(f"results.json identical across modes (timings aside): {same}")
     for line in differences(naive, warm)[:20]:
