@@ -120,3 +120,16 @@ def test_ids_that_differ_only_in_unsafe_characters_get_their_own_page():
     names = {page_name(i) for i in ids}
     assert len(names) == len(ids)
     assert all("/" not in n and not n.startswith(".") for n in names)
+
+
+def test_results_json_validates_against_the_shipped_schema(tmp_path, results):
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "grader" / "schema" / "results.schema.json").read_text())
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    doc = json.loads(write_results_json(tmp_path, results, {"grader_version": "x", "gpu": "off", "candidates": 2,
+                                                            "containment": "on", "timings": {"wall_s": 1.0}}).read_text())
+    jsonschema.validate(doc, schema)
+    broken = dict(doc, candidates=[dict(doc["candidates"][0], verdict="great")])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
