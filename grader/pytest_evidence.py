@@ -44,7 +44,7 @@ def _describe(item) -> dict:
     return {
         "nodeid": item.nodeid,
         "criteria": _criteria_of(item),
-        "kinds": [m for m in ("gpu", "static") if item.get_closest_marker(m)],
+        "kinds": [m for m in ("gpu", "static", "variant") if item.get_closest_marker(m)],
         "doc": _first_doc_line(item),
     }
 

@@ -76,4 +76,5 @@ def pytest_collection_modifyitems(config, items):
     )
     for item in items:
         if item.get_closest_marker("gpu"):
-            item.add_marker(pytest.mark.skip(reason=reason))
+            prefix = "variant: " if item.get_closest_marker("variant") else ""
+            item.add_marker(pytest.mark.skip(reason=prefix + reason))

@@ -265,3 +265,15 @@ def test_check_rules_unevaluated_is_reported_not_passed(task):
     assert v.problems == []
     assert [u.split(":")[0] for u in v.unevaluated] == ["c1", "c3"]
     assert "why c1" in v.unevaluated[0] and "why c3" in v.unevaluated[1]
+
+
+def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
+    cpu = out("k[cpu]", "passed", c1=1)
+    cuda = out("k[cuda]", "skipped", "Skipped: variant: needs a CUDA GPU", c1=1)
+    cuda.kinds = ["gpu", "variant"]
+    r = score_from_outcomes("c1", "t", [cpu, cuda])
+    assert (r.score, r.coverage, r.not_run) == (1.0, 1.0, {})
+    plain_gpu = out("g", "skipped", "Skipped: needs a CUDA GPU", c1=1)
+    plain_gpu.kinds = ["gpu"]
+    r = score_from_outcomes("c1", "t", [cpu, plain_gpu])
+    assert (r.coverage, r.not_run) == (0.5, {"gpu": 1})

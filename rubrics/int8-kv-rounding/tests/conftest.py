@@ -177,7 +177,7 @@ class KVStore:
         import torch
 
         if device == "cpu" and GPU_RUN:
-            pytest.skip("environment: this run compiles Triton for the GPU; CPU-interpreter cases run in CPU runs")
+            pytest.skip("variant: this run compiles Triton for the GPU, where the CUDA variant of this check runs")
         if device == "cpu" and not INTERPRET:
             pytest.skip("environment: the Triton interpreter is off in this run and no GPU is in use")
         if device == "cpu" and self.gap:

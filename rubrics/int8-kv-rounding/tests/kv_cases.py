@@ -15,8 +15,8 @@ import torch
 
 # The same test body on both devices: CPU through the corrected interpreter, CUDA natively (marked gpu).
 DEVICES = [
-    pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+    pytest.param("cpu", id="cpu", marks=pytest.mark.variant),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.variant]),
 ]
 
 INPUT_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]

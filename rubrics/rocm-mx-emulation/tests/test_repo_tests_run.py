@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.sandbox.client import ProbeRaised
 from rubric_support import load_beside
 
 devices = load_beside(__file__, "devices")
@@ -71,12 +72,21 @@ def _device(arch, aiter) -> dict:
     return devices.cuda((9, 0)) if arch is None else devices.rocm(arch, aiter)
 
 
-@pytest.mark.criterion("c1", weight=8)
-def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
-    """The repo's switched oracle tests pass on every faked GPU, run on gfx942/gfx90a and catch a native pick."""
+# The run of the file is judged once per process: the test below and c1's all-cases test judge the same runs (the
+# judge grades one tree).
+_RUN_PROBLEMS: dict = {}
+
+
+def switched_run_problems(subject, vllm_tree) -> list[str] | None:
+    """None when the tree's oracle test file is not switched to expect emulation (not judged here); else what is
+    wrong with its runs on the faked GPUs (empty when nothing is)."""
+    key = str(vllm_tree)
+    if key in _RUN_PROBLEMS:
+        return _RUN_PROBLEMS[key]
     path = Path(vllm_tree) / ORACLE_TEST
     if not path.is_file() or len(EMULATION.findall(path.read_text(errors="replace"))) <= BASE_EMULATION_COUNT:
-        pytest.skip(f"{ORACLE_TEST} is not switched to expect emulation; other test files are read statically only")
+        _RUN_PROBLEMS[key] = None
+        return None
 
     problems = []
     for label, arch, aiter, must_run in RUNS:
@@ -91,4 +101,58 @@ def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
     if not got["failed"] and not got["errors"]:
         problems.append("gfx942 with the oracle picking TRITON_UNFUSED: every test still passes or skips, so "
                         "the tests do not expect emulation")
+    _RUN_PROBLEMS[key] = problems
+    return problems
+
+
+@pytest.mark.criterion("c1", weight=8)
+def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
+    """The repo's switched oracle tests pass on every faked GPU, run on gfx942/gfx90a and catch a native pick."""
+    problems = switched_run_problems(subject, vllm_tree)
+    if problems is None:
+        pytest.skip(f"{ORACLE_TEST} is not switched to expect emulation; other test files are read statically only")
     assert not problems, f"{ORACLE_TEST}: " + " | ".join(problems)
+
+
+# c1 names two GPUs (gfx942, gfx90a), three selectors (the oracle, the quark OCP MX method, the gpt-oss method),
+# three activation schemes (BF16, dynamic MXFP4, static FP8) and the repo's tests switched rather than skipped.
+# Its per-case tests weigh 1 each (14), the static repo-test checks 6 and 2, the run above 8: the gpt-oss method
+# failing on both GPUs alone would leave c1 met (28 of 30), the quark method alone too (24 of 30). This test fails
+# when any c1 check does, so any one wrong case leaves c1 below met (at most 29 of 40, or 21 of 32 where the run
+# above is skipped), while behaviour right with the repo's tests skipped instead of switched stays partial
+# (14 of 32) and right with the tests untouched too (16 of 32).
+@pytest.mark.static
+@pytest.mark.criterion("c1", weight=10)
+def test_emulation_selected_and_expected_in_every_case(subject, vllm_tree):
+    """Every selector (oracle, quark, gpt-oss) picks emulation for every activation scheme on gfx942 and gfx90a, and the repo's tests are switched to expect it (not skipped) and pass when run."""
+    selection = load_beside(__file__, "test_backend_selection")
+    static = load_beside(__file__, "test_repo_tests_static")
+    cases = []
+    for param in selection.NON_GFX950:
+        arch, aiter = param.values
+        for scheme in selection.ACT_SCHEMES:
+            cases.append((selection.test_oracle_selects_emulation_on_non_gfx950,
+                          dict(arch=arch, aiter=aiter, scheme=scheme), f"oracle-{param.id}-{scheme}"))
+            cases.append((selection.test_quark_moe_method_uses_emulation_on_non_gfx950,
+                          dict(arch=arch, aiter=aiter, scheme=scheme), f"quark-{param.id}-{scheme}"))
+        cases.append((selection.test_gpt_oss_moe_method_uses_emulation_on_non_gfx950, dict(arch=arch, aiter=aiter),
+                      f"gpt-oss-{param.id}"))
+    wrong = []
+    for check, kwargs, label in cases:
+        try:
+            check(subject, **kwargs)
+        except (AssertionError, ProbeRaised) as exc:  # every wrong case is reported with the rest
+            wrong.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+    for check, label in ((static.test_repo_tests_expect_emulation_on_non_gfx950, "repo tests switched"),
+                         (static.test_repo_tests_not_skipped_on_non_gfx950, "repo tests not skipped")):
+        try:
+            check(vllm_tree)
+        except AssertionError as exc:
+            wrong.append(f"{label}: {str(exc)[:200]}")
+    try:
+        problems = switched_run_problems(subject, vllm_tree)
+    except (AssertionError, ProbeRaised) as exc:
+        problems = [f"{type(exc).__name__}: {str(exc)[:200]}"]
+    if problems:
+        wrong.append(f"{ORACLE_TEST} run: " + " | ".join(problems)[:400])
+    assert not wrong, "; ".join(wrong)
