@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from grader.checkout import BuiltBase, cache_dir
-from grader.records import ApplyReport, RunReport, TestOutcome
+from grader.records import ApplyReport, FileReport, HunkReport, RunReport, TestOutcome
 from grader.report import atomic_write
 from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
 
@@ -25,6 +25,24 @@ def tree_key(task: Task, base: BuiltBase, apply: ApplyReport, gpu: bool) -> str 
         return None
     return hashlib.sha256("\x00".join([task.id, rubric_fingerprint(task), base.key, str(gpu),
                                        environment_fingerprint(), apply.tree_id]).encode()).hexdigest()
+
+
+def diff_key(task: Task, base: BuiltBase, diff: str, gpu: bool, contained: bool) -> str:
+    """A key that is safe without building a tree: the same diff bytes on the same base, task fingerprint,
+    environment and switches apply to the same tree. It only points at a tree key's evidence (``save_applied``);
+    the tree key stays the source of truth whenever a tree is built."""
+    return hashlib.sha256("\x00".join(["diff", task.id, rubric_fingerprint(task), base.key, str(gpu), str(contained),
+                                       environment_fingerprint(), diff]).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _apply_from_json(data: dict) -> ApplyReport:
+    files = [FileReport(f["path"], f["change"], [HunkReport(**h) for h in f["hunks"]]) for f in data["files"]]
+    return ApplyReport(**{**data, "files": files})
+
+
+def _is_reproducible(run: RunReport) -> bool:
+    """Evidence a rerun would reproduce: no time-outs, no environment failures."""
+    return not (run.timed_out or run.environment_error or any(o.status == "timeout" for o in run.outcomes))
 
 
 class EvidenceCache:
@@ -40,7 +58,19 @@ class EvidenceCache:
         return RunReport(**data)
 
     def save(self, key: str, run: RunReport) -> None:
-        """Keep only evidence that a rerun would reproduce: no time-outs, no environment failures."""
-        if run.timed_out or run.environment_error or any(o.status == "timeout" for o in run.outcomes):
-            return
-        atomic_write(self.folder / f"{key}.json", json.dumps(asdict(run)))
+        """Keep only evidence that a rerun would reproduce."""
+        if _is_reproducible(run):
+            atomic_write(self.folder / f"{key}.json", json.dumps(asdict(run)))
+
+    def load_applied(self, key: str) -> tuple[ApplyReport, RunReport] | None:
+        """What a diff applied to and the evidence of that tree, found without building it (``diff_key``)."""
+        try:
+            data = json.loads((self.folder / f"{key}.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        run = self.load(data.get("tree_key", ""))
+        return (_apply_from_json(data["apply"]), run) if run is not None else None
+
+    def save_applied(self, key: str, apply: ApplyReport, tree_key: str, run: RunReport) -> None:
+        if _is_reproducible(run):
+            atomic_write(self.folder / f"{key}.json", json.dumps({"apply": asdict(apply), "tree_key": tree_key}))

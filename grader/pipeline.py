@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -14,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
-from grader.checkout import BuiltBase, build_base
+from grader.checkout import BuiltBase, build_base, cache_dir
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
-from grader.evidence_cache import EvidenceCache, tree_key
+from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
-from grader.rubric import Task, all_tasks
+from grader.rubric import Task, all_tasks, environment_fingerprint
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -63,14 +64,31 @@ def detect_gpu(mode: str) -> tuple[bool, str]:
     """Resolve ``--gpu on|off|auto`` to whether GPU evidence runs, with the reason said plainly."""
     if mode == "off":
         return False, "GPU evidence switched off (--gpu off)"
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                           capture_output=True, text=True, timeout=300)
-    available = probe.stdout.strip().endswith("True")
-    if available:
+    if cuda_available():
         return True, "CUDA GPU found: GPU evidence runs"
     if mode == "on":
         raise GraderUsageError("--gpu on was given but torch sees no CUDA device")
     return False, "no CUDA GPU found: GPU-only criteria are not evaluated"
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device, asked once per boot and environment (a torch import costs seconds)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    seen = "\0".join([boot, sys.executable, environment_fingerprint(), os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
+                       os.environ.get("NVIDIA_VISIBLE_DEVICES", "-")])
+    record = cache_dir() / "cuda-probe" / hashlib.sha256(seen.encode()).hexdigest()[:16]
+    if boot and record.is_file():
+        return record.read_text() == "True"
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, timeout=300)
+    available = probe.stdout.strip().endswith("True")
+    if boot and probe.returncode == 0:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(str(available))
+    return available
 
 
 def diff_sha256(diff: str) -> str:
@@ -88,6 +106,9 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
 def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
     """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
     base = bases.get(task)
+    shortcut = diff_key(task, base, diff, options.gpu, options.contained) if options.evidence_cache else None
+    if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
+        return found[0], found[1], {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
     scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
     timings = {}
     try:
@@ -116,6 +137,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         else:
             timings["tests_s"] = 0.0
             timings["evidence_cached"] = 1.0
+        if shortcut and key:
+            options.evidence_cache.save_applied(shortcut, apply, key, run)
         return apply, run, timings
     finally:
         if not options.keep_trees:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -192,7 +193,8 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool) -> WarmPool:
 
 
 class WarmPool:
-    """``size`` warm workers; a worker that dies is replaced."""
+    """Up to ``size`` warm workers, started when a run first needs one (a run served from caches starts none);
+    a worker that dies is replaced."""
 
     def __init__(self, size: int, env: dict[str, str], preimport: list[str]) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="grader-warm-"))
@@ -201,15 +203,31 @@ class WarmPool:
         self.preimport_file.write_text("\n".join(preimport) + "\n")
         self.idle: queue.Queue[_Server] = queue.Queue()
         self.servers: list[_Server] = []
+        self.size = size
+        self.starting = 0
+        self.lock = threading.Lock()
         self.terminated = False
-        for _ in range(size):
-            self._add()
 
-    def _add(self) -> _Server:
-        server = _Server(self.env, self.preimport_file)
-        self.servers.append(server)
-        self.idle.put(server)
-        return server
+    def _checkout(self) -> _Server:
+        """An idle worker, or a new one while fewer than ``size`` exist (started outside the lock)."""
+        while not self.terminated:
+            try:
+                return self.idle.get(timeout=0.2)
+            except queue.Empty:
+                pass
+            with self.lock:
+                grow = len(self.servers) + self.starting < self.size
+                self.starting += grow
+            if grow:
+                try:
+                    server = _Server(self.env, self.preimport_file)
+                finally:
+                    with self.lock:
+                        self.starting -= 1
+                with self.lock:
+                    self.servers.append(server)
+                return server
+        raise OSError("the warm pool was terminated")
 
     def terminate(self) -> None:
         self.terminated = True
@@ -217,16 +235,17 @@ class WarmPool:
             server.terminate()
 
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        server = self.idle.get()
+        try:
+            server = self._checkout()
+        except (OSError, RuntimeError):
+            return None, False
         try:
             return server.run(job)
         except (BrokenPipeError, OSError, ValueError):
-            # The run took its worker down with it: that run ends here, as a crash, and a new worker takes over
-            # (none after terminate: the run is ending).
+            # The run took its worker down with it: that run ends here, as a crash; the next run starts a new one.
             server.close()
-            self.servers.remove(server)
-            if not self.terminated:
-                self._add()
+            with self.lock:
+                self.servers.remove(server)
             return None, False
         finally:
             if server in self.servers:
