@@ -199,7 +199,7 @@ fi
 if [ "${GPU_KIT_RUBRICS:-1}" = 1 ]; then
 # ------------------------------------------------------------------ 5. validate-rubrics (base + reference) per task
 for T in $TASKS; do
-  step "validate-$GPU-$T" 220 $PY grade.py validate-rubrics --gpu "$GPU" --task "$T" --out "$R/validate-$GPU-$T" &
+  step "validate-$GPU-$T" "${GPU_KIT_VALIDATE_LIMIT:-220}" $PY grade.py validate-rubrics --gpu "$GPU" --task "$T" --out "$R/validate-$GPU-$T" &
   sleep 1
 done
 wait $(jobs -p | grep -vx "${CPU_PID:-none}")
@@ -208,7 +208,7 @@ pack
 
 # ------------------------------------------------------------------ 6. grade the sample candidates
 GNAME=grade-gpu; [ "$GPU" = off ] && GNAME=grade-cpu
-step "$GNAME" 300 $PY grade.py "$CANDS" --out "$R/$GNAME" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
+step "$GNAME" "${GPU_KIT_GRADE_LIMIT:-300}" $PY grade.py "$CANDS" --out "$R/$GNAME" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
 pack
 if [ -n "$CPU_PID" ]; then
   wait "$CPU_PID"
