@@ -40,18 +40,21 @@ def _not_run_reason(outcome: TestOutcome) -> str:
     return "gpu" if "gpu" in outcome.kinds else "skipped"
 
 
-def is_stood_in_for(outcome: TestOutcome) -> bool:
-    """A variant of a check skipped because another variant of it runs in this mode (the CPU interpreter case on a
-    GPU run, the compiled one on a CPU run): it is not missing evidence, so it counts nowhere."""
-    reason = outcome.message.removeprefix("Skipped:").strip()
-    return outcome.status == "skipped" and "variant" in outcome.kinds and reason.startswith("variant:")
+def stood_in_for(listed: list[tuple[TestOutcome, float]]) -> set[str]:
+    """Variants of a check (marker ``variant``: the CPU-interpreter case and the compiled GPU case) skipped while
+    another variant of the same criterion was evaluated: not missing evidence, so they count nowhere. Where no
+    variant ran, a skipped variant is missing evidence like any other skip."""
+    if not any("variant" in o.kinds and o.status in EVALUATED for o, _ in listed):
+        return set()
+    return {o.nodeid for o, _ in listed if "variant" in o.kinds and o.status == "skipped"}
 
 
 def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> CriterionResult:
     """Weighted share of passing evaluated tests; not_evaluated (with the reasons) when none was evaluated."""
     listed = [(o, o.criteria[cid]) for o in outcomes if cid in o.criteria]
     evidence = [_evidence_entry(o, w) for o, w in listed]
-    relevant = [(o, w) for o, w in listed if not is_stood_in_for(o)]
+    covered = stood_in_for(listed)
+    relevant = [(o, w) for o, w in listed if o.nodeid not in covered]
     evaluated = [(o, w) for o, w in relevant if o.status in EVALUATED]
     total = sum(w for _, w in evaluated)
     everything = sum(w for _, w in relevant)

@@ -269,6 +269,7 @@ def test_check_rules_unevaluated_is_reported_not_passed(task):
 
 def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
     cpu = out("k[cpu]", "passed", c1=1)
+    cpu.kinds = ["variant"]
     cuda = out("k[cuda]", "skipped", "Skipped: variant: needs a CUDA GPU", c1=1)
     cuda.kinds = ["gpu", "variant"]
     r = score_from_outcomes("c1", "t", [cpu, cuda])
@@ -277,3 +278,9 @@ def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
     plain_gpu.kinds = ["gpu"]
     r = score_from_outcomes("c1", "t", [cpu, plain_gpu])
     assert (r.coverage, r.not_run) == (0.5, {"gpu": 1})
+    # When no variant ran (no GPU, and the interpreter cannot run it either), the skipped variants are missing.
+    cpu_skipped = out("k[cpu]", "skipped", "Skipped: environment: interpreter gap", c1=1)
+    cpu_skipped.kinds = ["variant"]
+    other = out("s", "passed", c1=1)
+    r = score_from_outcomes("c1", "t", [cpu_skipped, cuda, other])
+    assert (r.coverage, r.not_run) == (round(1 / 3, 4), {"gpu": 1, "skipped": 1})

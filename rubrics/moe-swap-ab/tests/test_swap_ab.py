@@ -295,6 +295,7 @@ def _swap_numerics_errors(h, subject, cases, interpreted: bool) -> dict:
 
 
 @pytest.mark.gpu
+@pytest.mark.variant
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("case", C3_CASE_IDS)
 def test_swapped_path_numerics(h, subject, case):
@@ -305,6 +306,7 @@ def test_swapped_path_numerics(h, subject, case):
 
 # One wrong case fails one test above; with this test failing too, c3 falls below met (8 of 12).
 @pytest.mark.gpu
+@pytest.mark.variant
 @pytest.mark.criterion("c3", weight=3)
 def test_swapped_path_numerics_in_every_case(h, subject):
     """Every numerics case (block, per-tensor and per-channel scales, ragged N and K, bias, routing) matches the float32 reference on the GPU."""
@@ -312,6 +314,7 @@ def test_swapped_path_numerics_in_every_case(h, subject):
     assert not errors, errors
 
 
+@pytest.mark.variant
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("case", C3_CASE_IDS)
 def test_swapped_path_numerics_interpreted(h, subject, case):
@@ -321,6 +324,7 @@ def test_swapped_path_numerics_interpreted(h, subject, case):
     assert not errors, errors[case]
 
 
+@pytest.mark.variant
 @pytest.mark.criterion("c3", weight=3)
 def test_swapped_path_numerics_interpreted_in_every_case(h, subject):
     """Every numerics case matches the float32 reference through the Triton interpreter."""
