@@ -89,7 +89,7 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="grader-bench-"))
     source_cache = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
-    bundle = limited_bundle(args.bundle, args.limit, work)
+    bundle = limited_bundle(args.bundle.resolve(), args.limit, work)
     baseline = args.baseline_dir.resolve() if args.baseline_dir else None
     if args.baseline:
         baseline = work / "baseline"
