@@ -152,9 +152,11 @@ def make_import_root(tree: Path, scratch: Path) -> Path:
     return root
 
 
-def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool) -> tuple[bool, str]:
-    """One apply tool over the tree, as an unprivileged user that sees only the tree."""
-    code, output = run_tool(argv, tree, patch_text, hidden_roots(), contained=contained)
+def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool,
+                touched: list[str]) -> tuple[bool, str]:
+    """One apply tool over the tree, as an unprivileged user that sees only the tree and may write only the
+    files the diff names (and the folders they are in)."""
+    code, output = run_tool(argv, tree, patch_text, hidden_roots(), contained=contained, touched=touched)
     return code == 0, output
 
 
@@ -289,7 +291,7 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
     named = {p for s in sections for p in _named_paths(s)}
     output = ""
     for name, argv in METHODS:
-        ok, output = _run_method(argv, patch_text, tree, contained)
+        ok, output = _run_method(argv, patch_text, tree, contained, sorted(named))
         if ok:
             files = _file_reports(sections, output, True)
             status = "partial" if truncated else "applied"

@@ -8,6 +8,7 @@ from scoring.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -120,14 +122,27 @@ for name in sys.argv[1:]:
 print(json.dumps(found))
 """
 _ENVIRONMENT_CHECKED: dict[str, str | None] = {}
+_ENVIRONMENT_LOCK = threading.Lock()
 
 
 def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -> str | None:
     """Why the grading environment cannot run this task's hidden tests, or None: the task's modules are imported
-    from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault."""
-    key = f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}"
-    if key in _ENVIRONMENT_CHECKED:
+    from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault.
+
+    Checked once per task, base, environment (its installed distributions) and GPU switch: a pass is remembered in
+    the cache folder, a problem only for this process (it is never cached)."""
+    key = hashlib.sha256(f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}".encode()).hexdigest()[:24]
+    passed = cache_dir() / "environment-ok" / key
+    with _ENVIRONMENT_LOCK:
+        if key not in _ENVIRONMENT_CHECKED:
+            _ENVIRONMENT_CHECKED[key] = None if passed.is_file() else _check_environment(task, base_tree, gpu)
+            if _ENVIRONMENT_CHECKED[key] is None:
+                passed.parent.mkdir(parents=True, exist_ok=True)
+                passed.touch()
         return _ENVIRONMENT_CHECKED[key]
+
+
+def _check_environment(task: Task, base_tree: Path, gpu: bool) -> str | None:
     modules = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
     modules = [m.removesuffix(".__init__") for m in modules if (base_tree / (m.replace(".", "/") + ".py")).exists()
                or m.endswith(".__init__")]
@@ -156,7 +171,6 @@ def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -
             problem = f"the unpatched {task.id} base fails to import {name} here: {info[0]}: {info[1]}"
         else:
             problem = None
-    _ENVIRONMENT_CHECKED[key] = problem
     return problem
 
 

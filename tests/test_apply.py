@@ -465,7 +465,7 @@ def test_scratch_root(monkeypatch, tmp_path):
 def test_tool_timeout_is_a_failure_not_an_exception(tree, monkeypatch):
     import grader.apply as apply_module
 
-    def hang(argv, tree, stdin_text, hidden, timeout=120, contained=True):
+    def hang(argv, tree, stdin_text, hidden, timeout=120, contained=True, touched=None):
         return None, f"error: {argv[0]} timed out after {timeout} s"
 
     monkeypatch.setattr(apply_module, "run_tool", hang)
@@ -542,16 +542,19 @@ def test_git_and_patch_run_unprivileged_and_see_only_the_tree(tree, monkeypatch)
         pytest.skip("no unprivileged uid on this machine")
     seen = {}
 
-    def spy(argv, tree_, stdin_text, hidden, timeout=120, contained=True):
+    def spy(argv, tree_, stdin_text, hidden, timeout=120, contained=True, touched=None):
         from grader.sandbox.tooling import run_tool
 
-        code = ("import os, sys; print(os.getuid(), os.path.exists(sys.argv[1] + '/reference_impl'))")
-        seen["probe"] = run_tool(["python3", "-c", code, str(apply_module.REPO_ROOT)], tree_, "", hidden)
-        return run_tool(argv, tree_, stdin_text, hidden, timeout, contained)
+        code = ("import os, sys; print(os.getuid(), os.path.exists(sys.argv[1] + '/reference_impl'), "
+                "os.access('b.py', os.W_OK))")
+        seen["probe"] = run_tool(["python3", "-c", code, str(apply_module.REPO_ROOT)], tree_, "", hidden,
+                                 touched=touched)
+        return run_tool(argv, tree_, stdin_text, hidden, timeout, contained, touched)
 
     monkeypatch.setattr(apply_module, "run_tool", spy)
     report = apply_diff(udiff("a.py", A, replace(A, "line 10\n", "TEN\n")), tree)
     assert report.status == "applied"
-    uid, repo_visible = seen["probe"][1].split()
+    uid, repo_visible, other_file_writable = seen["probe"][1].split()
     assert int(uid) != 0 and repo_visible == "False", seen
+    assert other_file_writable == "False", "a file the diff does not name was writable to the tool"
     assert os.stat(tree / "a.py").st_uid == os.geteuid()

@@ -472,13 +472,14 @@ class Sandbox:
 
 
 def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writable: list[Path] = (),
-            cpu_s: int = CPU_SECONDS,
+            lend: list[Path] | None = None, cpu_s: int = CPU_SECONDS,
             as_bytes: int = ADDRESS_SPACE_BYTES, fsize_bytes: int = FILE_SIZE_BYTES,
             max_tasks: int = MAX_TASKS, memory_bytes: int | None = None, net: bool = True,
             private_tmp: bool = True, drop_uid: bool = True) -> Sandbox:
     """One subject's containment. ``home`` becomes the subject's own (writable) folder; ``visible`` paths are
     bound back read-only into its view, ``writable`` ones (a tree lent to a tool) writable; every ``hidden`` root
-    is covered. Where a uid is dropped to, ``home`` and ``writable`` are chowned to it (``give_back`` returns
+    is covered. Where a uid is dropped to, ``home`` and ``writable`` (or, when given, only the ``lend`` paths in
+    them: the files a tool may change and the folders it may write in) are chowned to it (``give_back`` returns
     them) and each visible path made readable; everything else stays root's."""
     caps = probe()
     home = Path(home)
@@ -494,8 +495,10 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
         uid = _allocate_uid()
         spec["uid"] = uid
         spec["nproc"] = max_tasks
-        for path in [home, *writable]:
+        for path in [home, *(writable if lend is None else [])]:
             _chown_tree(Path(path), uid)
+        for path in lend or []:
+            os.chown(path, uid, uid, follow_symlinks=False)
         for path in [home, *visible, *writable]:
             _open_to_others(Path(path))
     elif not caps.is_root:
@@ -536,12 +539,21 @@ def _new_cgroup(group: Path, limit_file: str, limit: int) -> Path | None:
     return group
 
 
-def give_back(path: Path) -> None:
-    """Return a folder lent to a sandbox's uid to this process's user (so that uid can no longer write it)."""
-    _chown_tree(Path(path), os.geteuid(), os.getegid())
-    for sub in [Path(path), *Path(path).rglob("*")]:
-        if not sub.is_symlink():
-            os.chmod(sub, sub.stat().st_mode & 0o777)
+def give_back(path: Path, lent: list[Path] | None = None) -> None:
+    """Return what was lent to a sandbox's uid (the whole folder, or the ``lent`` paths and whatever it created in
+    them) to this process's user, so that uid can no longer write it; no set-id bits survive."""
+    me = os.geteuid()
+    roots = [Path(path)] if lent is None else [Path(p) for p in lent]
+    for root in roots:
+        if not os.path.lexists(root):  # a lent file the tool removed or renamed away
+            continue
+        for sub in [root, *(root.rglob("*") if root.is_dir() and not root.is_symlink() else [])]:
+            info = os.lstat(sub)
+            if lent is not None and sub != root and info.st_uid == me:
+                continue
+            os.chown(sub, me, os.getegid(), follow_symlinks=False)
+            if not sub.is_symlink():
+                os.chmod(sub, info.st_mode & 0o777)
 
 
 def _chown_tree(path: Path, uid: int, gid: int | None = None) -> None:

@@ -20,19 +20,37 @@ TOOL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C", "LC_ALL": "C", 
             "GIT_CONFIG_GLOBAL": "/dev/null"}
 
 
+def lent_paths(tree: Path, touched: list[str]) -> list[Path]:
+    """What a tool must be able to write to change ``touched`` (relative paths): each existing file, and the
+    nearest existing folder above each path (where it creates, renames or removes files)."""
+    lent: dict[Path, None] = {}
+    for rel in touched:
+        target = tree / rel
+        if target.is_file() and not target.is_symlink():
+            lent[target] = None
+        folder = target.parent
+        while not folder.is_dir() and folder != tree:
+            folder = folder.parent
+        if folder.resolve().is_relative_to(tree.resolve()):
+            lent[folder] = None
+    return list(lent)
+
+
 def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], timeout: float = 120,
-             contained: bool = True) -> tuple[int | None, str]:
-    """Run ``argv`` in ``tree`` with ``stdin_text``; (exit code or None on time-out, combined output)."""
+             contained: bool = True, touched: list[str] | None = None) -> tuple[int | None, str]:
+    """Run ``argv`` in ``tree`` with ``stdin_text``; (exit code or None on time-out, combined output). With
+    ``touched`` only those paths (and the folders they live in) are lent to the tool's uid."""
     if not contained:
         return _run(argv, tree, stdin_text, dict(TOOL_ENV, HOME=str(tree)), timeout, None)
     home = Path(tempfile.mkdtemp(prefix="tool-", dir=tree.parent))
-    box = contain.prepare(home / "home", writable=[tree], hidden=hidden, cpu_s=int(timeout) + 5,
+    lent = lent_paths(tree, touched) if touched is not None else None
+    box = contain.prepare(home / "home", writable=[tree], lend=lent, hidden=hidden, cpu_s=int(timeout) + 5,
                           max_tasks=64)
     try:
         return _run(box.argv(argv), tree, stdin_text, dict(TOOL_ENV, HOME=str(home / "home")), timeout, box)
     finally:
         box.cleanup()
-        contain.give_back(tree)
+        contain.give_back(tree, lent)
         shutil.rmtree(home, ignore_errors=True)
 
 
