@@ -275,6 +275,15 @@ def kill_contained(spec: dict | None) -> None:
         time.sleep(0.02)
 
 
+def _alive(pid: int) -> bool:
+    """Not a zombie: a killed subject whose parent is gone waits to be reaped by init, and is no longer running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
+
+
 def _pids_of(spec: dict) -> set[int]:
     found = set()
     for group in (spec.get("cgroup"), spec.get("memory_cgroup")):
@@ -292,7 +301,7 @@ def _pids_of(spec: dict) -> set[int]:
                         found.add(int(entry.name))
                 except OSError:
                     pass
-    return found
+    return {pid for pid in found if _alive(pid)}
 
 
 def _launcher_main(argv: list[str]) -> None:
