@@ -129,7 +129,8 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
             f.write("attempt\n")
         if candidate.id == "crashes":
             os._exit(1)
-        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5}
+        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
+                "run_status": "complete"}
 
     pending = [(Candidate("crashes", "crashes.diff", "+x\n", TASK), "k1"),
                (Candidate("fine", "fine.diff", "+y\n", TASK), "k2")]

@@ -53,3 +53,32 @@ def outcome_of(function, *args, **kwargs) -> dict:
 def import_module(name: str):
     """Import a module of the tree under test; its import errors propagate (they fail the probe)."""
     return importlib.import_module(name)
+
+
+def install_platform(patches: Patches, replaced: list, fake) -> None:
+    """Make ``fake`` vLLM's ``current_platform`` everywhere vLLM code can see it: the platforms module and every
+    loaded ``vllm`` module still holding the real platform or a fake installed earlier (``replaced``, which this
+    appends to)."""
+    import sys
+
+    import vllm.platforms as vp
+
+    patches.set(vp, "_current_platform", fake)
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "vllm" or name.startswith("vllm.")):
+            continue
+        held = getattr(mod, "__dict__", {}).get("current_platform")
+        if any(held is earlier for earlier in replaced):
+            patches.set(mod, "current_platform", fake)
+    replaced.append(fake)
+
+
+def has_torch_op(namespace: str, name: str) -> bool:
+    """Whether ``torch.ops.<namespace>.<name>`` exists (a compiled op or a stand-in already registered)."""
+    import torch
+
+    try:
+        getattr(getattr(torch.ops, namespace), name)
+        return True
+    except (AttributeError, RuntimeError):
+        return False

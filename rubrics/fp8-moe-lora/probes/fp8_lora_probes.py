@@ -26,7 +26,7 @@ import types
 import torch
 
 import fp8_lora_reference_ops as R
-from probe_support import Patches, import_module, outcome_of
+from probe_support import Patches, has_torch_op, import_module, outcome_of
 
 FP8 = R.FP8
 
@@ -40,17 +40,9 @@ _LIBS: list = []
 _SHIMS_DONE = False
 
 
-def _has_op(ns: str, name: str) -> bool:
-    try:
-        getattr(getattr(torch.ops, ns), name)
-        return True
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def _register(ns: str, schema: str, fn) -> None:
     name = schema.split("(", 1)[0]
-    if not _has_op(ns, name):
+    if not has_torch_op(ns, name):
         lib = torch.library.Library(ns, "FRAGMENT")
         lib.define(schema)
         lib.impl(name, fn, "CompositeExplicitAutograd")
@@ -92,7 +84,7 @@ def install_op_shims() -> None:
     # the Triton MoE path, so these only need to answer "no CUTLASS kernel"
     for probe in ("cutlass_scaled_mm_supports_fp8", "cutlass_scaled_mm_supports_block_fp8",
                   "cutlass_group_gemm_supported", "cutlass_scaled_mm_supports_fp4"):
-        if not _has_op("_C", probe):
+        if not has_torch_op("_C", probe):
             lib = torch.library.Library("_C", "FRAGMENT")
             lib.define(f"{probe}(int cuda_device_capability) -> bool")
             lib.impl(probe, lambda cap: False, "CompositeExplicitAutograd")

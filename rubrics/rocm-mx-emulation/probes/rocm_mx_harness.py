@@ -29,7 +29,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch  # noqa: E402
 
-from probe_support import Patches  # noqa: E402
+from probe_support import Patches, has_torch_op  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------
 # Mutable device state
@@ -214,14 +214,6 @@ def _install_fake_quark() -> None:
 _SHIM_LIBS: list = []
 
 
-def _has_op(ns: str, name: str) -> bool:
-    try:
-        getattr(getattr(torch.ops, ns), name)
-        return True
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def _fp8_max(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
@@ -265,7 +257,7 @@ def _install_op_shims() -> None:
         },
     }
     for ns, ops in defs.items():
-        missing = {n: d for n, d in ops.items() if not _has_op(ns, n)}
+        missing = {n: d for n, d in ops.items() if not has_torch_op(ns, n)}
         if not missing:
             continue
         lib = torch.library.Library(ns, "FRAGMENT")

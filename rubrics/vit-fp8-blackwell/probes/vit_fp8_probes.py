@@ -18,11 +18,10 @@ The probes report what happened (the gate's truth value, what building the layer
 
 from __future__ import annotations
 
-import sys
 
 import torch
 
-from probe_support import Patches, import_module, outcome_of
+from probe_support import Patches, import_module, install_platform, outcome_of
 
 FLASHINFER_UTILS = "vllm.utils.flashinfer"
 MM_ENCODER_ATTN = "vllm.model_executor.layers.attention.mm_encoder_attention"
@@ -71,20 +70,12 @@ def _install(patches: Patches, replaced: list, fi_utils, case: dict) -> None:
     """Install the case's fake GPU everywhere vLLM code can see it (also where a module still holds a fake that an
     earlier case of this probe installed), with its cuDNN version; clear the gate's cache."""
     import torch.backends.cudnn as cudnn_mod
-    import vllm.platforms as vp
 
     capability = (int(case["capability"][0]), int(case["capability"][1]))
     cudnn = int(case["cudnn"])
     fake = _make_cuda_platform(capability, bool(case["flashinfer"]))
-    patches.set(vp, "_current_platform", fake)
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not (name == "vllm" or name.startswith("vllm.")):
-            continue
-        held = getattr(mod, "__dict__", {}).get("current_platform")
-        if any(held is earlier for earlier in replaced):
-            patches.set(mod, "current_platform", fake)
+    install_platform(patches, replaced, fake)
     patches.set(fi_utils, "current_platform", fake)
-    replaced.append(fake)
     patches.set(cudnn_mod, "is_available", lambda: True)
     patches.set(cudnn_mod, "version", lambda: cudnn)
     patches.set(fi_utils, "has_flashinfer", lambda: True)

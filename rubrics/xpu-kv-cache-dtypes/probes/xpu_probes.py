@@ -8,9 +8,7 @@ constructed backend's dtype, the validator's answer, or what was raised); the ju
 
 from __future__ import annotations
 
-import sys
-
-from probe_support import Patches, import_module, outcome_of
+from probe_support import Patches, import_module, install_platform, outcome_of
 
 ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"
 CACHE_MODULE = "vllm.v1.attention.ops.triton_reshape_and_cache_flash"
@@ -47,17 +45,8 @@ def _make_platform(kind: str, capability):
 def _install(patches: Patches, replaced: list, modules, kind: str, capability) -> None:
     """Make a fake platform ``current_platform`` everywhere vLLM code can see it (also where a module still holds
     a fake installed earlier in this probe)."""
-    import vllm.platforms as vp
-
     fake = _make_platform(kind, capability)
-    patches.set(vp, "_current_platform", fake)
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not (name == "vllm" or name.startswith("vllm.")):
-            continue
-        held = getattr(mod, "__dict__", {}).get("current_platform")
-        if any(held is earlier for earlier in replaced):
-            patches.set(mod, "current_platform", fake)
-    replaced.append(fake)
+    install_platform(patches, replaced, fake)
     for mod in modules:
         patches.set(mod, "current_platform", fake)
 
