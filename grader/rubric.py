@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import site
 import tomllib
 from importlib import metadata
 from dataclasses import dataclass, field
@@ -130,6 +131,10 @@ def rubric_fingerprint(task: Task) -> str:
 def environment_fingerprint() -> str:
     """Python and every installed distribution (name and version): evidence from another environment, one with
     a package more or less, is not reused."""
-    installed = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in metadata.distributions()})
+    # The interpreter's own site folders, as a fresh judge or subject sees them: not this process's sys.path, which
+    # libraries extend at run time (Ray adds its vendored packages).
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    installed = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}"
+                        for d in metadata.distributions(path=folders)})
     digest = hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
     return f"python {platform.python_version()}; {len(installed)} distributions {digest}"
