@@ -253,6 +253,8 @@ def ctypes_queue_absent(key: int) -> bool:
 
 @needs_view
 def test_subject_gets_private_run_and_tmp(scratch):
+    if not os.access("/run", os.W_OK):
+        pytest.skip("/run is not writable here")
     Path("/run/grader-contain-test").write_text("host")
     try:
         done = run_child(subject_box(scratch), """
