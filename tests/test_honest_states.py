@@ -83,7 +83,8 @@ def test_options_anywhere_and_an_empty_diff_fails_a_threshold(tmp_path):
 @pytest.mark.slow
 def test_a_timeout_is_named_never_cached_and_a_longer_rerun_grades(tmp_path):
     out = tmp_path / "out"
-    short = grade(str(REFERENCE), "--task", TASK, "--timeout", "3", "--out", str(out), "--jobs", "1")
+    # --no-cache: evidence of this tree cached by earlier runs would answer before any time limit applies.
+    short = grade(str(REFERENCE), "--task", TASK, "--timeout", "3", "--out", str(out), "--jobs", "1", "--no-cache")
     result = results_of(out)["candidates"][0]
     assert result["run_status"] == "timed_out", result["summary"]
     assert result["summary"].startswith("Timed out"), result["summary"]
@@ -110,7 +111,9 @@ def test_sigint_writes_what_finished_exits_130_and_a_rerun_resumes(tmp_path):
     for sample in SAMPLES[:3]:
         (inputs / sample.name).write_text(sample.read_text())
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "grade.py", str(inputs.parent), "--out", str(out), "--jobs", "1"],
+    # --no-cache: evidence cached by earlier runs would finish all three before the signal arrives.
+    proc = subprocess.Popen([sys.executable, "grade.py", str(inputs.parent), "--out", str(out), "--jobs", "1",
+                             "--no-cache"],
                             cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     seen = []
     deadline = time.monotonic() + 600
