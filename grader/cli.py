@@ -252,8 +252,10 @@ def _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results)
         return result
 
     pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = []
     try:
-        for future in as_completed([pool.submit(work, item) for item in pending]):
+        futures = [pool.submit(work, item) for item in pending]
+        for future in as_completed(futures):
             result = future.result()
             if result is not None:
                 results[result["id"]] = result
@@ -263,6 +265,10 @@ def _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results)
         pool.shutdown(wait=False, cancel_futures=True)
         launcher.terminate()
         pool.shutdown(wait=True)
+        # A candidate whose grading completed (and was stored) just before the signal is reported with the rest.
+        for future in futures:
+            if future.done() and not future.cancelled() and future.exception() is None and future.result():
+                results.setdefault(future.result()["id"], future.result())
         raise
     finally:
         pool.shutdown(wait=True)

@@ -129,12 +129,14 @@ def test_sigint_writes_what_finished_exits_130_and_a_rerun_resumes(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert sum("interrupted" in line for line in rest.splitlines()) == 1, rest
     doc = results_of(out)
-    assert len(doc["candidates"]) == 1 and len(doc["run"]["incomplete"]["not_graded"]) == 2
+    # What finished is reported and stored (a second candidate may complete just as the signal arrives).
+    finished = len(doc["candidates"])
+    assert 1 <= finished < 3 and len(doc["run"]["incomplete"]["not_graded"]) == 3 - finished
     assert (out / "index.html").is_file()
-    assert len(list((out / "store").glob("*.json"))) == 1
+    assert len(list((out / "store").glob("*.json"))) == finished
     resumed = grade(str(inputs.parent), "--out", str(out), "--jobs", "1")
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stderr.count("(cached)") == 1
+    assert resumed.stderr.count("(cached)") == finished
     assert len(results_of(out)["candidates"]) == 3
 
 
