@@ -29,8 +29,11 @@ copies its input, like vLLM's own ``torch.ops.vllm.all_reduce``. Opaque matters 
 Both the baseline and the candidate see this same group.
 
 Candidate and baseline are measured in alternating rounds, so load on the machine (other candidates graded
-at the same time, on the CPU or the same GPU) hits both alike. The judge's verdict uses the median over rounds
-of the per-round ratio candidate / baseline.
+at the same time, on the CPU or the same GPU) hits both alike. The judge's verdict uses an interval: the 95%
+bootstrap confidence interval of median(candidate) / median(baseline), rounds resampled in pairs
+(``bench/stats.py``).
+``bench/minimax_qk_norm.py`` builds its trees' layers with this module's TP group and op, and times them with
+``host_sample`` and ``capture_graph``.
 Modes (the judge gives ``rounds``, ``inner`` and ``warmup`` per case; the defaults below otherwise):
 - "host": wall time per call of ``inner`` back-to-back calls, then a synchronize (host-inclusive).
 - "graph": device time per call, from one replay of a CUDA graph holding ``inner`` calls.
@@ -167,21 +170,18 @@ def _warm(torch, fns, n):
     torch.cuda.synchronize()
 
 
-def time_host(torch, fns, rounds=ROUNDS, inner=HOST_INNER, warmup=WARMUP):
-    """Per-call host-inclusive microseconds of each fn, sampled in alternating rounds."""
-    _warm(torch, fns, warmup)
-    samples = [[] for _ in fns]
-    for r in range(rounds):
-        for i in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fns[i]()
-            torch.cuda.synchronize()
-            samples[i].append((time.perf_counter() - t0) * 1e6 / inner)
-    return samples
+def host_sample(torch, fn, inner=HOST_INNER, sync=None):
+    """Per-call host-inclusive microseconds of one sample: ``inner`` back-to-back calls, then a synchronize
+    (``sync``, by default the CUDA device's; the benchmark's CPU smoke run passes a no-op)."""
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    (sync or torch.cuda.synchronize)()
+    return (time.perf_counter() - t0) * 1e6 / inner
 
 
-def _capture(torch, fn, inner):
+def capture_graph(torch, fn, inner=GRAPH_INNER):
+    """A CUDA graph holding ``inner`` calls of ``fn`` (captured on a side stream after one eager call)."""
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
@@ -194,24 +194,43 @@ def _capture(torch, fn, inner):
     return graph
 
 
+def graph_sample(torch, graph, inner=GRAPH_INNER):
+    """Per-call device microseconds of one replay of ``graph`` (``inner`` calls), timed with CUDA events."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / inner
+
+
+def _alternating(rounds, count):
+    """Round r visits the fns forward when r is even, backward when odd (neither is always first)."""
+    for r in range(rounds):
+        yield from (range(count) if r % 2 == 0 else reversed(range(count)))
+
+
+def time_host(torch, fns, rounds=ROUNDS, inner=HOST_INNER, warmup=WARMUP):
+    """Per-call host-inclusive microseconds of each fn, sampled in alternating rounds."""
+    _warm(torch, fns, warmup)
+    samples = [[] for _ in fns]
+    for i in _alternating(rounds, len(fns)):
+        samples[i].append(host_sample(torch, fns[i], inner))
+    return samples
+
+
 def time_graph(torch, fns, rounds=ROUNDS, inner=GRAPH_INNER, warmup=WARMUP):
     """Per-call device microseconds of each fn (CUDA graph replay), sampled in alternating rounds."""
     _warm(torch, fns, warmup)
-    graphs = [_capture(torch, fn, inner) for fn in fns]
+    graphs = [capture_graph(torch, fn, inner) for fn in fns]
     for g in graphs:
         for _ in range(5):
             g.replay()
     torch.cuda.synchronize()
     samples = [[] for _ in fns]
-    for r in range(rounds):
-        for i in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[i].replay()
-            end.record()
-            end.synchronize()
-            samples[i].append(start.elapsed_time(end) * 1e3 / inner)
+    for i in _alternating(rounds, len(fns)):
+        samples[i].append(graph_sample(torch, graphs[i], inner))
     return samples
 
 

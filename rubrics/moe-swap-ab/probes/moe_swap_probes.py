@@ -17,6 +17,7 @@ Triton's launch entry) it undoes, and the fused_moe package's ``lru_cache``s are
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -97,6 +98,21 @@ class _Faked(Patches):
     def undo(self) -> None:
         super().undo()
         _clear_caches()
+
+
+# --------------------------------------------------------------------------------------------- for bench/moe_swap_ab.py
+def fused_moe_module():
+    """The tree's ``fused_moe`` module in the environment the probes give it (the benchmark's setup too)."""
+    return _fm()
+
+
+@contextlib.contextmanager
+def faked_capability(cap):
+    """Hold the probes' capability fake (``[major, minor]``) for a block: the benchmark's CPU smoke run picks
+    configs and launches as on that device."""
+    with _Faked() as patches:
+        _fake_capability(patches, cap)
+        yield
 
 
 # --------------------------------------------------------------------------------------------- launch arguments
