@@ -120,7 +120,8 @@ def rubric_fingerprint(task: Task) -> str:
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted((RUBRICS_DIR / "shared_probes").glob("*.py")),
                RUBRICS_DIR / "pytest.ini", REPO_ROOT / "grader" / "run.py", REPO_ROOT / "grader" / "pytest_evidence.py",
-               *sorted((REPO_ROOT / "grader" / "sandbox").glob("*.py"))]
+               *sorted((REPO_ROOT / "grader" / "sandbox").glob("*.py")),
+               REPO_ROOT / "bench" / "stats.py"]  # the interval statistics a speed test's verdict uses
     for path in [*files, *harness]:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes() if path.is_file() else b"")
