@@ -98,21 +98,36 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _download_sdist(version: str, folder: Path) -> Path:
+    """Download ``vllm-<version>.tar.gz`` from the configured index into a temporary file in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    url = sdist_url(version, configured_index_url())
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False) as tmp:
+        with urllib.request.urlopen(url, timeout=600) as response:
+            shutil.copyfileobj(response, tmp)
+    return Path(tmp.name)
+
+
 def fetch_sdist(version: str, sha256: str) -> Path:
     """Return the verified sdist tarball, downloading it into the cache if needed."""
     target = cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    url = sdist_url(version, configured_index_url())
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
-        with urllib.request.urlopen(url, timeout=600) as response:
-            shutil.copyfileobj(response, tmp)
-    actual = sha256_of(Path(tmp.name))
+    tmp = _download_sdist(version, target.parent)
+    actual = sha256_of(tmp)
     if actual != sha256:
-        os.unlink(tmp.name)
+        os.unlink(tmp)
         raise BaseBuildError(f"sha256 mismatch for vllm-{version}.tar.gz: expected {sha256}, got {actual}")
-    os.replace(tmp.name, target)
+    os.replace(tmp, target)
+    return target
+
+
+def obtain_sdist(version: str) -> Path:
+    """The sdist of ``version`` for a recipe being written, which has no sha256 to check yet: the cached copy, else
+    one downloaded from the configured index. The recipe then pins its sha256."""
+    target = cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
+    if not target.is_file():
+        os.replace(_download_sdist(version, target.parent), target)
     return target
 
 
@@ -137,15 +152,20 @@ def _unpack(tarball: Path, version: str, dest: Path) -> None:
         tar.extractall(dest, members=members, filter="data")
 
 
+def file_blobs(repo_path: Path, paths: list[str]) -> dict[str, str | None]:
+    """Git's blob hash of each file of the tree (full length), None for a path that is no file there."""
+    repo = git.Repo(repo_path)
+    return {rel: repo.git.hash_object(rel) if (repo_path / rel).is_file() else None for rel in paths}
+
+
 def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
     """Compare each file's git blob hash with the expected (possibly abbreviated) one; return mismatches."""
-    repo = git.Repo(repo_path)
     problems = []
-    for rel, expected in blobs.items():
-        if not (repo_path / rel).is_file():
+    for rel, actual in file_blobs(repo_path, list(blobs)).items():
+        expected = blobs[rel]
+        if actual is None:
             problems.append(f"{rel}: expected blob {expected}, file is missing")
             continue
-        actual = repo.git.hash_object(rel)
         if not actual.startswith(expected):
             problems.append(f"{rel}: expected blob {expected}, actual {actual}")
     return problems

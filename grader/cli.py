@@ -22,6 +22,7 @@ from pathlib import Path
 from grader import __version__
 from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
+from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
@@ -33,7 +34,7 @@ from grader.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore, cache_key
 from grader.validate import validate_rubrics
 
-COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests")
+COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests", *TASK_COMMANDS)
 
 
 def task_id(value: str) -> str:
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _grade_parser(sub)
     add_calibrate_parser(sub)
     add_mutate_parser(sub)
+    add_task_parser(sub)
     b = sub.add_parser("bases", help="build the pinned vLLM bases")
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", type=task_id, help="only this task")
@@ -365,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_calibrate(args)
         if args.command == "mutate":
             return run_mutate(args)
+        if args.command in TASK_COMMANDS:
+            return run_task_command(args)
         if args.command == "run-tests":
             return run_tests(args)
         return validate_rubrics(args)

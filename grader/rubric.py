@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUBRICS_DIR = REPO_ROOT / "rubrics"
 CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
@@ -38,6 +40,8 @@ class BaseRecipe:
     sdist_sha256: str
     overlay: Path | None
     blobs: dict[str, str]
+    # PEP 508 requirements of the task's hidden tests beyond the grader's own ([environment] requires).
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,27 @@ class Task:
         return [c.id for c in self.criteria.values() if c.core]
 
 
+def _load_requirements(folder: Path, environment: dict) -> tuple[str, ...]:
+    requires = environment.get("requires", [])
+    if not isinstance(requires, list):
+        raise RubricError(f"{folder.name}: [environment] requires must be a list of PEP 508 strings")
+    for entry in requires:
+        try:
+            Requirement(entry if isinstance(entry, str) else "")
+        except InvalidRequirement as exc:
+            raise RubricError(f"{folder.name}: [environment] requires {entry!r} is not a PEP 508 requirement: "
+                              f"{exc}") from None
+    return tuple(requires)
+
+
 def _load_base(folder: Path) -> BaseRecipe:
-    data = tomllib.loads((folder / "base.toml").read_text())["base"]
+    document = tomllib.loads((folder / "base.toml").read_text())
+    data = document["base"]
     overlay = folder / data["overlay"] if data.get("overlay") else None
     if overlay is not None and not overlay.is_file():
         raise RubricError(f"{folder.name}: overlay {overlay.name} is missing")
-    return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(data.get("blobs", {})))
+    return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(data.get("blobs", {})),
+                      _load_requirements(folder, document.get("environment", {})))
 
 
 def _load_criteria(task_id: str, data: dict) -> dict[str, Criterion]:
@@ -128,14 +147,17 @@ def rubric_fingerprint(task: Task) -> str:
     return digest.hexdigest()[:16]
 
 
+def interpreter_site_folders() -> list[str]:
+    """Where this interpreter's distributions are installed, as a fresh judge or subject sees them: not this
+    process's sys.path, which libraries extend at run time (Ray adds its vendored packages)."""
+    return [*site.getsitepackages(), site.getusersitepackages()]
+
+
 @cache
 def environment_fingerprint() -> str:
     """Python and every installed distribution (name and version): evidence from another environment, one with
     a package more or less, is not reused."""
-    # The interpreter's own site folders, as a fresh judge or subject sees them: not this process's sys.path, which
-    # libraries extend at run time (Ray adds its vendored packages).
-    folders = [*site.getsitepackages(), site.getusersitepackages()]
     installed = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}"
-                        for d in metadata.distributions(path=folders)})
+                        for d in metadata.distributions(path=interpreter_site_folders())})
     digest = hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
     return f"python {platform.python_version()}; {len(installed)} distributions {digest}"

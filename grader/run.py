@@ -27,6 +27,7 @@ from grader.records import RunReport, TestOutcome
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
+from grader.taskkit.requirements import unmet_message
 
 DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20
@@ -126,12 +127,15 @@ _ENVIRONMENT_LOCK = threading.Lock()
 
 
 def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -> str | None:
-    """Why the grading environment cannot run this task's hidden tests, or None: the task's modules are imported
-    from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault.
+    """Why the grading environment cannot run this task's hidden tests, or None: each requirement the task declares
+    (base.toml's ``[environment] requires``) must be installed at a version it allows, and the task's modules are
+    imported from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault.
 
-    Checked once per task, base, environment (its installed distributions) and GPU switch: a pass is remembered in
-    the cache folder, a problem only for this process (it is never cached)."""
-    key = hashlib.sha256(f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}".encode()).hexdigest()[:24]
+    Checked once per task, base, environment (its installed distributions), declared requirements and GPU switch: a
+    pass is remembered in the cache folder, a problem only for this process (it is never cached)."""
+    declared = "\0".join(task.base.requires)
+    key = hashlib.sha256(f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}\0{declared}".encode()
+                         ).hexdigest()[:24]
     passed = cache_dir() / "environment-ok" / key
     with _ENVIRONMENT_LOCK:
         if key not in _ENVIRONMENT_CHECKED:
@@ -143,6 +147,9 @@ def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -
 
 
 def _check_environment(task: Task, base_tree: Path, gpu: bool) -> str | None:
+    declared = unmet_message(task.id, task.base.requires)
+    if declared:
+        return declared
     modules = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
     modules = [m.removesuffix(".__init__") for m in modules if (base_tree / (m.replace(".", "/") + ".py")).exists()
                or m.endswith(".__init__")]
