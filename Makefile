@@ -7,11 +7,18 @@ STAMP := $(VENV)/.installed
 .PHONY: setup browser grade test
 
 
-$(STAMP): pyproject.toml
+# A task's base.toml declares what its hidden tests need ([environment] requires): a new or changed one reinstalls.
+TASK_RECIPES := $(wildcard rubrics/*/base.toml)
+TORCH_PINS := "torch==2.13.0" "triton==3.7.1"
+
+$(STAMP): pyproject.toml $(TASK_RECIPES)
 	$(PYTHON) -m venv $(VENV)
 	# torch and triton first, pinned, so no resolver ever pulls a CUDA build of torch.
-	$(PY) -m pip install -q "torch==2.13.0" "triton==3.7.1"
+	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q -e ".[test,ray]"
+	# The union of every task's declared requirements, torch and triton held at their pins.
+	$(PY) grade.py task-requirements > $(VENV)/task-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/task-requirements.txt $(TORCH_PINS)
 	touch $(STAMP)
 
 setup: $(STAMP)
