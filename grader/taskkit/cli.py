@@ -8,7 +8,7 @@ from pathlib import Path
 from grader.checkout import BaseBuildError
 from grader.rubric import REPO_ROOT, RUBRICS_DIR
 
-COMMANDS = ("new-task", "task-requirements")
+COMMANDS = ("new-task", "check-task", "task-requirements")
 
 
 def add_parser(sub) -> None:
@@ -20,6 +20,13 @@ def add_parser(sub) -> None:
                    help="files the task's candidates touch (their pre-image blobs are pinned)")
     n.add_argument("--root", type=Path, default=REPO_ROOT,
                    help="the repository to write into (default: this one)")
+    c = sub.add_parser("check-task", help="check a task folder end to end (all tasks without ID); exit 1 on a FAIL")
+    c.add_argument("task_id", nargs="?", metavar="ID", help="only this task")
+    c.add_argument("--fix", action="store_true",
+                   help="rewrite what can be measured (sdist sha256, pre-image blobs in base.toml)")
+    c.add_argument("--no-grade", action="store_true",
+                   help="skip grading the base, reference and samples (the slow step)")
+    c.add_argument("--jobs", type=int, default=None, help="candidates graded at once (default: as grade)")
     sub.add_parser("task-requirements",
                    help="print every task's declared requirements (base.toml [environment]), one a line")
 
@@ -27,6 +34,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.command == "new-task":
         return run_new_task(args)
+    if args.command == "check-task":
+        return run_check_task(args)
     return run_task_requirements(args)
 
 
@@ -43,6 +52,36 @@ def run_new_task(args) -> int:
     print(f"wrote the skeleton of {args.task_id}; replace every TODO(new-task), then run "
           f"`grade.py check-task {args.task_id}`", file=sys.stderr)
     return 0
+
+
+def run_check_task(args) -> int:
+    """One line per check; 1 when any check failed, 2 when the task named does not exist."""
+    from grader.sandbox import contain
+    from grader.taskkit.checks import gradable, grading_checks, static_checks, task_folders
+
+    folders = task_folders()
+    if args.task_id is not None:
+        folders = [f for f in folders if f.name == args.task_id]
+        if not folders:
+            print(f"error: no task {args.task_id!r} under {RUBRICS_DIR}", file=sys.stderr)
+            return 2
+    failed, to_grade = False, []
+    for folder in folders:
+        checks, task = static_checks(folder, args.fix, lambda check: print(check.line(), flush=True))
+        failed |= any(c.failed for c in checks)
+        if task is not None and gradable(checks):
+            to_grade.append(task)
+        elif not args.no_grade:
+            print(f"FAIL  {folder.name}: statuses: not graded (fix the environment, reference and samples first)")
+            failed = True
+    if to_grade and not args.no_grade:
+        jobs = args.jobs or contain.default_jobs()
+        print(f"grading the base, reference and samples of {', '.join(t.id for t in to_grade)} on CPU "
+              f"({jobs} at once)", file=sys.stderr, flush=True)
+        for check in grading_checks(to_grade, jobs):
+            print(check.line(), flush=True)
+            failed |= check.failed
+    return 1 if failed else 0
 
 
 def run_task_requirements(args) -> int:
