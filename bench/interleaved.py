@@ -32,7 +32,7 @@ import traceback
 
 import stats
 
-FLUSH_MIN_BYTES = 64 << 20
+FLUSH_MIN_BYTES = 256 << 20  # as triton do_bench; more than any current L2 if the device reports none
 EARLY_SHARE = 0.2  # "first samples": the first fifth (at least 3) of a point's samples
 CLOCK_SPLIT = 0.05  # SM clocks of the two modes differing by more than this fraction count as a cause
 SPREAD_LIMIT = 1.5  # max/min over a point's samples reported as "spread" (the rerun found 53 of 189 above it)
@@ -68,7 +68,7 @@ def serve(prepare, sample) -> None:
 
 
 def l2_flusher(torch):
-    """A callable that overwrites a buffer of twice the device's L2 (at least 64 MiB), and the buffer's size."""
+    """A callable that overwrites a buffer of twice the device's L2 (at least 256 MiB), and the sizes."""
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
     size = max(2 * l2, FLUSH_MIN_BYTES)
     buffer = torch.empty(size, dtype=torch.int8, device="cuda")
@@ -212,11 +212,11 @@ class ClockMonitor:
     QUERY = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu"
 
     def __init__(self, period_ms: int = 100, enabled: bool = True):
-        self.proc, self.log = None, None
+        self.proc, self.log, self.first_lines = None, None, []
         if enabled and shutil.which("nvidia-smi"):
             self.log = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
             self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits",
-                                          f"-lms={period_ms}"], stdout=self.log, stderr=subprocess.DEVNULL)
+                                          f"--loop-ms={period_ms}"], stdout=self.log, stderr=subprocess.DEVNULL)
 
     def stop(self) -> list[dict]:
         if self.proc is None:
@@ -224,7 +224,9 @@ class ClockMonitor:
         self.proc.terminate()
         self.proc.wait()
         self.log.seek(0)
-        readings = [r for r in map(parse_clock_line, self.log) if r]
+        lines = self.log.readlines()
+        self.first_lines = lines[:3]  # kept in the output: what the format was where nothing parses
+        readings = [r for r in map(parse_clock_line, lines) if r]
         self.log.close()
         os.unlink(self.log.name)
         return readings

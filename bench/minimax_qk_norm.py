@@ -11,7 +11,8 @@ widths: TP1 q 6144 / kv 1024, TP4 q 1536 / kv 256, TP8 q 768 / kv 128 (``tp_worl
 shapes take each tree's tp>1 path). Two views, each sample the median of ``--reps`` repetitions:
 
 * ``graph_us``: device time per call, CUDA events around one replay of a graph of ``--graph-inner`` calls,
-  each replay after an L2 flush (a write of twice the L2, not timed; the later calls of a replay run warm);
+  each replay after an L2 flush (a write of twice the L2, at least 256 MiB, not timed; the later calls of a
+  replay run warm);
 * ``host_us``: host-inclusive time per call, ``--host-inner`` back-to-back eager calls then one synchronize.
 
 ``--samples`` samples per tree and point (default 30). Per tree and point: median and IQR; per tree against the
@@ -319,6 +320,7 @@ def compare_trees(args, trees):
         taken = interleaved.sample_interleaved(workers, ids, args.samples, point_major=False, timeout=60.0)
     finally:
         readings = monitor.stop()
+        clock_log_head = monitor.first_lines
         for w in workers:
             w.close()
     labels = [label for label, _ in trees]
@@ -337,7 +339,8 @@ def compare_trees(args, trees):
     meta = {"argv": sys.argv, "device": args.device, "dtype": args.dtype, "dry_run": args.dry_run,
             "shapes": {str(k): v for k, v in SHAPES.items()}, "samples": args.samples, "reps": args.reps,
             "sampling_s": time.time() - started, "workers": {w.label: w.meta for w in workers},
-            "clock_readings": len(readings), "bimodal_rule": "bench/stats.py split_modes",
+            "clock_readings": len(readings), "clock_log_head": clock_log_head,
+            "bimodal_rule": "bench/stats.py split_modes",
             "ci": "95% percentile bootstrap, 2000 resamples, seeded"}
     return text, {"meta": meta, "points": {w.label: w.points for w in workers}, "summaries": summaries,
                   "ratios": ratios, "clocks": readings, "report": text}

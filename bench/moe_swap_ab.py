@@ -10,7 +10,7 @@ or quantisation) once, compares the output with a float32 result of the same qua
 the launch in a CUDA graph.
 
 One sample of a point is the median over --reps repetitions of each of three views, every repetition after an
-L2 flush (a write of twice the device's L2, not timed):
+L2 flush (a write of twice the device's L2, at least 256 MiB, not timed):
   graph_us        CUDA-event time of one graph replay: device time, no launch overhead (claims are made here)
   eager_event_us  CUDA-event time around one eager launch, queued as triton's do_bench does (what this
                   benchmark reported before; a host launch slower than the flush shows up in it)
@@ -293,9 +293,12 @@ def drive(args, trees):
                                                timeout=args.sample_timeout)
     finally:
         readings = monitor.stop()
+        clock_log_head = monitor.first_lines
         for w in workers:
             w.close()
-    return workers, ids, taken, readings, {"samples": samples, "reps": reps, "sampling_s": time.time() - started}
+    sampling = {"samples": samples, "reps": reps, "sampling_s": time.time() - started,
+                "clock_log_head": clock_log_head}
+    return workers, ids, taken, readings, sampling
 
 
 def main():

@@ -11,9 +11,10 @@
 #
 # Every step is time-boxed against one deadline (GPU_KIT_BUDGET seconds, default 530), in priority order:
 # probes, bases, validate-rubrics (GPU) while grade (CPU, for comparison) runs niced in the background,
-# grade (GPU), CPU-vs-GPU comparison, benchmarks (base and reference first).
-# What comes back ($OUT, at most 8 files): summary.txt, compare.txt, gpu-results.tar.gz (all logs and outputs),
-# grade-gpu.json, grade-cpu.json, validate-on.txt, bench.txt.
+# grade (GPU), CPU-vs-GPU comparison, benchmarks (each one run over all its trees, samples interleaved),
+# minimax's speed test on the reference alone (GPU_KIT_SPEED_TEST=1).
+# What comes back ($OUT): summary.txt, compare.txt, gpu-results.tar.gz (all logs and outputs), grade-gpu.json,
+# grade-cpu.json, validate-on.txt, bench-moe.{txt,json}, bench-qk.{txt,json}, speed-test-reference.txt.
 
 set -x
 set -o pipefail
@@ -31,6 +32,17 @@ rm -rf "$W"; mkdir -p "$R" "$W"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 TASKS=${GPU_KIT_TASKS:-"int8-kv-rounding moe-swap-ab minimax-qk-norm fp8-moe-lora"}
+# Benchmarks: "moe" (bench/moe_swap_ab.py) and "qk" (bench/minimax_qk_norm.py), each one invocation over its trees
+# (labels: base, reference, upstream-0.25.0 for moe when carried, or a sample of candidates/<task>/); "none": none.
+BENCH=${GPU_KIT_BENCH:-"moe qk"}
+MOE_TREES=${GPU_KIT_MOE_TREES:-"base reference upstream-0.25.0"}
+QK_TREES=${GPU_KIT_QK_TREES:-"base reference"}
+SPEED_TEST=${GPU_KIT_SPEED_TEST:-0}
+# Bases to build: the tasks graded, and those the benchmarks and the speed test need.
+BASE_TASKS=$TASKS
+[[ " $BENCH " == *" moe "* ]] && BASE_TASKS="$BASE_TASKS moe-swap-ab"
+{ [[ " $BENCH " == *" qk "* ]] || [ "$SPEED_TEST" = 1 ]; } && BASE_TASKS="$BASE_TASKS minimax-qk-norm"
+BASE_TASKS=$(echo $BASE_TASKS | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' ')
 if [ "$DRY" = 1 ]; then
   PY=${GPU_KIT_PY:-$ROOT/.venv/bin/python}; GPU=off; JOBS_GPU=1; JOBS_CPU=1; BENCH_DEV=cpu
 else
@@ -175,7 +187,7 @@ fi
 # ------------------------------------------------------------------ 3. seed the cache and build the bases
 mkdir -p "$GRADER_CACHE/sdists"
 cp .gpu/cache/sdists/*.tar.gz "$GRADER_CACHE/sdists/" && ls -la "$GRADER_CACHE/sdists" | tee -a "$R/seed.log"
-for T in $TASKS; do
+for T in $BASE_TASKS; do
   step "bases-$T" 150 $PY grade.py bases --verify --task "$T" &
 done
 wait
@@ -195,7 +207,8 @@ if [ "$GPU" = on ] && [ "${GPU_KIT_CPU:-1}" = 1 ]; then
   CPU_PID=$!
 fi
 
-# GPU_KIT_RUBRICS=0 skips steps 5 and 6 (validate-rubrics, grading): a benchmark-only run.
+# GPU_KIT_RUBRICS=0 skips steps 5 and 6 (validate-rubrics, grading): a benchmark-only run. GPU_KIT_GRADE=0 skips
+# step 6 only (validation without grading the samples).
 if [ "${GPU_KIT_RUBRICS:-1}" = 1 ]; then
 # ------------------------------------------------------------------ 5. validate-rubrics (base + reference) per task
 for T in $TASKS; do
@@ -208,7 +221,9 @@ pack
 
 # ------------------------------------------------------------------ 6. grade the sample candidates
 GNAME=grade-gpu; [ "$GPU" = off ] && GNAME=grade-cpu
-step "$GNAME" "${GPU_KIT_GRADE_LIMIT:-300}" $PY grade.py "$CANDS" --out "$R/$GNAME" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
+if [ "${GPU_KIT_GRADE:-1}" = 1 ]; then
+  step "$GNAME" "${GPU_KIT_GRADE_LIMIT:-300}" $PY grade.py "$CANDS" --out "$R/$GNAME" --gpu "$GPU" --jobs "$JOBS_GPU" ${GPU_KIT_GRADE_ARGS:-}
+fi
 pack
 if [ -n "$CPU_PID" ]; then
   wait "$CPU_PID"
@@ -222,63 +237,62 @@ fi
 fi
 
 # ------------------------------------------------------------------ 7. benchmarks on patched trees
-# Trees: a copy of the built base (no .git) with reference_impl/<task>.diff or a candidate applied. One bench
-# process per tree, in priority order (base and reference of both tasks first), each time-boxed.
-make_tree() {  # make_tree TASK LABEL [DIFF] -> prints the tree's path
-  local dest=$W/trees/$1/$2
+# Trees: a copy of the built base (no .git) with reference_impl/<task>.diff or a candidate applied, or the carried
+# upstream 0.25.0 package. Each benchmark is one invocation over all its trees: one worker process per tree,
+# samples taken in turn from each (bench/interleaved.py), so nothing else may use the GPU meanwhile (the
+# validation and grading steps above have finished).
+make_tree() {  # make_tree TASK LABEL -> prints the tree's path
+  local dest=$W/trees/$1/$2 diff=""
   rm -rf "$dest"; mkdir -p "$dest"
+  if [ "$2" = upstream-0.25.0 ]; then
+    # .gpu/upstream/vllm-0.25.0-pkg.tar.xz holds vllm/ and vllm.egg-info/ of the PyPI sdist (sha256 7e04e2b3...)
+    tar -C "$dest" -xJf .gpu/upstream/vllm-0.25.0-pkg.tar.xz || return 1
+    echo "$dest"; return 0
+  fi
   tar -C "$GRADER_CACHE/bases/$1" --exclude=.git -cf - . | tar -C "$dest" -xf - || return 1
-  if [ -n "$3" ]; then
-    (cd "$dest" && { git apply --whitespace=nowarn "$ROOT/$3" \
-      || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$3"; }) > "$R/tree-$1-$2.log" 2>&1 \
+  case $2 in base) ;; reference) diff=reference_impl/$1.diff;; *) diff=candidates/$1/$2.diff;; esac
+  if [ -n "$diff" ]; then
+    (cd "$dest" && { git apply --whitespace=nowarn "$ROOT/$diff" \
+      || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$diff"; }) > "$R/tree-$1-$2.log" 2>&1 \
       || { note "tree $1/$2: diff does not apply" >&2; return 1; }
   fi
-  # vllm/platforms/cuda.py imports the compiled vllm._C_stable_libtorch; bench/minimax_qk_norm.py installs no
-  # stand-in for it (bench/moe_swap_ab.py does), so its trees get an empty module (benchmark trees only).
-  [ "$1" = minimax-qk-norm ] && [ ! -e "$dest/vllm/_C_stable_libtorch.py" ] \
-    && echo "# empty stand-in for the compiled extension (benchmark trees only)" > "$dest/vllm/_C_stable_libtorch.py"
   echo "$dest"
 }
-bench_diff() {  # bench_diff TASK LABEL -> the diff to apply (nothing for base)
-  case $2 in base) echo "";; reference) echo "reference_impl/$1.diff";; *) echo "candidates/$1/$2.diff";; esac
+tree_args() {  # tree_args TASK LABEL... -> "--tree LABEL=PATH ..." for the trees that could be made
+  local task=$1 out="" t; shift
+  for L in "$@"; do
+    if [ "$L" = upstream-0.25.0 ] && [ ! -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then continue; fi
+    t=$(make_tree "$task" "$L") && out="$out --tree $L=$t"
+  done
+  echo "$out"
 }
 mkdir -p "$R/bench"
-# moe-swap-ab side by side: base, reference and (when carried) the upstream 0.25.0 package, in one bench run.
-# .gpu/upstream/vllm-0.25.0-pkg.tar.xz holds vllm/ and vllm.egg-info/ of the PyPI sdist (sha256 7e04e2b3...), see docs/gpu.md.
-if [[ " $TASKS " == *" moe-swap-ab "* ]] && [ "${GPU_KIT_MOE_SIDE_BY_SIDE:-1}" = 1 ]; then
-  trees=""
-  for L in base reference; do
-    t=$(make_tree moe-swap-ab "$L" "$(bench_diff moe-swap-ab "$L")") && trees="$trees --tree $L=$t"
-  done
-  if [ -f .gpu/upstream/vllm-0.25.0-pkg.tar.xz ]; then
-    mkdir -p "$W/trees/moe-swap-ab/upstream" && tar -C "$W/trees/moe-swap-ab/upstream" -xJf .gpu/upstream/vllm-0.25.0-pkg.tar.xz \
-      && trees="$trees --tree upstream-0.25.0=$W/trees/moe-swap-ab/upstream"
-  fi
+if [[ " $BENCH " == *" moe "* ]]; then
   extra=""; [ "$DRY" = 1 ] && extra="--dry-run"
-  step bench-moe-side-by-side 330 $PY bench/moe_swap_ab.py $trees --out "$R/bench/moe-side-by-side.json" $extra
-  cp "$R/bench-moe-side-by-side.log" "$OUT/bench-moe.txt" 2>/dev/null
+  step bench-moe "${GPU_KIT_BENCH_MOE_LIMIT:-240}" $PY bench/moe_swap_ab.py $(tree_args moe-swap-ab $MOE_TREES) \
+    --out "$R/bench/moe.json" $extra
+  cp "$R/bench-moe.log" "$OUT/bench-moe.txt" 2>/dev/null; cp "$R/bench/moe.json" "$OUT/bench-moe.json" 2>/dev/null
+  rm -rf "$W/trees/moe-swap-ab"
   pack
 fi
-# qk trees take ~30-40 s each on the H200; single moe trees ~60-90 s since the weights are made on the device.
-BENCH=${GPU_KIT_BENCH:-"qk:base qk:reference qk:tp1-only-fast-path qk:narrow-only moe:unconditional moe:scale-not-swapped"}
-for item in $BENCH; do
-  kind=${item%%:*}; L=${item#*:}
-  if [ "$kind" = moe ]; then T=moe-swap-ab; else T=minimax-qk-norm; fi
-  [[ " $TASKS " == *" $T "* ]] || continue
-  [ "$(left)" -lt 60 ] && { note "SKIP bench $item (deadline: $(left)s left)"; continue; }
-  tree=$(make_tree "$T" "$L" "$(bench_diff "$T" "$L")") || continue
-  if [ "$kind" = moe ]; then
-    extra=""; [ "$DRY" = 1 ] && extra="--dry-run"
-    step "bench-moe-$L" 260 $PY bench/moe_swap_ab.py --tree "$L=$tree" --out "$R/bench/moe-$L.json" $extra
-  else
-    if [ "$DRY" = 1 ]; then extra="--device cpu --dry-run"
-    else extra="--tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 120"; fi
-    step "bench-qk-$L" 130 $PY bench/minimax_qk_norm.py --tree "$L=$tree" --json "$R/bench/qk-$L.json" $extra
-  fi
-  rm -rf "$W/trees/$T/$L"
+if [[ " $BENCH " == *" qk "* ]]; then
+  if [ "$DRY" = 1 ]; then extra="--device cpu --dry-run"
+  else extra="--tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --timeout 200"; fi
+  step bench-qk "${GPU_KIT_BENCH_QK_LIMIT:-180}" $PY bench/minimax_qk_norm.py $(tree_args minimax-qk-norm $QK_TREES) \
+    --json "$R/bench/qk.json" $extra
+  cp "$R/bench-qk.log" "$OUT/bench-qk.txt" 2>/dev/null; cp "$R/bench/qk.json" "$OUT/bench-qk.json" 2>/dev/null
+  rm -rf "$W/trees/minimax-qk-norm"
   pack
-done
-step bench-merge 60 $PY scripts/gpu/merge_bench.py "$R/bench" && cp "$R/bench-merge.log" "$OUT/bench.txt"
+fi
+
+# ------------------------------------------------------------------ 8. minimax's speed test alone, on the reference
+# (GPU_KIT_SPEED_TEST=1): the GPU-marked test_faster_than_regressed_path through grade.py run-tests.
+if [ "$SPEED_TEST" = 1 ] && [ "$GPU" = on ]; then
+  ref=$(make_tree minimax-qk-norm reference) && step speed-test-reference "${GPU_KIT_SPEED_TEST_LIMIT:-200}" \
+    $PY grade.py run-tests --task minimax-qk-norm --tree "$ref" -k test_faster_than_regressed_path --gpu on --timeout 190
+  cp "$R/speed-test-reference.log" "$OUT/speed-test-reference.txt" 2>/dev/null
+  pack
+fi
 
 note "done in $(( $(date +%s) - START ))s"
 pack

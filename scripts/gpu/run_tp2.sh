@@ -7,13 +7,13 @@
 # Steps, against one deadline (GPU_TP2_BUDGET seconds, default 540):
 #   1. wheels into site-packages, carried git/patch if missing (as run_gpu_batch.sh does);
 #   2. build + verify the minimax-qk-norm (and moe-swap-ab) bases from the carried sdist;
-#   3. trees: base, and base + reference_impl/<task>.diff. The minimax trees get an empty
-#      vllm/_C_stable_libtorch.py: vllm/platforms/cuda.py imports that compiled extension, and
-#      bench/minimax_qk_norm.py (unlike bench/moe_swap_ab.py) installs no stand-in for it;
+#   3. trees: base, and base + reference_impl/<task>.diff (both benchmarks install the probes' stand-in for the
+#      compiled extension vllm/platforms/cuda.py imports);
 #   4. bench/minimax_qk_norm.py --tp2-real on base and reference: NCCL, one process per GPU (torch mp.spawn),
 #      correctness of the gathered TP=2 output against a full-width fp32 RMSNorm, host time with the all-reduce;
-#   5. GPU_TP2_BENCH=1 (default): single-GPU benchmarks, GPU 0: qk base then reference; GPU 1: moe base,
-#      reference and (when .gpu/upstream/ is carried) upstream 0.25.0 in one invocation. Then merge_bench.py.
+#   5. GPU_TP2_BENCH=1 (default): single-GPU benchmarks, each one invocation over its trees (samples interleaved),
+#      GPU 0: qk base and reference; GPU 1: moe base, reference and (when .gpu/upstream/ is carried) upstream
+#      0.25.0. Then merge_bench.py prints both reports.
 # What comes back: tp2.txt, bench.txt, summary-tp2.txt, tp2-results.tar.gz.
 set -x
 set -o pipefail
@@ -72,8 +72,6 @@ make_tree() {  # make_tree TASK LABEL [DIFF] -> the tree's path
     (cd "$dest" && { git apply --whitespace=nowarn "$ROOT/$3" || patch -p1 --forward --batch --fuzz=3 -i "$ROOT/$3"; }) \
       > "$R/tree-$1-$2.log" 2>&1 || { note "tree $1/$2: diff does not apply" >&2; return 1; }
   fi
-  [ "$1" = minimax-qk-norm ] && [ ! -e "$dest/vllm/_C_stable_libtorch.py" ] \
-    && echo "# empty stand-in for the compiled extension (benchmark trees only)" > "$dest/vllm/_C_stable_libtorch.py"
   echo "$dest"
 }
 QB=$(make_tree minimax-qk-norm base ""); QR=$(make_tree minimax-qk-norm reference reference_impl/minimax-qk-norm.diff)
@@ -112,15 +110,13 @@ if [ "$BENCH" = 1 ]; then
   fi
   (
     export CUDA_VISIBLE_DEVICES=0
-    step bench-qk-base 120 $PY bench/minimax_qk_norm.py --tree "base=$QB" --json "$R/bench/qk-base.json" \
-      --tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 110
-    step bench-qk-reference 120 $PY bench/minimax_qk_norm.py --tree "reference=$QR" --json "$R/bench/qk-reference.json" \
-      --tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --iters 30 --timeout 110
+    step bench-qk 240 $PY bench/minimax_qk_norm.py --tree "base=$QB" --tree "reference=$QR" --json "$R/bench/qk.json" \
+      --tp 1 4 8 --tokens 1 16 256 1024 4096 16384 --warmup 10 --timeout 200
   ) &
   (
     # base, reference and upstream side by side in one invocation, alone on its GPU
     export CUDA_VISIBLE_DEVICES=1
-    step bench-moe-side-by-side 600 $PY bench/moe_swap_ab.py $MOE_TREES --out "$R/bench/moe-side-by-side.json"
+    step bench-moe 600 $PY bench/moe_swap_ab.py $MOE_TREES --out "$R/bench/moe.json"
   ) &
   wait
   $PY scripts/gpu/merge_bench.py "$R/bench" > "$OUT/bench.txt" 2>&1; cat "$OUT/bench.txt"
