@@ -1,0 +1,115 @@
+"""Probes for triton-kv-past-seq-len, run in the sandboxed subject next to the tree under grading.
+
+Each probe runs one of the candidate's public attention launchers on tensors the judge built (queries, paged
+caches whose unwritten slots hold what the judge chose, block tables) and sends the outputs back; it never
+decides whether they are right. On a CPU run the kernels go through the Triton interpreter (the grader sets
+``TRITON_INTERPRET=1``); on a GPU run they compile for the device the judge names.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from probe_support import Patches, import_module, outcome_of
+
+UNIFIED_MODULE = "vllm.v1.attention.ops.triton_unified_attention"
+PAGED_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
+ROCM_PLATFORM_MODULE = "vllm.platforms.rocm"
+# An architecture name that matches none vLLM has ROCm-specific kernels for: the paged-decode launcher then takes
+# its Triton path, the one under test.
+NO_CUSTOM_KERNEL_ARCH = "gfx000"
+
+
+def public_names(module: str) -> list[str]:
+    """The public names ``module`` defines once imported (its import errors fail the probe)."""
+    loaded = import_module(module)
+    return sorted(name for name in vars(loaded) if not name.startswith("_"))
+
+
+def _on(device: str, value):
+    import torch
+
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, max_seqlen_k,
+                 scale, causal, window_left, softcap, sinks, mm_prefix_range, segments, device):
+    import torch
+
+    q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks, mm_prefix_range = (
+        _on(device, t) for t in (q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks,
+                                 mm_prefix_range))
+    out = torch.full_like(q, float("nan"))
+    split = {}
+    if segments:
+        # Buffers for the split-KV (3D) launch, sized as the Triton backend sizes them: one row per token of a
+        # batch of at most `threshold` sequences.
+        threshold = max(q.shape[0], len(seq_lens))
+        padded = 1 << (q.shape[2] - 1).bit_length()
+        split = {
+            "seq_threshold_3D": threshold,
+            "num_par_softmax_segments": segments,
+            "softmax_segm_output": torch.empty(threshold, q.shape[1], segments, padded, dtype=torch.float32,
+                                               device=device),
+            "softmax_segm_max": torch.empty(threshold, q.shape[1], segments, dtype=torch.float32, device=device),
+            "softmax_segm_expsum": torch.empty(threshold, q.shape[1], segments, dtype=torch.float32,
+                                               device=device),
+        }
+    module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k, scale,
+                             causal, (window_left, -1), block_table, softcap, None, None, None, sinks=sinks,
+                             mm_prefix_range=mm_prefix_range, **split)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out.cpu()
+
+
+def unified_attention_runs(cases: list[dict]) -> list[dict]:
+    """For each case (the keyword arguments of one ``unified_attention`` call, as the judge built them):
+    ``{"returned": output}`` or ``{"raised": type, "message": text}``."""
+    module = import_module(UNIFIED_MODULE)
+    return [outcome_of(_run_unified, module, **case) for case in cases]
+
+
+def _import_rocm_platform_helpers() -> None:
+    """The paged-decode launcher imports ``vllm.platforms.rocm`` to ask whether a ROCm custom kernel applies. That
+    module reads the GPU architecture when it is imported; on a machine without a ROCm device it is imported here
+    with the device properties answering an architecture that has no custom kernel."""
+    if ROCM_PLATFORM_MODULE in sys.modules:
+        return
+    import torch
+
+    def properties(*args, **kwargs):
+        return types.SimpleNamespace(gcnArchName=NO_CUSTOM_KERNEL_ARCH, name="no ROCm device")
+
+    with Patches() as patches:
+        patches.set(torch.cuda, "get_device_properties", properties)
+        import_module(ROCM_PLATFORM_MODULE)
+
+
+def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, max_seq_len, scale, sliding_window,
+               alibi_slopes, sinks, device):
+    import torch
+
+    query, key_cache, value_cache, block_table, seq_lens, alibi_slopes, sinks = (
+        _on(device, t) for t in (query, key_cache, value_cache, block_table, seq_lens, alibi_slopes, sinks))
+    out = torch.full_like(query, float("nan"))
+    one = torch.tensor(1.0, dtype=torch.float32, device=device)
+    module.chunked_prefill_paged_decode(
+        query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
+        value_cache=value_cache, block_table=block_table,
+        query_start_loc=torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device), seq_lens=seq_lens,
+        max_seq_len=max_seq_len, max_query_len=1, k_scale=one, v_scale=one, alibi_slopes=alibi_slopes,
+        sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out.cpu()
+
+
+def paged_decode_runs(cases: list[dict]) -> list[dict]:
+    """For each case (one decode batch for ``chunked_prefill_paged_decode``, as the judge built it):
+    ``{"returned": output}`` or ``{"raised": type, "message": text}``."""
+    _import_rocm_platform_helpers()
+    module = import_module(PAGED_MODULE)
+    return [outcome_of(_run_paged, module, **case) for case in cases]
+

@@ -1,0 +1,191 @@
+"""Paged KV caches whose unwritten slots hold poison, and fp32 attention oracles, for the judge.
+
+A batch is a few sequences, each with ``seq_len`` keys and values written to a paged cache and ``q_len`` queries
+(the last ``q_len`` positions of the sequence). The cache is laid out in physical blocks shuffled by the judge's
+generator; every slot that holds no key of any sequence (the tail of each sequence's last block, the block-table
+entries past a sequence's blocks, the spare blocks) is filled with ``fill``: NaN or an infinity where a test
+asks that nothing past ``seq_len`` is read, finite garbage where a test asks that nothing past it is attended.
+
+The oracle attends over exactly the written keys, in fp32, with the mask each mode defines; it never looks at
+the cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+# The same test body on both devices: CPU through the Triton interpreter, CUDA natively (marked gpu).
+DEVICES = [
+    pytest.param("cpu", id="cpu", marks=pytest.mark.variant),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.variant]),
+]
+
+# What an unwritten slot may hold: freed blocks are never cleared, so any bit pattern, NaN and infinities
+# included, can sit past seq_len. 0 * NaN and 0 * inf are NaN, so a masked-out weight does not neutralise them.
+POISONS = {"nan": float("nan"), "inf": float("inf"), "neg-inf": float("-inf")}
+POISON_IDS = list(POISONS)
+
+HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 32
+
+
+@dataclass
+class Batch:
+    """Queries, the written keys and values per sequence (fp32 copies of what the cache holds), and where they
+    live in the paged cache."""
+
+    q: torch.Tensor                # [sum(q_lens), HEADS, HEAD_SIZE], in the kernel's dtype
+    keys: list[torch.Tensor]       # per sequence [seq_len, KV_HEADS, HEAD_SIZE], fp32
+    values: list[torch.Tensor]
+    q_lens: list[int]
+    seq_lens: list[int]
+    block_size: int
+    block_table: torch.Tensor      # [num_seqs, width] int32: physical block of each logical block
+    num_blocks: int
+    dtype: torch.dtype
+
+    @property
+    def cu_seqlens_q(self) -> torch.Tensor:
+        return torch.tensor([0, *itertools.accumulate(self.q_lens)], dtype=torch.int32)
+
+    @property
+    def seq_lens_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.seq_lens, dtype=torch.int32)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(HEAD_SIZE)
+
+
+def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, block_size: int = 16,
+               dtype: torch.dtype = torch.float32, spare_blocks: int = 2, extra_columns: int = 2) -> Batch:
+    """Draw queries, keys and values with ``gen`` and place each sequence's blocks at shuffled physical blocks.
+
+    The block table is wider than any sequence needs (``extra_columns``); its unused entries point at spare
+    blocks, which hold nothing but ``fill`` (stale blocks of finished requests)."""
+    assert len(q_lens) == len(seq_lens) and all(0 < q <= s for q, s in zip(q_lens, seq_lens))
+    needed = [math.ceil(s / block_size) for s in seq_lens]
+    num_blocks = sum(needed) + spare_blocks
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    spares, order = order[:spare_blocks], order[spare_blocks:]
+    width = max(needed) + extra_columns
+    table = torch.empty(len(seq_lens), width, dtype=torch.int32)
+    for i, n in enumerate(needed):
+        mine, order = order[:n], order[n:]
+        stale = [spares[(i + c) % spare_blocks] for c in range(width - n)]
+        table[i] = torch.tensor(mine + stale, dtype=torch.int32)
+
+    def draw(*shape):
+        # Rounded through the kernel's dtype so the fp32 oracle sees exactly what the cache holds.
+        return torch.randn(*shape, generator=gen).to(dtype).float()
+
+    keys = [draw(s, KV_HEADS, HEAD_SIZE) for s in seq_lens]
+    values = [draw(s, KV_HEADS, HEAD_SIZE) for s in seq_lens]
+    q = draw(sum(q_lens), HEADS, HEAD_SIZE).to(dtype)
+    return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype)
+
+
+def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
+    if isinstance(fill, str) and fill == "garbage":
+        # Finite and loud: attending to one of these slots moves the output far beyond any tolerance.
+        return torch.randn(*shape, generator=gen) * 6.0 + 3.0
+    return torch.full(shape, float(fill))
+
+
+def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key and value caches in the unified-attention layout [num_blocks, block_size, kv_heads, head_size]."""
+    shape = (batch.num_blocks, batch.block_size, KV_HEADS, HEAD_SIZE)
+    k = _fill_like(shape, fill, gen)
+    v = _fill_like(shape, fill, gen)
+    for i, s in enumerate(batch.seq_lens):
+        for pos in range(s):
+            block = int(batch.block_table[i, pos // batch.block_size])
+            k[block, pos % batch.block_size] = batch.keys[i][pos]
+            v[block, pos % batch.block_size] = batch.values[i][pos]
+    return k.to(batch.dtype), v.to(batch.dtype)
+
+
+PAGED_X = 8  # elements per innermost key vector in the paged-decode key layout (16 bytes of fp16)
+
+
+def paged_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key cache [num_blocks, kv_heads, head_size // x, block_size, x] and value cache
+    [num_blocks, kv_heads, head_size, block_size], the layouts ``chunked_prefill_paged_decode`` reads."""
+    bs = batch.block_size
+    k = _fill_like((batch.num_blocks, KV_HEADS, HEAD_SIZE // PAGED_X, bs, PAGED_X), fill, gen)
+    v = _fill_like((batch.num_blocks, KV_HEADS, HEAD_SIZE, bs), fill, gen)
+    for i, s in enumerate(batch.seq_lens):
+        for pos in range(s):
+            block, slot = int(batch.block_table[i, pos // bs]), pos % bs
+            k[block, :, :, slot, :] = batch.keys[i][pos].view(KV_HEADS, HEAD_SIZE // PAGED_X, PAGED_X)
+            v[block, :, :, slot] = batch.values[i][pos]
+    return k.to(batch.dtype), v.to(batch.dtype)
+
+
+def attention_oracle(batch: Batch, *, causal=True, window: int = 0, mm_ranges=None, softcap: float = 0.0,
+                     sinks: torch.Tensor | None = None, alibi: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 attention over each sequence's written keys: [sum(q_lens), HEADS, HEAD_SIZE].
+
+    ``causal`` is a bool or one bool per sequence. ``window`` > 0 keeps keys with ``q - k < window`` (and, for a
+    non-causal sequence, ``k - q < window``). ``mm_ranges`` (per sequence, a list of inclusive ``(start, end)``
+    absolute positions) lets queries and keys inside one range see each other whatever the causal mask says.
+    ``sinks`` adds one logit per head that takes softmax mass and carries no value. ``alibi`` adds
+    ``slope * (k - last position)`` (decode). ``softcap`` > 0 caps scores at ``softcap * tanh(s / softcap)``."""
+    per_seq_causal = causal if isinstance(causal, (list, tuple)) else [bool(causal)] * len(batch.seq_lens)
+    group = HEADS // KV_HEADS
+    out, start = [], 0
+    for i, (ql, s) in enumerate(zip(batch.q_lens, batch.seq_lens)):
+        q = batch.q[start:start + ql].float()                       # [ql, H, D]
+        start += ql
+        k = batch.keys[i].repeat_interleave(group, dim=1)          # [s, H, D]
+        v = batch.values[i].repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * batch.scale  # [H, ql, s]
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
+        qpos = torch.arange(s - ql, s)[:, None]
+        kpos = torch.arange(s)[None, :]
+        allowed = (kpos <= qpos) if per_seq_causal[i] else torch.ones(ql, s, dtype=torch.bool)
+        if window > 0:
+            allowed &= (qpos - kpos) < window
+            if not per_seq_causal[i]:
+                allowed &= (kpos - qpos) < window
+        for a, b in (mm_ranges[i] if mm_ranges else []):
+            if a < b:
+                allowed |= (qpos >= a) & (qpos <= b) & (kpos >= a) & (kpos <= b)
+        if alibi is not None:
+            scores = scores + alibi.float()[:, None, None] * (kpos - (s - 1)).float()[None]
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        if sinks is not None:
+            scores = torch.cat([scores, sinks.float()[:, None, None].expand(HEADS, ql, 1)], dim=-1)
+        probs = torch.softmax(scores, dim=-1)[..., :s]
+        out.append(torch.einsum("hqk,khd->qhd", probs, v))
+    return torch.cat(out)
+
+
+def tolerance(dtype: torch.dtype, device: str) -> dict:
+    """Absolute and relative tolerance: fp32 exact up to summation order on CPU, TF32 dots on a GPU, fp16
+    probabilities and outputs."""
+    if dtype == torch.float16:
+        return {"atol": 2e-2, "rtol": 2e-2}
+    return {"atol": 1e-2, "rtol": 1e-2} if device == "cuda" else {"atol": 1e-4, "rtol": 1e-4}
+
+
+def mismatch(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, device: str) -> str | None:
+    """Why ``got`` is not the oracle's output (non-finite entries first), or None when it is."""
+    got = got.float()
+    bad = ~torch.isfinite(got)
+    if bad.any():
+        tokens = sorted(set(torch.nonzero(bad)[:, 0].tolist()))
+        return (f"{int(bad.sum())} of {got.numel()} output values are not finite (tokens {tokens[:12]}): "
+                "a slot past seq_len was read into the output")
+    tol = tolerance(dtype, device)
+    if not torch.allclose(got, want, **tol):
+        err = (got - want).abs()
+        token = int(torch.nonzero(err == err.max())[0, 0])
+        return (f"output differs from the fp32 reference by up to {float(err.max()):.4g} (token {token}; "
+                f"atol {tol['atol']}, rtol {tol['rtol']})")
+    return None
