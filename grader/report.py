@@ -9,11 +9,12 @@ import re
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from importlib import resources
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader import __version__
+from grader import __version__, scorecard
 from grader.records import SCHEMA_VERSION
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
@@ -60,15 +61,30 @@ def _by_task(results: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(grouped.items()))
 
 
-def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, str]) -> Path:
+STATIC_FILES = ("scorecard.css", "scorecard.js")
+
+
+def copy_static(out: Path) -> None:
+    """The pages' stylesheet and script, from the package into ``out/static`` (the pages load nothing else)."""
+    shipped = resources.files("grader") / "static"
+    for name in STATIC_FILES:
+        atomic_write(out / "static" / name, (shipped / name).read_text(encoding="utf-8"))
+
+
+def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, str],
+               judge: dict[str, str] | None = None) -> Path:
+    """The scorecards: ``index.html`` and one page per candidate under ``candidates/`` (view model:
+    ``grader.scorecard``). ``judge`` maps candidate ids to a judge's overall verdict, shown beside the grader's."""
+    tasks = scorecard.known_tasks()
+    copy_static(out)
     pages = out / "candidates"
     for r in results:
-        html = TEMPLATES.get_template("candidate.html.j2").render(r=r, criteria=CRITERIA, diff=diffs.get(r["id"], ""),
-                                                             run=run_info)
+        view = scorecard.build_candidate(r, diffs.get(r["id"], ""), judge, tasks)
+        html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
         atomic_write(pages / page_name(r["id"]), html)
-    index = TEMPLATES.get_template("index.html.j2").render(groups=_by_task(results), criteria=CRITERIA,
-                                                      page_name=page_name, run=run_info)
-    atomic_write(out / "index.html", index)
+    index = scorecard.build_index(results, page_name, judge, tasks)
+    atomic_write(out / "index.html", TEMPLATES.get_template("index.html.j2").render(index=index, run=run_info,
+                                                                                   static="static/"))
     return out / "index.html"
 
 

@@ -1,0 +1,117 @@
+// Sorting and filtering for the grader's index page. The page is complete without this script: it only shows
+// the filter form (hidden in the HTML), makes table headers sort buttons, and hides rows that do not match.
+(function () {
+  "use strict";
+
+  function cellValue(row, index, type) {
+    var cell = row.children[index];
+    if (!cell) return type === "number" ? -Infinity : "";
+    var raw = cell.hasAttribute("data-sort") ? cell.getAttribute("data-sort") : cell.textContent.trim();
+    if (type === "number") {
+      var n = parseFloat(raw);
+      return isNaN(n) ? -Infinity : n;
+    }
+    return raw.toLowerCase();
+  }
+
+  function compare(a, b) {
+    return a < b ? -1 : a > b ? 1 : 0;
+  }
+
+  // Sort one table's rows by the column of ``header`` (null: back to the order the page listed them in).
+  function sortBy(table, header, ascending) {
+    var index = header ? Array.prototype.indexOf.call(header.parentNode.children, header) : -1;
+    var type = header ? header.getAttribute("data-sort-type") || "text" : "number";
+    table.querySelectorAll("thead th[aria-sort]").forEach(function (th) {
+      th.setAttribute("aria-sort", th === header ? (ascending ? "ascending" : "descending") : "none");
+    });
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows).map(function (row) {
+      var position = Number(row.getAttribute("data-position"));
+      return { row: row, key: header ? cellValue(row, index, type) : position, position: position };
+    });
+    rows.sort(function (x, y) {
+      var order = compare(x.key, y.key);
+      return (ascending ? order : -order) || x.position - y.position;
+    });
+    rows.forEach(function (item) { body.appendChild(item.row); });
+  }
+
+  function sortAll(key, ascending) {
+    document.querySelectorAll("table.sortable").forEach(function (table) {
+      var header = key ? table.querySelector('thead th[data-key="' + key + '"]') : null;
+      if (!key || header) sortBy(table, header, ascending);
+    });
+  }
+
+  function makeSortable(table) {
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (row, position) {
+      row.setAttribute("data-position", String(position));
+    });
+    table.querySelectorAll("thead th").forEach(function (header) {
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "sort";
+      while (header.firstChild) button.appendChild(header.firstChild);
+      header.appendChild(button);
+      header.setAttribute("aria-sort", "none");
+      button.addEventListener("click", function () {
+        sortBy(table, header, header.getAttribute("aria-sort") !== "ascending");
+      });
+    });
+  }
+
+  function value(id) {
+    var element = document.getElementById(id);
+    return element ? element.value : "";
+  }
+
+  function applyFilters() {
+    var text = value("filter-text").trim().toLowerCase();
+    var task = value("filter-task");
+    var verdict = value("filter-verdict");
+    var run = value("filter-run");
+    var agreement = value("filter-agreement");
+    var shown = 0, total = 0;
+    document.querySelectorAll("section.task").forEach(function (section) {
+      var taskMatches = !task || section.getAttribute("data-task") === task;
+      var visible = 0;
+      var rows = section.querySelectorAll("table.results tbody tr");
+      rows.forEach(function (row) {
+        var match = taskMatches &&
+          (!verdict || row.getAttribute("data-verdict") === verdict) &&
+          (!run || row.getAttribute("data-run") === run) &&
+          (!agreement || row.getAttribute("data-agreement") === agreement) &&
+          (!text || row.textContent.toLowerCase().indexOf(text) !== -1);
+        row.hidden = !match;
+        if (match) visible += 1;
+      });
+      total += rows.length;
+      shown += visible;
+      section.hidden = visible === 0;
+      var note = section.querySelector("[data-shown]");
+      if (note) note.textContent = visible === rows.length ? "" : visible + " of " + rows.length + " shown";
+    });
+    var count = document.getElementById("filter-count");
+    if (count) count.textContent = shown + " of " + total + " candidates shown";
+  }
+
+  function start() {
+    document.querySelectorAll("table.sortable").forEach(makeSortable);
+    var form = document.getElementById("filters");
+    if (!form) return;
+    form.hidden = false;
+    form.addEventListener("submit", function (event) { event.preventDefault(); });
+    form.addEventListener("input", applyFilters);
+    form.addEventListener("change", function (event) {
+      if (event.target.id === "sort-key" || event.target.id === "sort-order") {
+        sortAll(value("sort-key"), value("sort-order") !== "descending");
+      }
+      applyFilters();
+    });
+    applyFilters();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,492 @@
+"""The HTML scorecards: the view model (reasons, totals, agreement, skip collapsing, hunk linking), the pages
+written for every kind of result (escaped), and the pages in headless Chromium at 1280 and 390 px."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from grader.calibrate import candidate_id
+from grader.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.report import page_name, write_html
+from grader.rubric import all_tasks
+from grader.scorecard import (CHROMIUM_FLAGS, agreement, build_candidate, build_diff, build_index, collapse_skips,
+                              named_places, reason, system_chromium, verdict_sentence)
+
+from conftest import SEED
+
+TASK = "int8-kv-rounding"  # core: c1
+FILE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
+HIDDEN = f"{TASK}/tests/test_int8_rounding.py"
+GPU_SKIP = "Skipped: needs a CUDA GPU: GPU evidence is switched off for this run"
+
+
+def check(test: str, status: str, claim: str = "", message: str = "", weight: float = 1.0) -> dict:
+    entry = {"test": f"{HIDDEN}::{test}", "status": status, "weight": weight, "claim": claim, "kinds": []}
+    if message:
+        entry["message"] = message
+    return entry
+
+
+def pytest_failure(assertion: str, frames: list[tuple[str, int]] = ()) -> str:
+    """A failure message the way pytest writes one: source, frames of a traceback, E lines, the test's place."""
+    trace = "".join(f'E     File "<scratch>/import-root/{path}", line {line}, in kernel\n' for path, line in frames)
+    return (f"    def test_it(subject):\n>       assert stored == expected, {assertion!r}\n"
+            f"E       AssertionError: {assertion}\nE       assert 2 == 3\n{trace}\n{HIDDEN}:70: AssertionError")
+
+
+def criterion(cid: str, status: str, score: float | None, evidence: list[dict], rationale: str = "",
+              coverage: float = 1.0, not_run: dict | None = None) -> CriterionResult:
+    return CriterionResult(cid, f"title of {cid}", score, status, rationale or f"{status} per its checks", evidence,
+                           coverage, not_run or {})
+
+
+DIFF = f"""diff --git a/{FILE} b/{FILE}
+index 1111111..2222222 100644
+--- a/{FILE}
++++ b/{FILE}
+@@ -10,3 +10,5 @@ def store(x):
+     a = 1
++    b = 2
++    c = 3
+     d = 4
+@@ -40,4 +42,4 @@ def kernel(x):
+     e = 5
+-    f = x.to(tl.int8)
++    f = tl.extra.cuda.libdevice.rint(x).to(tl.int8)
+     g = 7
+"""
+
+
+def apply_report(second: str = "applied", detail: str = "", truncated: bool = False) -> ApplyReport:
+    hunks = [HunkReport("@@ -10,3 +10,5 @@ def store(x):", "applied"), HunkReport("@@ -40,4 +42,4 @@ def kernel(x):",
+                                                                             second, detail)]
+    status = "applied" if second == "applied" else "partial"
+    return ApplyReport(status, "git apply", [FileReport(FILE, "modified", hunks)], truncated,
+                       "truncated hunks were dropped" if truncated else "")
+
+
+def result(cid: str = "cand-1", verdict: str = "partial", criteria: dict | None = None, apply=None,
+           task: str | None = TASK, score: float | None = 0.6, **extra) -> dict:
+    criteria = criteria if criteria is not None else {
+        "c1": criterion("c1", "met", 1.0, [check("test_rounds", "passed", "Keys are rounded")]),
+        "c2": criterion("c2", "met", 1.0, [check("test_clamped", "passed", "Stays clamped")]),
+        "c3": criterion("c3", "unmet", 0.0, [check("test_values_rounded", "failed", "Values are rounded to nearest",
+                                                   pytest_failure("value cache truncates 2.625 to 2"))]),
+        "c4": criterion("c4", "not_evaluated", None, [check("test_fp8", "skipped", message=GPU_SKIP)] * 3,
+                        "not evaluated: needs a CUDA GPU; 3 check(s) not run", 0.0, {"gpu": 3}),
+        "c5": criterion("c5", "met", 1.0, [check("test_negative", "passed", "Negatives round")]),
+    }
+    return CandidateResult(cid, task, f"{cid}.diff", verdict, score, criteria,
+                           apply if apply is not None else apply_report(),
+                           "The patch rounds `x.to(tl.int8)` first. Value rounding is missing (\"c3. cut\").",
+                           **extra).to_json()
+
+
+# ---------------------------------------------------------------- reasons
+
+
+def test_reason_names_the_core_criterion_before_an_earlier_non_core_one():
+    core_partial = result(criteria={
+        "c1": criterion("c1", "partial", 0.5, [check("test_rounds", "failed", "Keys are rounded to nearest",
+                                                    pytest_failure("2.625 stored as 2"))]),
+        "c2": criterion("c2", "unmet", 0.0, [check("test_clamped", "failed", "Results stay clamped",
+                                                   pytest_failure("300 stored as 44"))]),
+    })
+    text = reason(core_partial, {"c1"})
+    assert text == "c1: \u201cKeys are rounded to nearest\u201d does not hold"
+    # Without the rubric's core marks, unmet comes before partial.
+    assert reason(core_partial, set()).startswith("c2: \u201cResults stay clamped\u201d")
+
+
+def test_reason_skips_a_conditional_criterion_that_lost_only_to_its_anchor():
+    anchored = result(criteria={
+        "c2": criterion("c2", "unmet", 0.0, [check("t", "passed")], "anchor c1 (fix) is unmet: no credit"),
+        "c3": criterion("c3", "partial", 0.5, [check("test_v", "failed", "Values round", pytest_failure("no"))]),
+    })
+    assert reason(anchored, {"c1"}) == "c3: \u201cValues round\u201d does not hold"
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"verdict": "error", "score": None, "error": "subject crashed\nTraceback ...", "criteria": {}},
+     "error: subject crashed"),
+    ({"run_status": "timed_out"}, "timed out; c3: \u201cValues are rounded to nearest\u201d does not hold"),
+    ({"run_status": "interrupted"}, "interrupted; c3: "),
+    ({"run_status": "environment_error", "error": "no base tree", "verdict": "error", "criteria": {}},
+     "error: no base tree; environment error: no base tree"),
+    ({"verdict": "no_diff", "criteria": {}, "apply": ApplyReport("empty", message="the candidate has no diff")},
+     "no diff to grade"),
+    ({"verdict": "fail", "criteria": {}, "apply": ApplyReport("failed", message="error: corrupt patch at line 9")},
+     "apply failed: error: corrupt patch at line 9"),
+    ({"verdict": "fail", "criteria": {}, "apply": ApplyReport("rejected", message="path escapes the tree")},
+     "apply rejected: path escapes the tree"),
+    ({"apply": apply_report("truncated", "cut off after 3 lines; not applied", truncated=True)},
+     "truncated preview: 1 of 2 hunks cut off; c3: "),
+    ({"run_status": "apply_partial", "apply": apply_report("failed", "context not found (tried at line 40)")},
+     "applied in part: 1 of 2 hunks failed; c3: "),
+])
+def test_reason_says_what_kept_the_row_from_full(changes, expected):
+    r = result()
+    r.update({k: asdict(v) if isinstance(v, ApplyReport) else v for k, v in changes.items()})
+    assert reason(r, {"c1"}).startswith(expected)
+
+
+def test_reason_of_a_partial_without_failures_names_what_was_not_evaluated_and_full_has_none():
+    only_gpu_missing = result(criteria={"c1": criterion("c1", "met", 1.0, []),
+                                        "c4": criterion("c4", "not_evaluated", None, [], coverage=0.0)})
+    assert reason(only_gpu_missing, {"c1"}) == "not evaluated: c4"
+    full = result(verdict="full", criteria={"c1": criterion("c1", "met", 1.0, [])})
+    assert reason(full, {"c1"}) == ""
+
+
+# ---------------------------------------------------------------- index: totals, columns, agreement
+
+
+def test_index_groups_by_task_counts_verdicts_and_puts_results_without_task_last():
+    results = [result("b", "fail"), result("a", "partial"), result("c", "fail"),
+               result("empty", "no_diff", criteria={}, task=None, apply=ApplyReport("empty"))]
+    index = build_index(results, page_name)
+    assert [t.task for t in index.tables] == [TASK, "(no task)"]
+    table = index.tables[0]
+    assert [r.id for r in table.rows] == ["a", "b", "c"]
+    assert table.totals == [("partial", 1), ("fail", 2)]
+    assert index.totals == [("partial", 1), ("fail", 2), ("no_diff", 1)]
+    rubric = all_tasks()[TASK]
+    assert [(c.id, c.title, c.core) for c in table.columns] == \
+        [(c.id, c.title, c.core) for c in rubric.criteria.values()]
+    assert index.tables[1].columns == []
+    assert table.rows[0].page == page_name("a")
+    assert not index.has_judge
+
+
+def test_a_task_without_a_rubric_takes_its_columns_from_its_results():
+    index = build_index([result("x", task="not-a-task")], page_name)
+    assert [(c.id, c.title, c.core) for c in index.tables[0].columns] == \
+        [(f"c{i}", f"title of c{i}", False) for i in range(1, 6)]
+
+
+def test_agreement_with_the_judge():
+    assert agreement("partial", "partial") == "agree"
+    assert agreement("fail", "partial") == "disagree"
+    assert agreement("error", "full") == "not_compared"
+    assert agreement("full", None) is None
+    judge = {"a": "partial", "b": "full", "z": "full"}
+    index = build_index([result("a", "partial"), result("b", "fail"), result("c", "fail")], page_name, judge)
+    assert [(r.judge, r.agreement) for r in index.tables[0].rows] == \
+        [("partial", "agree"), ("full", "disagree"), (None, None)]
+    assert index.tables[0].judged == (1, 2) and index.judged == (1, 2)
+
+
+@pytest.mark.skipif(not (SEED / "judge-labels.json").is_file(), reason="the seed's judge labels are not here")
+def test_judge_verdicts_from_the_seed_labels_meet_the_bundle_ids():
+    labels = json.loads((SEED / "judge-labels.json").read_text())
+    judge = {candidate_id("graded-candidates", e["bundle_position"]): e["overall"] for e in labels["entries"]}
+    first = labels["entries"][0]
+    cid = candidate_id("graded-candidates", first["bundle_position"])
+    other = "fail" if first["overall"] != "fail" else "full"
+    rows = build_index([result(cid, first["overall"]), result(candidate_id("graded-candidates", 1), other)],
+                       page_name, judge).tables[0].rows
+    assert rows[0].judge == first["overall"] and rows[0].agreement == "agree"
+    assert rows[1].judge == labels["entries"][1]["overall"]
+
+
+# ---------------------------------------------------------------- candidate page: skips, sentences, requirements
+
+
+def test_identical_skip_messages_collapse_into_one_line_with_a_count():
+    evidence = [check(f"t{i}", "skipped", message=GPU_SKIP) for i in range(5)] + \
+        [check("u", "skipped", message="Skipped: variant: needs a CUDA GPU"), check("v", "passed"),
+         check("w", "skipped", message=GPU_SKIP)]
+    groups = collapse_skips(evidence)
+    assert [(g.message, g.count) for g in groups] == \
+        [("needs a CUDA GPU: GPU evidence is switched off for this run", 6), ("variant: needs a CUDA GPU", 1)]
+    assert groups[0].tests[-1].endswith("::w")
+    page = build_candidate(result(), DIFF)
+    c4 = next(c for c in page.criteria if c.id == "c4")
+    assert c4.evidence == [] and [(g.count, g.message) for g in c4.skips] == \
+        [(3, "needs a CUDA GPU: GPU evidence is switched off for this run")]
+    assert c4.not_run == [("gpu", 3)]
+
+
+@pytest.mark.parametrize(("summary", "first"), [
+    ("The patch edits `a.b()`. c5 is not met.", "The patch edits `a.b()`."),
+    ('Core c1 is not met: "x. y" does not hold (a. b). Verdict fail.', 'Core c1 is not met: "x. y" does not hold (a. b).'),
+    ("One sentence only", "One sentence only"),
+    ("", ""),
+])
+def test_the_verdict_sentence_is_the_summarys_first(summary, first):
+    assert verdict_sentence(summary) == first
+
+
+def test_candidate_page_carries_the_rubric_requirement_and_the_first_failing_assertion():
+    page = build_candidate(result(), DIFF)
+    rubric = all_tasks()[TASK].criteria
+    by_id = {c.id: c for c in page.criteria}
+    assert by_id["c3"].requires == rubric["c3"].requires and by_id["c1"].core
+    assert by_id["c3"].first_failure.assertion == "value cache truncates 2.625 to 2"
+    assert by_id["c1"].first_failure is None
+    assert page.headline == "The patch rounds `x.to(tl.int8)` first."
+    assert page.rest_of_summary.startswith("Value rounding is missing")
+
+
+# ---------------------------------------------------------------- linking evidence to hunks
+
+
+def linked(message: str, apply=None, diff: str = DIFF):
+    r = result(criteria={"c3": criterion("c3", "unmet", 0.0, [check("test_v", "failed", "Values round", message)])},
+               apply=apply)
+    page = build_candidate(r, diff)
+    return page, page.criteria[0].evidence[0]
+
+
+def test_a_traceback_line_inside_a_landed_hunk_links_to_that_hunk():
+    # Hunk 2 landed at new lines 42..45; line 43 is its added line.
+    page, ev = linked(pytest_failure("no", [(FILE, 43)]))
+    hunk = page.diff.files[0].hunks[1]
+    assert [(ref.target, ref.line) for ref in ev.places] == [(hunk.anchor, 43)]
+    assert hunk.named_lines == {43} and [ref.evidence_anchor for ref in hunk.evidence] == [ev.anchor]
+    assert next(line for line in hunk.lines if line.tree == 43).kind == "add"
+    assert page.diff.files[0].criteria == ["c3"]
+
+
+def test_pytest_style_path_and_line_link_too_and_a_line_outside_every_hunk_links_the_file():
+    page, ev = linked(f"E   ValueError: bad\n\n../../import-root/{FILE}:11: ValueError\n{FILE}:300: in f")
+    diff_file = page.diff.files[0]
+    assert [(ref.target, ref.line) for ref in ev.places] == [(diff_file.hunks[0].anchor, 11),
+                                                             (diff_file.anchor, 300)]
+    assert ev.places[1].label.endswith("(outside the diff's hunks)")
+
+
+@pytest.mark.parametrize("message", [
+    f"{HIDDEN}:70: AssertionError",                               # the hidden test, not the candidate's file
+    f"../grader/sandbox/{FILE}:43: ProbeRaised",                  # under the grader's own folder
+    f'File "/x/my{FILE}", line 43',                               # a longer name that ends the same way
+    f"{FILE}c:43",                                                # a longer name that starts the same way
+    "E   AssertionError: value cache truncates",                 # no file at all
+])
+def test_messages_that_do_not_name_the_candidates_file_link_nothing(message):
+    page, ev = linked(message)
+    assert ev.places == [] and page.diff.files[0].criteria == [] and page.unlinked_evidence == 1
+
+
+def test_a_hidden_test_path_does_not_stand_for_a_candidate_test_of_the_same_name():
+    assert named_places(f"{HIDDEN}:70: AssertionError", "tests/test_int8_rounding.py", {TASK}) == []
+    assert named_places("tests/test_int8_rounding.py:70: AssertionError", "tests/test_int8_rounding.py",
+                        {TASK}) == [70]
+
+
+def test_a_hunk_that_did_not_land_links_through_the_bases_lines_moved_by_the_hunks_above():
+    # Hunk 1 landed and added 2 lines, hunk 2 was cut: the tree holds the base's old line 41 at line 43.
+    page, ev = linked(pytest_failure("no", [(FILE, 43)]),
+                      apply=apply_report("truncated", "cut off after 3 lines; not applied", truncated=True))
+    hunk = page.diff.files[0].hunks[1]
+    named = next(line for line in hunk.lines if line.tree == 43)
+    assert (named.kind, named.old, named.text.strip()) == ("del", 41, "-    f = x.to(tl.int8)")
+    assert [ref.target for ref in ev.places] == [hunk.anchor]
+    # The cut hunk's added line is not in the tree, so nothing numbers it.
+    assert next(line for line in hunk.lines if line.kind == "add").tree is None
+
+
+def test_a_hunk_that_landed_elsewhere_is_numbered_where_it_landed():
+    page, ev = linked(pytest_failure("no", [(FILE, 48)]), apply=apply_report("offset", "applied at line 47 "
+                                                                                        "(offset 5 lines)"))
+    hunk = page.diff.files[0].hunks[1]
+    assert [line.tree for line in hunk.lines] == [47, None, 48, 49]
+    assert [ref.target for ref in ev.places] == [hunk.anchor]
+
+
+def test_without_an_apply_report_for_a_hunk_only_the_file_is_linked():
+    page, ev = linked(pytest_failure("no", [(FILE, 43)]), apply=ApplyReport("failed", message="x"))
+    assert all(line.tree is None for h in page.diff.files[0].hunks for line in h.lines)
+    assert [ref.target for ref in ev.places] == [page.diff.files[0].anchor]
+
+
+def test_the_diff_view_keeps_stray_lines_and_hunks_the_preview_cut_inside_the_header():
+    apply = {"status": "partial", "truncated": True, "files": [
+        {"path": FILE, "change": "modified", "hunks": [
+            {"header": "@@ -10,3 +10,5 @@ def store(x):", "status": "applied", "detail": ""},
+            {"header": "@@ -40,4 +42,4 @@ def kernel(x):", "status": "applied", "detail": ""}]},
+        {"path": "vllm/b.py", "change": "modified",
+         "hunks": [{"header": "", "status": "truncated", "detail": "cut off inside the file header; no hunk shown"}]}]}
+    view = build_diff("A preamble line\n" + DIFF + "diff --git a/vllm/b.py b/vllm/b.py\n", apply)
+    assert view.stray_lines == 1
+    assert [f.path for f in view.files] == [FILE, "vllm/b.py"]
+    assert [h.status for h in view.files[0].hunks] == ["applied", "applied"]
+    assert [u["detail"] for u in view.files[1].unshown] == ["cut off inside the file header; no hunk shown"]
+    assert view.hunk_statuses == [("applied", 2)]
+
+
+# ---------------------------------------------------------------- the pages as written
+
+
+HOSTILE_ID = 'x"><script>alert(1)</script>'
+HOSTILE_DIFF = DIFF.replace("    e = 5", "    e = '</script><img src=x onerror=alert(2)>'")
+
+
+def every_kind_of_result() -> list[dict]:
+    hostile = result(HOSTILE_ID, "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [
+        check("t<b>", "failed", "claim </script><b>", "E   AssertionError: <img src=x onerror=alert(3)>")])})
+    hostile["summary"] = "Summary </script><script>alert(4)</script>."
+    cut = apply_report("truncated", "cut off after 3 lines; not applied", truncated=True)
+    return [
+        result("full-one", "full", criteria={c: criterion(c, "met", 1.0, [check(f"t_{c}", "passed", "ok")])
+                                             for c in ("c1", "c2", "c3", "c4", "c5")}, score=1.0),
+        result("partial-one", score=0.8), hostile,
+        result("errored", "error", criteria={}, error="subject crashed: ImportError", score=None),
+        result("timed", "partial", run_status="timed_out", score=0.7),
+        result("cut", "fail", apply=cut, score=0.3),
+        result("apply-failed", "fail", criteria={}, apply=ApplyReport("failed", message="corrupt patch at line 3"),
+               score=0.0),
+        result("half-applied", "partial", run_status="apply_partial", score=0.5,
+               apply=apply_report("failed", "context not found (tried at line 40)")),
+        result("empty", "no_diff", criteria={}, task=None, apply=ApplyReport("empty", message="no diff"), score=None),
+    ]
+
+
+def write_every_kind(out: Path, judge: dict | None = None) -> Path:
+    results = every_kind_of_result()
+    diffs = {r["id"]: HOSTILE_DIFF if r["id"] == HOSTILE_ID else DIFF for r in results if r["id"] != "empty"}
+    run = {"grader_version": "x", "gpu": "off", "candidates": len(results) + 1,
+           "incomplete": {"reason": "interrupted by SIGINT", "not_graded": ["never</script>"]}}
+    return write_html(out, results, run, diffs, judge)
+
+
+def test_every_page_is_written_escaped_and_loads_only_its_own_files(tmp_path):
+    index = write_every_kind(tmp_path)
+    pages = [index] + sorted((tmp_path / "candidates").iterdir())
+    assert len(pages) == 10
+    for page in pages:
+        html = page.read_text()
+        assert "<script>alert" not in html and "<img src=x" not in html, page.name
+        assert "</script><" not in html.replace('></script>\n', ">")
+        assert 'name="viewport"' in html and "Content-Security-Policy" in html
+        assert not re.search(r'(?:src|href)="(?:https?:)?//', html), "a page loads something from elsewhere"
+        assert "This run is incomplete" in html and "never&lt;/script&gt;" in html
+    assert (tmp_path / "static" / "scorecard.css").is_file() and (tmp_path / "static" / "scorecard.js").is_file()
+    hostile = (tmp_path / "candidates" / page_name(HOSTILE_ID)).read_text()
+    assert "x&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in hostile
+    assert "&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in hostile
+
+
+def test_the_index_shows_criterion_titles_core_marks_reasons_and_no_judge_column_without_a_judge(tmp_path):
+    html = write_every_kind(tmp_path).read_text()
+    for criterion_ in all_tasks()[TASK].criteria.values():
+        assert f'<span class="ctitle">{criterion_.title}</span>' in html
+    assert html.count('<span class="core"') == 2  # c1 of the task, and the legend below the tables
+    assert "truncated preview: 1 of 2 hunks cut off" in html and "apply failed: corrupt patch at line 3" in html
+    assert "error: subject crashed: ImportError" in html
+    assert 'data-key="judge"' not in html and 'id="filter-agreement"' not in html
+    judged = write_every_kind(tmp_path / "judged", {"full-one": "full", "partial-one": "fail"}).read_text()
+    assert judged.count('data-key="judge"') == 2  # both tables
+    assert "✓ agrees" in judged and "✗ differs" in judged
+
+
+def test_a_candidate_page_shows_hunk_badges_and_links_evidence_to_its_hunk(tmp_path):
+    r = result("linked", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [
+        check("test_v", "failed", "Values round", pytest_failure("truncates", [(FILE, 43)]))])},
+        apply=apply_report("fuzz", "applied at line 42 with fuzz 1"))
+    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"linked": DIFF})
+    html = (tmp_path / "candidates" / page_name("linked")).read_text()
+    assert '<span class="badge h-applied">applied</span>' in html and '<span class="badge h-fuzz">fuzz</span>' in html
+    assert '<a class="place" href="#hunk-1-2">triton_reshape_and_cache_flash.py:43</a>' in html
+    assert '<a href="#ev-c3-1">c3 test_v (line 43)</a>' in html
+    assert re.search(r'<span class="add named" data-new="43">\+    f = tl\.extra', html)
+    assert 'failing checks of <a href="#crit-c3">c3</a> name this file' in html
+    assert all_tasks()[TASK].criteria["c3"].requires in html.replace("&#39;", "'").replace("&#34;", '"')
+
+
+# ---------------------------------------------------------------- in a browser
+
+CHROMIUM = system_chromium()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (make browser installs it)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS))
+        yield launched
+        launched.close()
+
+
+def open_page(browser, path: Path, width: int, javascript: bool = True):
+    context = browser.new_context(viewport={"width": width, "height": 900}, java_script_enabled=javascript)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, problems
+
+
+def visible_ids(page, task: str = TASK) -> list[str]:
+    return page.eval_on_selector_all(f'section.task[data-task="{task}"] tbody tr:not([hidden]) th.cand',
+                                     "cells => cells.map(c => c.textContent.trim())")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_pages_load_clean_and_never_scroll_sideways(browser, tmp_path, width):
+    index = write_every_kind(tmp_path, {"full-one": "full", "partial-one": "fail"})
+    for path in [index] + sorted((tmp_path / "candidates").iterdir()):
+        page, problems = open_page(browser, path, width)
+        assert problems == [], (path.name, problems)
+        overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+        assert overflow <= 0, f"{path.name} at {width} px scrolls {overflow} px sideways"
+        assert page.evaluate("document.title")
+        page.context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_sorting_and_filtering_reorder_and_hide_rows(browser, tmp_path, width):
+    index = write_every_kind(tmp_path)
+    page, problems = open_page(browser, index, width)
+    listed = visible_ids(page)
+    assert listed == sorted(listed) and len(listed) == 8
+    scores = "rows => rows.map(r => Number(r.children[2].getAttribute('data-sort')))"
+    selector = f'section.task[data-task="{TASK}"] tbody tr'
+    if width >= 1280:
+        header = page.locator(f'section.task[data-task="{TASK}"] th[data-key="verdict"] button')
+        header.click()
+        ranks = page.eval_on_selector_all(selector, "rows => rows.map(r => Number(r.children[1].dataset.sort))")
+        assert ranks == sorted(ranks) and visible_ids(page)[0] == "full-one"
+        header.click()
+        ranks = page.eval_on_selector_all(selector, "rows => rows.map(r => Number(r.children[1].dataset.sort))")
+        assert ranks == sorted(ranks, reverse=True)
+    page.select_option("#sort-key", "score")
+    page.select_option("#sort-order", "descending")
+    assert page.eval_on_selector_all(selector, scores) == [1.0, 0.8, 0.7, 0.6, 0.5, 0.3, 0.0, -1]
+    assert visible_ids(page)[:3] == ["full-one", "partial-one", "timed"]
+    page.fill("#filter-text", "timed")
+    assert visible_ids(page) == ["timed"]
+    assert page.locator("#filter-count").text_content() == "1 of 9 candidates shown"
+    assert page.locator('section.task[data-task="(no task)"]').is_hidden()
+    page.fill("#filter-text", "")
+    page.select_option("#filter-verdict", "fail")
+    assert sorted(visible_ids(page)) == sorted(["apply-failed", "cut", HOSTILE_ID])
+    page.select_option("#filter-verdict", "")
+    page.select_option("#filter-run", "apply_partial")
+    assert visible_ids(page) == ["half-applied"]
+    page.select_option("#filter-run", "")
+    page.select_option("#filter-task", "(no task)")
+    assert visible_ids(page) == [] and visible_ids(page, "(no task)") == ["empty"]
+    assert problems == []
+    page.context.close()
+
+
+@pytest.mark.browser
+def test_without_javascript_every_row_shows_and_the_filter_form_stays_hidden(browser, tmp_path):
+    page, problems = open_page(browser, write_every_kind(tmp_path), 1280, javascript=False)
+    assert len(visible_ids(page)) == 8 and page.locator("#filters").is_hidden()
+    assert page.locator("table.results").first.is_visible()
+    assert problems == []
+    page.context.close()
