@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from grader.report import comparable  # noqa: E402
+
 DEFAULT_INPUT = REPO / "candidates" / "xpu-kv-cache-dtypes"
 
 RAY_PROBE = """
@@ -53,17 +57,14 @@ print(json.dumps({"import_s": t1 - t0, "init_s": t2 - t1, "first_task_s": t3 - t
 """
 
 
-def comparable(results_json: Path) -> list[dict]:
-    doc = json.loads(results_json.read_text())
-    for candidate in doc["candidates"]:
-        candidate.pop("timings", None)
-    return doc["candidates"]
+def comparable_results(results_json: Path) -> list[dict]:
+    """The candidates of a results.json without the fields that vary between identical runs."""
+    return comparable(json.loads(results_json.read_text()))["candidates"]
 
 
 def subset(path: Path, limit: int | None, work: Path) -> tuple[Path, int]:
     """A directory's first ``limit`` diffs (all without ``--limit``), copied under the same folder name so that a
     task folder keeps its task; any other input (a bundle, a single diff) as it is."""
-    sys.path.insert(0, str(REPO))
     from grader.ingest import ingest
 
     if path.is_dir():
@@ -104,8 +105,8 @@ def main() -> int:
         probe = subprocess.run([sys.executable, "-c", RAY_PROBE, str(args.jobs)], capture_output=True, text=True,
                                cwd=REPO)
         ray_costs = json.loads(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 else {}
-        reference = comparable(work / "local" / "results.json")
-        same = all(comparable(work / name / "results.json") == reference for name in modes)
+        reference = comparable_results(work / "local" / "results.json")
+        same = all(comparable_results(work / name / "results.json") == reference for name in modes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,17 +1,26 @@
-"""Grading throughput on one machine, in one run: naive vs warm workers vs a fully cached re-run.
+"""Grading latency and throughput on one machine, every mode side by side in one run.
 
-    python bench/throughput.py [BUNDLE] [--jobs N] [--limit K] [--baseline REV]
+    python bench/throughput.py [BUNDLE] [--jobs N] [--limit K] [--repeat R] [--baseline REV] [--json FILE]
 
-- naive:  one fresh ``python -m pytest`` process per candidate, serial, no caches (``--cold --no-cache --jobs 1``)
-- cold:   warm fork-server workers, ``--jobs N``, empty result and evidence caches
-- cached: the same command again, everything served from the caches
-- baseline (with ``--baseline REV``): the warm mode of the grader as it was at git revision REV (checked out into
-  a temporary worktree, its own rubrics and hidden tests), on the same inputs, right after the warm mode: the
-  cost of a change to the engine, side by side in one run
+Modes over the bundle (each ``grade.py BUNDLE --gpu off`` as a subprocess, with its own GRADER_CACHE into which
+the built bases are linked, so base building is never timed):
 
-Each mode runs ``grade.py`` as a subprocess with its own GRADER_CACHE (bases copied in, so base building is not
-timed) and output folder. Prints candidates per minute and the ratios, and checks that every mode wrote the same
-results.json apart from timing fields.
+- naive:     one fresh interpreter per candidate, serial, no caches (``--cold --no-cache --jobs 1``)
+- warm:      warm fork-server workers, ``--jobs N``, empty result and evidence caches
+- fresh-out: the warm command again into a new ``--out``: nothing stored there, every candidate found in the
+             evidence cache by its diff key (target: at most 3 s for the seed bundle)
+- stored:    the warm command again into the same ``--out``: every result from the results store
+- baseline:  (``--baseline REV`` or ``--baseline-dir``) the warm mode of the grader at another revision
+
+and for one small candidate (``--small DIFF --small-task TASK``; its base built, caches empty):
+
+- small:       ``grade.py DIFF --task TASK --no-cache --jobs 1`` into a new ``--out``
+- small-tests: ``grade.py run-tests --task TASK --tree T`` on the same diff applied by git to a copy of the base:
+               the task's hidden tests alone, in the grader's sandbox (target: small at most 2x this)
+
+``--repeat R`` runs the cheap modes (fresh-out, stored, small, small-tests) R times, interleaved, and prints
+min/median/max; naive, warm and baseline run once each. Every mode over the bundle must write the same
+results.json apart from the fields that vary between identical runs (``grader.report.comparable``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,42 +37,43 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from grader.report import comparable, differences  # noqa: E402
+
 DEFAULT_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
+DEFAULT_SMALL = REPO / "candidates" / "int8-kv-rounding" / "key-only.diff"
+CHEAP = ("fresh-out", "stored", "small", "small-tests")
 
 
-def comparable(results_json: Path) -> list[dict]:
-    doc = json.loads(results_json.read_text())
-    for candidate in doc["candidates"]:
-        candidate.pop("timings", None)
-    return doc["candidates"]
-
-
-def differences(a, b, where: str = "") -> list[str]:
-    """Where two JSON values differ, as paths (for the report when modes disagree)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
-    return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
-
-
-def run_mode(name: str, bundle: Path, out: Path, cache: Path, extra: list[str], repo: Path = REPO) -> float:
+def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] = (0, 1)) -> float:
+    """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE."""
     env = dict(os.environ, GRADER_CACHE=str(cache))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(repo / "grade.py"), str(bundle), "--out", str(out), "--gpu", "off",
-                           *extra], env=env, capture_output=True, text=True, cwd=repo)
+    proc = subprocess.run([sys.executable, str(repo / "grade.py"), *argv], env=env, capture_output=True, text=True,
+                          cwd=repo)
     elapsed = time.monotonic() - started
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in ok:
         sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(f"{name}: grade.py exited with {proc.returncode}")
+        raise SystemExit(f"grade.py {' '.join(argv[:3])}... exited with {proc.returncode}")
     return elapsed
+
+
+def fresh_cache(work: Path, name: str, source: Path) -> Path:
+    """A GRADER_CACHE of its own with the already built bases and sdists linked in (never timed)."""
+    cache = work / f"cache-{name}"
+    if not cache.exists():
+        cache.mkdir()
+        for part in ("sdists", "bases"):
+            if (source / part).exists():
+                (cache / part).symlink_to(source / part)
+    return cache
 
 
 def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
     """The first ``limit`` entries of a bundle (a prefix of its records), or the bundle itself."""
     if not limit:
         return bundle
-    sys.path.insert(0, str(REPO))
     from grader.ingest import parse_bundle
 
     keep = parse_bundle(bundle)[:limit]
@@ -75,11 +86,46 @@ def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
     return target
 
 
+def patched_tree(task_id: str, diff: Path, work: Path) -> Path:
+    """A copy of the task's built base with ``diff`` applied by git (what run-tests is pointed at)."""
+    from grader.checkout import build_base
+    from grader.rubric import all_tasks
+
+    task = all_tasks()[task_id]
+    base = build_base(task.id, task.base)
+    tree = work / f"tree-{task_id}"
+    shutil.copytree(base.path, tree, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+    subprocess.run(["git", "apply", str(diff)], cwd=tree, check=True, capture_output=True)
+    return tree
+
+
+def spread(samples: list[float]) -> str:
+    return (f"{min(samples):7.2f} {statistics.median(samples):7.2f} {max(samples):7.2f}" if len(samples) > 1
+            else f"{'':7s} {samples[0]:7.2f} {'':7s}")
+
+
+def bundle_modes(args, bundle: Path, work: Path, source: Path, baseline: Path | None) -> list[tuple]:
+    """(name, argv, cache, repo) for the modes over the bundle, in the order they run."""
+    jobs = ["--jobs", str(args.jobs)]
+    warm_cache = fresh_cache(work, "warm", source)
+    modes = [] if args.skip_naive else [
+        ("naive", [str(bundle), "--out", str(work / "out-naive"), "--cold", "--no-cache", "--jobs", "1"],
+         fresh_cache(work, "naive", source), REPO)]
+    modes.append(("warm", [str(bundle), "--out", str(work / "out-warm"), *jobs], warm_cache, REPO))
+    if baseline:
+        modes.append(("baseline", [str(bundle), "--out", str(work / "out-baseline"), *jobs],
+                      fresh_cache(work, "baseline", source), baseline))
+    return modes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", nargs="?", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--limit", type=int, help="only the first K entries of the bundle")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each cheap mode (default 3)")
+    parser.add_argument("--small", type=Path, default=DEFAULT_SMALL, help="the small candidate's diff")
+    parser.add_argument("--small-task", default="int8-kv-rounding")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--baseline", help="also time the warm mode of the grader at this git revision")
     parser.add_argument("--baseline-dir", type=Path,
@@ -88,56 +134,73 @@ def main() -> int:
     parser.add_argument("--skip-naive", action="store_true", help="leave out the (slow) naive mode")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="grader-bench-"))
-    source_cache = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
+    source = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     bundle = limited_bundle(args.bundle.resolve(), args.limit, work)
     baseline = args.baseline_dir.resolve() if args.baseline_dir else None
     if args.baseline:
         baseline = work / "baseline"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
                        check=True, capture_output=True)
-    modes = [] if args.skip_naive else [("naive", ["--cold", "--no-cache", "--jobs", "1"], REPO)]
-    modes += [("cold", ["--jobs", str(args.jobs)], REPO)]
-    if baseline:
-        modes += [("baseline", ["--jobs", str(args.jobs)], baseline)]
-    modes += [("cached", ["--jobs", str(args.jobs)], REPO)]
-    timings = {}
-    for name, extra, repo in modes:
-        cache = work / {"naive": "cache-naive", "baseline": "cache-baseline"}.get(name, "cache-warm")
-        if not cache.exists():
-            # Bases (and the sdists) are built once beforehand: the benchmark times grading, not checkout.
-            cache.mkdir()
-            for part in ("sdists", "bases"):
-                if (source_cache / part).exists():
-                    (cache / part).symlink_to(source_cache / part)
-        out = work / {"naive": "out-naive", "baseline": "out-baseline"}.get(name, "out-warm")
-        timings[name] = run_mode(name, bundle, out, cache, extra, repo)
-        print(f"{name:8s} {timings[name]:8.1f} s", flush=True)
+    seconds: dict[str, list[float]] = {}
+    for name, argv, cache, repo in bundle_modes(args, bundle, work, source, baseline):
+        seconds[name] = [timed(argv, cache, repo)]
+        print(f"{name:11s} {seconds[name][0]:8.1f} s", flush=True)
     if args.baseline:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True)
+    warm_cache = work / "cache-warm"
+    tree = patched_tree(args.small_task, args.small.resolve(), work)
+    small_cache = fresh_cache(work, "small", source)
+    for round_ in range(args.repeat):
+        cheap = {
+            "fresh-out": ([str(bundle), "--out", str(work / f"out-fresh-{round_}"), "--jobs", str(args.jobs)],
+                          warm_cache, (0, 1)),
+            "stored": ([str(bundle), "--out", str(work / "out-warm"), "--jobs", str(args.jobs)], warm_cache, (0, 1)),
+            "small": ([str(args.small.resolve()), "--task", args.small_task, "--no-cache", "--jobs", "1",
+                       "--out", str(work / f"out-small-{round_}")], small_cache, (0, 1)),
+            "small-tests": (["run-tests", "--task", args.small_task, "--tree", str(tree), "--gpu", "off"],
+                            small_cache, (0, 1)),
+        }
+        for name in CHEAP:
+            argv, cache, ok = cheap[name]
+            seconds.setdefault(name, []).append(timed(argv, cache, ok=ok))
+        print(f"round {round_ + 1}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in CHEAP), flush=True)
     count = len(json.loads((work / "out-warm" / "results.json").read_text())["candidates"])
-    warm = comparable(work / "out-warm" / "results.json")
-    naive = comparable(work / "out-naive" / "results.json") if "naive" in timings else warm
-    same = naive == warm
-    rate = {k: 60.0 * count / v for k, v in timings.items()}
-    print(f"\n{count} candidates, jobs={args.jobs}, {os.cpu_count()} cores")
-    print("mode       seconds   candidates/min")
-    for k in timings:
-        print(f"{k:8s} {timings[k]:9.1f} {rate[k]:12.1f}")
-    if "naive" in timings:
-        print(f"warm (cold caches) vs naive: {rate['cold'] / rate['naive']:.2f}x")
-        print(f"fully cached re-run: {timings['cached']:.1f} s ({rate['cached'] / rate['naive']:.1f}x naive)")
-    if baseline:
-        print(f"warm cost per candidate vs baseline {args.baseline or baseline}: "
-              f"{timings['cold'] / timings['baseline']:.2f}x "
-              f"({timings['cold'] / count:.1f} s vs {timings['baseline'] / count:.1f} s)")
-    print(f"results.json identical across modes (timings aside): {same}")
-    for line in differences(naive, warm)[:20]:
-        print("  differs at", line)
+    reference = comparable(json.loads((work / "out-warm" / "results.json").read_text()))
+    disagreeing = {}
+    # The baseline is another grader version: its results may rightly differ.
+    for folder in ["out-naive", "out-fresh-0"]:
+        if (work / folder / "results.json").is_file():
+            found = differences(comparable(json.loads((work / folder / "results.json").read_text())), reference)
+            if found:
+                disagreeing[folder] = found
+    median = {k: statistics.median(v) for k, v in seconds.items()}
+    print(f"\n{count} candidates, jobs={args.jobs}, {os.cpu_count()} cores; small: {args.small.name} "
+          f"({args.small_task}); cheap modes x{args.repeat}")
+    print(f"{'mode':11s} {'min':>7s} {'median':>7s} {'max':>7s}   candidates/min (median)")
+    for name, samples in seconds.items():
+        per_minute = f"{60.0 * count / median[name]:10.1f}" if name not in ("small", "small-tests") else ""
+        print(f"{name:11s} {spread(samples)}   {per_minute}")
+    ratios = {}
+    if "naive" in median:
+        ratios["warm_vs_naive"] = median["naive"] / median["warm"]
+        print(f"warm vs naive: {ratios['warm_vs_naive']:.2f}x faster (target >= 4x)")
+    print(f"cached re-run into a fresh --out: {median['fresh-out']:.2f} s median (target <= 3 s)")
+    ratios["small_vs_tests"] = median["small"] / median["small-tests"]
+    print(f"one small candidate: {median['small']:.2f} s, {ratios['small_vs_tests']:.2f}x its hidden tests alone "
+          f"({median['small-tests']:.2f} s; target <= 2x)")
+    if "baseline" in median:
+        ratios["warm_vs_baseline"] = median["warm"] / median["baseline"]
+        print(f"warm cost vs baseline {args.baseline or baseline}: {ratios['warm_vs_baseline']:.2f}x")
+    print("results.json identical across modes (varying fields aside): " + ("yes" if not disagreeing else "NO"))
+    for folder, found in disagreeing.items():
+        for line in found[:10]:
+            print(f"  {folder} differs at {line}")
     if args.json:
-        args.json.write_text(json.dumps({"candidates": count, "jobs": args.jobs, "seconds": timings,
-                                         "per_minute": rate, "identical": same}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"candidates": count, "jobs": args.jobs, "cores": os.cpu_count(),
+                                         "seconds": seconds, "ratios": ratios,
+                                         "identical": not disagreeing}, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if same else 1
+    return 0 if not disagreeing else 1
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ from pathlib import Path, PurePosixPath
 
 from grader.checkout import BuiltBase, cache_dir
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
-from grader.records import ApplyReport, FileReport, HunkReport
+from grader.records import ApplyReport, FileChange, FileReport, HunkReport
 from grader.rubric import REPO_ROOT
 from grader.sandbox.tooling import run_tool
 
 MAX_DIFF_BYTES = 1 << 20
+BINARY_DIFFER = re.compile(r"^Binary files .* differ\r?$")
 # Files that execute or configure on their own when a tree is on sys.path or is pytest's root.
 SELF_EXECUTING_NAMES = {"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", "tox.ini"}
 # The only file modes a candidate may write: a regular file, executable or not (parsed as octal, as git does).
@@ -59,12 +60,10 @@ def _check_path(path: str) -> None:
 
 
 def check_safety(diff: str, sections: list[FileSection]) -> None:
-    """Reject oversized, binary and path-escaping diffs, and any mode but a regular file's, before anything
+    """Reject oversized and path-escaping diffs, and any mode but a regular file's, before anything
     touches a tree. Names are checked as git decodes them (C-quoted names, copy and rename sources)."""
     if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
         raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
-    if "GIT binary patch" in diff or re.search(r"^Binary files .* differ\r?$", diff, re.M):
-        raise UnsafeDiff("binary patches are not accepted")
     for section in sections:
         if section.header_error:
             raise UnsafeDiff(f"{section.path or 'a file header'}: {section.header_error}")
@@ -102,7 +101,7 @@ def _touches_self_executing(section: FileSection) -> bool:
     return any(_is_self_executing(p) for p in _named_paths(section))
 
 
-def _change_of(section: FileSection) -> str:
+def _change_of(section: FileSection) -> FileChange:
     header = "\n".join(section.header)
     if "new file mode" in header or section.old_path == "/dev/null":
         return "added"
@@ -251,6 +250,16 @@ def _file_reports(sections: list[FileSection], output: str, applied: bool) -> li
     return reports
 
 
+def is_binary(section: FileSection) -> bool:
+    """A file changed as binary: git's binary patch, or diff's "Binary files ... differ" (no content at all)."""
+    return any(line == "GIT binary patch" or BINARY_DIFFER.match(line) for line in section.header)
+
+
+def split_binary(sections: list[FileSection]) -> tuple[list[FileSection], list[str]]:
+    """The text sections, and the paths of the binary ones: the grader applies text only."""
+    return [s for s in sections if not is_binary(s)], [s.path for s in sections if is_binary(s)]
+
+
 def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection], list[str]]:
     kept, dropped = [], []
     for section in sections:
@@ -276,6 +285,20 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
     if escaping:
         return ApplyReport("rejected", message=f"path {escaping[0]!r} resolves outside the tree through a link")
     sections, neutralized = _drop_self_executing(sections)
+    sections, binary = split_binary(sections)
+    if binary and not sections:
+        return ApplyReport("failed", message="the diff changes only binary files, which the grader does not apply: "
+                           + ", ".join(binary), neutralized=neutralized, binary=binary)
+    report = apply_text(sections, neutralized, tree, contained)
+    if not binary:
+        return report
+    note = "binary files are not applied: " + ", ".join(binary)
+    return replace(report, status="partial" if report.status == "applied" else report.status, binary=binary,
+                   message="; ".join(m for m in (report.message, note) if m))
+
+
+def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, contained: bool) -> ApplyReport:
+    """Apply the text sections of a diff that passed the safety checks."""
     # A preview cut inside the last file's header shows no hunk of it: that is truncation too.
     truncated = any(not h.complete for s in sections for h in s.hunks) or is_cut_header(sections[-1]) \
         if sections else False

@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import __version__
 from grader.score import MET_AT, UNMET_AT
 
 CLASSES = ("met", "partial", "unmet")
@@ -440,6 +441,30 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed for one candidate's hidden tests")
 
 
+def grade_bundle(args) -> Path | None:
+    """Grade the bundle into ``args.out`` (its store makes a rerun cheap) and write its results.json; None, with
+    the reason printed, when that cannot be done."""
+    from grader.ingest import IngestError, ingest
+    from grader.orchestrate import RunOptions, grade_many
+    from grader.pipeline import GraderUsageError, detect_gpu
+    from grader.report import write_results_json
+    from grader.sandbox import contain
+    from grader.store import ResultStore
+    from grader.terminal import ProgressLines
+
+    try:
+        candidates = ingest([args.bundle])
+        gpu, reason = detect_gpu(args.gpu)
+    except (IngestError, GraderUsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    run = grade_many(candidates, RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or contain.default_jobs(),
+                                            store=ResultStore(args.out)), ProgressLines())
+    return write_results_json(args.out, run.records, {"grader_version": __version__, "gpu": reason,
+                                                      "candidates": len(candidates),
+                                                      "timings": {"wall_s": run.wall_s}})
+
+
 def run_calibrate(args) -> int:
     from grader.ingest import IngestError, ingest
 
@@ -450,13 +475,8 @@ def run_calibrate(args) -> int:
         return 2
     results_path = args.results
     if results_path is None:
-        from grader.cli import build_parser, run_grade
-
-        grade_argv = ["grade", str(args.bundle), "--out", str(args.out), "--gpu", args.gpu,
-                      "--timeout", str(args.timeout)] + (["--jobs", str(args.jobs)] if args.jobs else [])
-        code = run_grade(build_parser().parse_args(grade_argv))
-        results_path = args.out / "results.json"
-        if code == 2 and not results_path.is_file():
+        results_path = grade_bundle(args)
+        if results_path is None:
             return 2
     try:
         results = json.loads(results_path.read_text(encoding="utf-8"))["candidates"]

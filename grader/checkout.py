@@ -197,6 +197,15 @@ def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def is_built(task: str, recipe: BaseRecipe) -> bool:
+    """Whether a base of this recipe is on disk (build_base will still prove its blobs): cheap, no git."""
+    stamp = cache_dir() / "bases" / task / ".git" / STAMP
+    try:
+        return json.loads(stamp.read_text()).get("key") == recipe_key(recipe)
+    except (OSError, ValueError):
+        return False
+
+
 def build_base(task: str, recipe: BaseRecipe) -> BuiltBase:
     """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs."""
     key = recipe_key(recipe)

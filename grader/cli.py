@@ -14,9 +14,7 @@ import fcntl
 import os
 import signal
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from grader import __version__
@@ -24,14 +22,16 @@ from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs
-from grader.evidence_cache import EvidenceCache
 from grader.ingest import IngestError, ingest
+from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.sandbox import contain
-from grader.sandbox.launch import ColdLauncher, start_warm_pool
-from grader.pipeline import BaseCache, GradeOptions, GraderUsageError, detect_gpu, grade_candidate
-from grader.report import markdown_summary, write_html, write_junit, write_results_json
+from grader.sandbox.launch import ColdLauncher
+from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
+from grader.report import (FILE_MODE, grader_revision, markdown_summary, output_folder, started_at, write_html,
+                           write_junit, write_results_json)
 from grader.rubric import RubricError, all_base_recipes, all_tasks
-from grader.store import ResultStore, cache_key
+from grader.store import ResultStore
+from grader.terminal import observer_for, print_closing
 from grader.validate import validate_rubrics
 
 COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests", *TASK_COMMANDS)
@@ -110,16 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(done: int, total: int, result: dict, cached: bool) -> None:
-    score = "-" if result["score"] is None else f"{result['score']:.2f}"
-    note = " (cached)" if cached else ""
-    state = "" if result.get("run_status", "complete") == "complete" else f" [{result['run_status']}]"
-    elapsed = sum(result.get("timings", {}).get(k, 0.0) for k in ("apply_s", "tests_s"))
-    timing = f" in {elapsed:.1f}s" if elapsed and not cached else ""
-    print(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{state}{timing}"
-          f"{note}", file=sys.stderr, flush=True)
-
-
 class OutputLocked(Exception):
     """Another grader run is writing the same output folder."""
 
@@ -127,8 +117,9 @@ class OutputLocked(Exception):
 def lock_output(out: Path):
     """Hold ``OUT/.grader.lock`` for the run: one writer per output folder; the second is refused with the first's
     pid and start time. The lock is released when this process ends, however it ends."""
-    out.mkdir(parents=True, exist_ok=True)
+    output_folder(out)
     handle = open(out / ".grader.lock", "a+")
+    os.chmod(out / ".grader.lock", FILE_MODE)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -142,10 +133,6 @@ def lock_output(out: Path):
     handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
     handle.flush()
     return handle
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived while grading."""
 
 
 def _raise_interrupted(signum, frame):
@@ -162,6 +149,19 @@ def run_grade(args) -> int:
         return _run_grade(args)
     finally:
         lock.close()
+
+
+def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
+    """What ``grade``'s flags ask of the orchestrator."""
+    if getattr(args, "backend", "local") == "ray":
+        from grader.ray_backend import RayBackend
+
+        backend = RayBackend()
+    else:
+        backend = LocalBackend()
+    return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
+                      contained=getattr(args, "contain", "on") == "on", keep_trees=getattr(args, "keep_trees", False),
+                      use_evidence_cache=not args.no_cache, store=store, backend=backend)
 
 
 def _run_grade(args) -> int:
@@ -181,43 +181,29 @@ def _run_grade(args) -> int:
     else:
         gpu, gpu_reason = detect_gpu(args.gpu)
     print(f"grading {len(candidates)} candidate(s) with {args.jobs} worker(s); {gpu_reason}", file=sys.stderr)
-    tasks = all_tasks()
-    store = ResultStore(args.out)
-    bases = BaseCache()
-    results: dict[str, dict] = {}
-    started = time.monotonic()
-    pending = []
-    for candidate in candidates:
-        key = cache_key(candidate, tasks.get(candidate.task or ""), gpu)
-        stored = None if args.no_cache else store.load(candidate.id, key)
-        if stored is not None:
-            results[candidate.id] = stored
-            _progress(len(results), len(candidates), stored, True)
-        else:
-            pending.append((candidate, key))
-
-    interrupted = None
+    began = started_at()
+    # Stored results are reused unless --no-cache; finished ones are always kept, so a rerun resumes.
+    options = run_options(args, gpu, ResultStore(args.out, reuse=not args.no_cache))
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if on_ray:
-            try:
-                ray_backend.grade_pending(pending, len(candidates), results, store, args, gpu, _progress)
-            finally:
-                ray_backend.disconnect()
-        else:
-            _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results)
-    except Interrupted as exc:
-        interrupted = str(exc)
+        with observer_for(sys.stderr, len(candidates)) as observer:
+            run = grade_many(candidates, options, observer)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    run_info = {"grader_version": __version__, "gpu": gpu_reason, "candidates": len(candidates),
+        if on_ray:
+            ray_backend.disconnect()
+    ordered = run.records
+    code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
+    why = exit_reason(ordered, args.fail_under, run.interrupted)
+    run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
+                "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
-                "timings": {"wall_s": round(time.monotonic() - started, 2)}}
-    if interrupted:
-        run_info["incomplete"] = {"reason": f"interrupted by {interrupted}",
-                                  "not_graded": [c.id for c in candidates if c.id not in results]}
-    ordered = [results[c.id] for c in candidates if c.id in results]
+                "backend": args.backend, "jobs": args.jobs, "timeout_s": args.timeout,
+                "fail_under": args.fail_under, "exit_code": code, "exit_reason": why,
+                "timings": {"wall_s": run.wall_s}}
+    if run.interrupted:
+        run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
     write_results_json(args.out, ordered, run_info)
     write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates})
     if args.junit:
@@ -225,64 +211,36 @@ def _run_grade(args) -> int:
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(markdown_summary(ordered))
-    if interrupted:
-        print(f"interrupted ({interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written to "
-              f"{args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
+    if run.interrupted:
+        print(f"interrupted ({run.interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written "
+              f"to {args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
               file=sys.stderr)
-        return 130
+        return code
     print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
-    return exit_code(ordered, args.fail_under)
+    print_closing(ordered, why, sys.stderr)
+    return code
 
 
-def _grade_locally(args, pending, candidates, tasks, bases, gpu, store, results) -> None:
-    """Grade ``pending`` in a pool of threads; on an interrupt, stop starting work, end every judge and subject,
-    and keep only what finished before it."""
-    stopping = threading.Event()
-    launcher = _launcher(args, [c for c, _ in pending], tasks, bases, gpu)
-    options = GradeOptions(gpu=gpu, timeout=args.timeout, keep_trees=args.keep_trees, launcher=launcher,
-                           evidence_cache=None if args.no_cache else EvidenceCache(),
-                           contained=args.contain == "on", memory_bytes=contain.memory_per_subject(args.jobs))
-
-    def work(item):
-        candidate, key = item
-        if stopping.is_set():
-            return None
-        result = grade_candidate(candidate, bases, options).to_json()
-        if stopping.is_set():
-            return None
-        store.save(candidate.id, key, result)
-        return result
-
-    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
-    futures = []
-    try:
-        futures = [pool.submit(work, item) for item in pending]
-        for future in as_completed(futures):
-            result = future.result()
-            if result is not None:
-                results[result["id"]] = result
-                _progress(len(results), len(candidates), result, False)
-    except Interrupted:
-        stopping.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        launcher.terminate()
-        pool.shutdown(wait=True)
-        # A candidate whose grading completed (and was stored) just before the signal is reported with the rest.
-        for future in futures:
-            if future.done() and not future.cancelled() and future.exception() is None and future.result():
-                results.setdefault(future.result()["id"], future.result())
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        launcher.close()
+def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
+    """Why the exit code is what it is, in one sentence."""
+    if interrupted:
+        return f"130: interrupted by {interrupted} before every candidate was graded"
+    broken = [r["id"] for r in results if r["verdict"] == "error"]
+    if broken:
+        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
+    if fail_under is None:
+        return "0: every candidate was graded (no --fail-under threshold)"
+    below = [r["id"] for r in results if below_threshold(r, fail_under)]
+    if below:
+        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
+                + ", ".join(below[:5]))
+    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
 
 
-def _launcher(args, pending: list, tasks: dict, bases: BaseCache, gpu: bool):
-    """Warm workers unless --cold, or nothing needs running (everything cached, or no gradable candidate)."""
-    gradable = [c for c in pending if c.task in tasks and c.diff.strip()]
-    if args.cold or not gradable:
-        return ColdLauncher()
-    return start_warm_pool(max(1, args.jobs), bases.get(tasks[gradable[0].task]), gpu)
+def below_threshold(result: dict, fail_under: float) -> bool:
+    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
+    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
+    return score < fail_under or result.get("run_status", "complete") != "complete"
 
 
 def exit_code(results: list[dict], fail_under: float | None) -> int:
@@ -292,11 +250,7 @@ def exit_code(results: list[dict], fail_under: float | None) -> int:
         return 2
     if fail_under is None:
         return 0
-    for r in results:
-        score = 0.0 if r["verdict"] == "no_diff" else (r["score"] or 0.0)
-        if score < fail_under or r.get("run_status", "complete") != "complete":
-            return 1
-    return 0
+    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
 def run_bases(args) -> int:
@@ -350,6 +304,9 @@ def run_tests(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Trees are read by the sandbox's own uid and reports by other users (CI upload steps): a restrictive umask
+    # inherited from the caller would break both, so the grader sets its own.
+    os.umask(0o022)
     argv = list(sys.argv[1:] if argv is None else argv)
     # No command named first means ``grade``, whatever order its options and paths come in.
     if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):

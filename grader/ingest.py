@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections import Counter
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -180,8 +181,9 @@ def ingest(paths: list[Path], task: str | None = None) -> list[Candidate]:
         else:
             raise IngestError(f"{path}: no such file or directory")
     seen: Counter[str] = Counter()
+    unique = []
     for candidate in candidates:
         seen[candidate.id] += 1
-        if seen[candidate.id] > 1:
-            candidate.id = f"{candidate.id}~{seen[candidate.id]}"
-    return candidates
+        unique.append(replace(candidate, id=f"{candidate.id}~{seen[candidate.id]}") if seen[candidate.id] > 1
+                      else candidate)
+    return unique

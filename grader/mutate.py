@@ -35,7 +35,6 @@ and *missed* otherwise. Mutation score = caught / (graded - not_applicable - equ
 
 from __future__ import annotations
 
-import argparse
 import ast
 import difflib
 import fnmatch
@@ -45,8 +44,8 @@ import re
 import sys
 import time
 import tomllib
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -555,67 +554,69 @@ def _criteria_json(criteria: dict | None) -> dict:
             for cid, r in criteria.items()}
 
 
+def mutant_entry(mutant: Mutant, graded, reference: dict, equivalents: dict[str, str]) -> dict:
+    """One graded mutant's line in mutation.json: caught, missed, equivalent or not applicable, and why."""
+    entry = asdict(mutant)
+    result = graded.result
+    if result is None or result.verdict == "error" or result.apply is None:
+        status, dropped, why, criteria = "error", [], f"grading broke: {graded.record.get('error')}", None
+    else:
+        criteria = result.criteria if graded.run is not None else None
+        status, dropped, why = classify(reference, result.apply, graded.run, criteria)
+        entry.update(apply={"status": result.apply.status, "method": result.apply.method,
+                            "message": result.apply.message})
+    if status == "missed":
+        reason = equivalence_reason(mutant.id, equivalents)
+        if reason is not None:
+            status, why = "equivalent", f"listed equivalent: {reason}"
+    elif status == "caught" and equivalence_reason(mutant.id, equivalents) is not None:
+        why += " (listed in equivalent-mutants.toml, yet caught: the listing is wrong)"
+    fell = [cid for cid, r in reference.items() if r.status == "met" and criteria and
+            criteria[cid].score is not None and r.score is not None and criteria[cid].score < r.score]
+    timings = graded.record.get("timings", {})
+    entry.update(status=status, dropped=dropped, why=why, criteria=_criteria_json(criteria),
+                 score_fell=fell if status in ("missed", "equivalent") else [],
+                 seconds=round(timings.get("apply_s", 0.0) + timings.get("tests_s", 0.0), 1))
+    return entry
+
+
+class MutantProgress:
+    """Prints one line per graded mutant."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+
+    @contextmanager
+    def phase(self, name: str):
+        yield
+
+    def graded(self, item, done: int, total: int) -> None:
+        self.progress(f"[{done}/{total}] {item.candidate.id}: {item.record['verdict']}")
+
+
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
                   use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
-    from grader.evidence_cache import EvidenceCache
-    from grader.sandbox.launch import start_warm_pool
-    from grader.pipeline import BaseCache, GradeOptions, evaluate
-    from grader.score import score_criteria
+    from grader.orchestrate import LocalBackend, RunOptions, grade_many
+    from grader.records import Candidate
     from grader.validate import REFERENCE_DIR
 
-    bases = BaseCache()
-    base = bases.get(task)
     equivalents_path = task.folder / "equivalent-mutants.toml"
     equivalents = load_equivalents(equivalents_path)
     ordered = grading_order(mutants)
     to_grade = ordered if limit is None else ordered[:limit]
     started = time.monotonic()
-    pool = start_warm_pool(max(1, jobs), base, False)
-    try:
-        options = GradeOptions(gpu=False, timeout=timeout, launcher=pool,
-                               evidence_cache=EvidenceCache() if use_cache else None)
-        reference_diff = (REFERENCE_DIR / f"{task.id}.diff").read_text()
-        ref_apply, ref_run, _ = evaluate(task, reference_diff, bases, options)
-        if ref_run is None:
-            raise RuntimeError(f"{task.id}: the reference does not apply: {ref_apply.message}")
-        reference = score_criteria(task, ref_run)
-        progress(f"{task.id}: reference " + " ".join(f"{c}={r.status}" for c, r in reference.items()))
-
-        def work(mutant: Mutant) -> dict:
-            t0 = time.monotonic()
-            entry = asdict(mutant)
-            try:
-                apply, run, _ = evaluate(task, mutant.diff, bases, options)
-                criteria = score_criteria(task, run) if run is not None else None
-                status, dropped, why = classify(reference, apply, run, criteria)
-                entry.update(apply={"status": apply.status, "method": apply.method, "message": apply.message})
-            except Exception as exc:  # the grader's own failure on this mutant
-                status, dropped, why, criteria = "error", [], f"grading broke: {exc!r}", None
-            if status == "missed":
-                reason = equivalence_reason(mutant.id, equivalents)
-                if reason is not None:
-                    status, why = "equivalent", f"listed equivalent: {reason}"
-            elif status == "caught" and equivalence_reason(mutant.id, equivalents) is not None:
-                why += " (listed in equivalent-mutants.toml, yet caught: the listing is wrong)"
-            fell = [cid for cid, r in reference.items() if r.status == "met" and criteria and
-                    criteria[cid].score is not None and r.score is not None and criteria[cid].score < r.score]
-            entry.update(status=status, dropped=dropped, why=why, criteria=_criteria_json(criteria),
-                         score_fell=fell if status in ("missed", "equivalent") else [],
-                         seconds=round(time.monotonic() - t0, 1))
-            return entry
-
-        results: dict[str, dict] = {}
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as executor:
-            futures = {executor.submit(work, m): m for m in to_grade}
-            for future in as_completed(futures):
-                entry = future.result()
-                results[entry["id"]] = entry
-                progress(f"[{len(results)}/{len(to_grade)}] {entry['id']}: {entry['status']} "
-                         f"({entry['seconds']}s)")
-    finally:
-        pool.close()
-    graded_ids = {m.id for m in to_grade}
-    entries = [results[m.id] if m.id in graded_ids else
+    options = RunOptions(gpu=False, timeout=timeout, jobs=max(1, jobs), use_evidence_cache=use_cache,
+                         backend=LocalBackend())
+    reference_diff = (REFERENCE_DIR / f"{task.id}.diff").read_text()
+    (graded_reference,) = grade_many([Candidate(f"{task.id}/reference", "reference", reference_diff, task.id)],
+                                     options).graded
+    if graded_reference.run is None:
+        raise RuntimeError(f"{task.id}: the reference was not graded: {graded_reference.record['summary']}")
+    reference = graded_reference.result.criteria
+    progress(f"{task.id}: reference " + " ".join(f"{c}={r.status}" for c, r in reference.items()))
+    run = grade_many([Candidate(m.id, m.id, m.diff, task.id) for m in to_grade], options, MutantProgress(progress))
+    by_id = run.by_id()
+    entries = [mutant_entry(m, by_id[m.id], reference, equivalents) if m.id in by_id else
                dict(asdict(m), status="not_graded", dropped=[], why="left out by --limit", criteria={},
                     score_fell=[])
                for m in ordered]

@@ -20,10 +20,10 @@ from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
-from grader.records import ApplyReport, Candidate, CandidateResult, RunReport
-from grader.rubric import Task, all_tasks, environment_fingerprint
+from grader.records import ApplyReport, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
+from grader.rubric import Task, all_tasks, environment_fingerprint, rubric_fingerprint
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
-from grader.score import not_evaluated_all, overall_score, score_criteria, verdict_for
+from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
 
 
@@ -44,20 +44,29 @@ class GradeOptions:
     # Variables of the grader's environment passed on beyond launch.PASSED_THROUGH_ENV (a Ray task's narrowed
     # CUDA_VISIBLE_DEVICES).
     also_pass: tuple[str, ...] = ()
+    # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
+    empty_diff_grades_base: bool = False
 
 
 class BaseCache:
-    """Builds each task's base once per run, even when several workers ask at the same time."""
+    """Builds each task's base once per run, even when several workers ask at the same time; one task's build
+    never holds up another task's."""
 
     def __init__(self) -> None:
         self._bases: dict[str, BuiltBase] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def get(self, task: Task) -> BuiltBase:
         with self._lock:
+            lock = self._locks.setdefault(task.id, threading.Lock())
+        with lock:
             if task.id not in self._bases:
-                self._bases[task.id] = build_base(task.id, task.base)
+                self._bases[task.id] = self.build(task)
             return self._bases[task.id]
+
+    def build(self, task: Task) -> BuiltBase:
+        return build_base(task.id, task.base)
 
 
 def detect_gpu(mode: str) -> tuple[bool, str]:
@@ -100,7 +109,8 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
     criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
     return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
                            summary=f"Not graded: {message}", reference_summary=candidate.reference_summary,
-                           error=message, diff_sha256=diff_sha256(candidate.diff))
+                           error=message, diff_sha256=diff_sha256(candidate.diff),
+                           rubric=rubric_identity(task) if task else None)
 
 
 def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
@@ -145,16 +155,18 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
-    """Grade one candidate; every failure becomes this candidate's error result, never an exception."""
+def grade_candidate(candidate: Candidate, bases: BaseCache,
+                    options: GradeOptions) -> tuple[CandidateResult, RunReport | None]:
+    """Grade one candidate: its result and the hidden tests' run it was scored from (None where nothing ran).
+    Every failure becomes this candidate's error result, never an exception."""
     try:
-        return _grade(candidate, bases, options)
+        return grade_or_raise(candidate, bases, options)
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
-        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task)
+        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
 
 
-def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> str:
+def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
     """What happened, beside the verdict: an environment fault, a time-out, a whole diff applied only in part."""
     if run is not None and run.environment_error:
         return "environment_error"
@@ -166,27 +178,43 @@ def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> 
     return "complete"
 
 
-def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> CandidateResult:
+def rubric_identity(task: Task) -> RubricIdentity:
+    recipe = task.base
+    overlay = hashlib.sha256(recipe.overlay.read_bytes()).hexdigest() if recipe.overlay is not None else None
+    return RubricIdentity(task.version, rubric_fingerprint(task),
+                          {cid: c.weight for cid, c in task.criteria.items()}, task.core_criteria,
+                          {"met_at": MET_AT, "unmet_at": UNMET_AT, "full_at": FULL_AT},
+                          {"sdist_version": recipe.sdist_version, "sdist_sha256": recipe.sdist_sha256,
+                           "overlay_sha256": overlay})
+
+
+def summarized(task: Task | None, result: CandidateResult, run: RunReport | None, change: str = "") -> CandidateResult:
+    """``result`` with its summary, which is written from the rest of the result."""
+    return replace(result, summary=summarize(task, result, run, change))
+
+
+def grade_or_raise(candidate: Candidate, bases: BaseCache,
+                   options: GradeOptions) -> tuple[CandidateResult, RunReport | None]:
     if candidate.ingest_error:
-        return error_result(candidate, candidate.ingest_error)
+        return error_result(candidate, candidate.ingest_error), None
     tasks = all_tasks()
     task = tasks.get(candidate.task or "")
-    if not candidate.diff.strip():
+    if not candidate.diff.strip() and not (task and options.empty_diff_grades_base):
         # Nothing to grade, with or without a known task: a verdict about the candidate, not a grader error.
         apply = ApplyReport("empty", message=candidate.task_reason or "the candidate has no diff")
         criteria = not_evaluated_all(task, "no diff to grade") if task else {}
         result = CandidateResult(candidate.id, candidate.task, candidate.source, "no_diff", None, criteria, apply,
-                                 "", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
-        result.summary = summarize(task, result, None)
-        return result
+                                 "", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff),
+                                 rubric=rubric_identity(task) if task else None)
+        return summarized(task, result, None), None
     if candidate.task is None:
-        return error_result(candidate, f"task could not be told: {candidate.task_reason}")
+        return error_result(candidate, f"task could not be told: {candidate.task_reason}"), None
     if task is None:
-        return error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})")
+        return error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})"), None
     apply, run, timings = evaluate(task, candidate.diff, bases, options)
     if candidate.at_preview_limit and apply.status == "applied":
-        apply.status, apply.truncated = "partial", True
-        apply.message = "the preview reaches the bundle's line limit: later hunks or files may be missing"
+        apply = replace(apply, status="partial", truncated=True,
+                        message="the preview reaches the bundle's line limit: later hunks or files may be missing")
     if run is None:
         criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
     else:
@@ -201,6 +229,6 @@ def _grade(candidate: Candidate, bases: BaseCache, options: GradeOptions) -> Can
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
-                             error=run.environment_error if status == "environment_error" else None)
-    result.summary = summarize(task, result, run, apply.description)
-    return result
+                             error=run.environment_error if status == "environment_error" else None,
+                             rubric=rubric_identity(task))
+    return summarized(task, result, run, apply.description), run

@@ -1,15 +1,16 @@
 """Grading on a Ray cluster (``grade --backend ray [--address ADDR]``): one Ray task per candidate.
 
-The driver (the ``grade`` process) ingests, looks each candidate up in the results store, and submits every
-candidate still to grade as a Ray task asking for what its rubric needs (1 CPU; 1 GPU as well when GPU
+The driver (the ``grade`` process) runs :func:`grader.orchestrate.grade_many`, which ingests, looks each candidate
+up in the results store, and hands the rest to :class:`RayBackend`. That submits every candidate still to grade
+as a Ray task asking for what its rubric needs (1 CPU; 1 GPU as well when GPU
 evidence is on and the task's hidden tests carry ``mark.gpu``). Each task grades its candidate with
 :func:`grader.pipeline.grade_candidate` on whichever node Ray picked, building the task's base there through
 :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a base is built
 once per node and reused by every later task on that node. Hidden tests are started by a
 :class:`~grader.sandbox.launch.ColdLauncher` inside the task (no warm workers in Ray tasks).
 
-Results stream back to the driver in completion order (a ``ray.wait`` loop) and go into the same atomic,
-resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
+Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into
+the same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
 written by the same code, so the outputs equal a local run's on the same input apart from the timing fields.
 
 Failures: a grading error never leaves :func:`grade_candidate` (it is this candidate's ``error`` result), so
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -126,15 +127,12 @@ def _node_bases():
         from grader.pipeline import BaseCache
 
         class NodeBaseCache(BaseCache):
-            def get(self, task: Task):
-                with self._lock:
-                    if task.id not in self._bases:
-                        locks = cache_dir() / "locks"
-                        locks.mkdir(parents=True, exist_ok=True)
-                        with open(locks / f"base-{task.id}.lock", "w") as lock:
-                            fcntl.flock(lock, fcntl.LOCK_EX)
-                            self._bases[task.id] = build_base(task.id, task.base)
-                    return self._bases[task.id]
+            def build(self, task: Task):
+                locks = cache_dir() / "locks"
+                locks.mkdir(parents=True, exist_ok=True)
+                with open(locks / f"base-{task.id}.lock", "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    return build_base(task.id, task.base)
 
         _NODE_BASES = NodeBaseCache()
     return _NODE_BASES
@@ -152,7 +150,8 @@ def grade_on_node(candidate, gpu: bool, timeout: float, keep_trees: bool, contai
     options = GradeOptions(gpu=gpu, timeout=timeout, keep_trees=keep_trees, launcher=launch.ColdLauncher(),
                            evidence_cache=EvidenceCache() if evidence_cache else None, contained=contained,
                            also_pass=("CUDA_VISIBLE_DEVICES",) if gpu_assigned else ())
-    return grade_candidate(candidate, _node_bases(), options).to_json()
+    result, _ = grade_candidate(candidate, _node_bases(), options)
+    return result.to_json()
 
 
 # ---------------------------------------------------------------------------------- submit and stream back
@@ -190,42 +189,38 @@ def failure_message(exc: BaseException) -> str:
     return f"{what} ({type(exc).__name__}, {MAX_RETRIES} retries exhausted where retryable): {first}"
 
 
-def grade_pending(pending: Iterable[tuple[Any, str]], total: int, results: dict[str, dict], store, args,
-                  gpu: bool, progress: Callable[[int, int, dict, bool], None],
-                  work: Callable[..., dict] = grade_on_node) -> None:
-    """Grade ``pending`` [(candidate, store key)] as Ray tasks; fill ``results`` and ``store`` as they finish.
+class RayBackend:
+    """The orchestrator's backend for ``--backend ray``: one Ray task per pending candidate, results handed back
+    in completion order. ``work`` is what each task runs (:func:`grade_on_node`; tests put a crashing stand-in
+    there). The cluster is joined by :func:`connect` before the run."""
 
-    ``work`` is what each task runs (:func:`grade_on_node`; the tests put a crashing stand-in there)."""
-    from grader.pipeline import error_result
-    from grader.rubric import all_tasks
+    def __init__(self, work: Callable[..., dict] = grade_on_node) -> None:
+        self.work = work
 
-    pending = list(pending)
-    if not pending:
-        return
-    tasks = all_tasks()
-    by_id = {candidate.id: (candidate, key) for candidate, key in pending}
-    refs = {}
-    task_fns = {}
-    for candidate, _ in pending:
-        resources = resources_for(candidate.task if candidate.task in tasks else None, gpu)
-        shape = tuple(sorted(resources.items()))
-        task_fn = task_fns.get(shape) or task_fns.setdefault(shape, remote(work, **resources))
-        ref = task_fn.remote(candidate, gpu, args.timeout, args.keep_trees, args.contain == "on",
-                             not args.no_cache, bool(resources["num_gpus"]))
-        refs[ref] = candidate.id
+    def grade(self, pending, options, observer, deliver) -> None:
+        from grader.orchestrate import Graded
+        from grader.pipeline import error_result
+        from grader.rubric import all_tasks
 
-    def finish(candidate_id: str, result: dict) -> None:
-        candidate, key = by_id[candidate_id]
-        store.save(candidate.id, key, result)
-        results[candidate.id] = result
-        progress(len(results), total, result, False)
+        tasks = all_tasks()
+        by_id = {candidate.id: candidate for candidate in pending}
+        refs, task_fns = {}, {}
+        for candidate in pending:
+            resources = resources_for(candidate.task if candidate.task in tasks else None, options.gpu)
+            shape = tuple(sorted(resources.items()))
+            task_fn = task_fns.get(shape) or task_fns.setdefault(shape, remote(self.work, **resources))
+            ref = task_fn.remote(candidate, options.gpu, options.timeout, options.keep_trees, options.contained,
+                                 options.use_evidence_cache, bool(resources["num_gpus"]))
+            refs[ref] = candidate.id
 
-    def failed(candidate_id: str, exc: BaseException) -> None:
-        # Reported like any error result, but not stored: a lost node says nothing about the candidate, so a
-        # rerun grades it again.
-        candidate, _ = by_id[candidate_id]
-        error = error_result(candidate, failure_message(exc), tasks.get(candidate.task or "")).to_json()
-        results[candidate.id] = error
-        progress(len(results), total, error, False)
+        def finished(candidate_id: str, record: dict) -> None:
+            deliver(Graded(by_id[candidate_id], record))
 
-    stream(refs, finish, failed)
+        def failed(candidate_id: str, exc: BaseException) -> None:
+            # Reported like any error result (and, being an error, never stored): a lost node says nothing about
+            # the candidate, so a rerun grades it again.
+            candidate = by_id[candidate_id]
+            deliver(Graded(candidate, error_result(candidate, failure_message(exc),
+                                                   tasks.get(candidate.task or "")).to_json()))
+
+        stream(refs, finished, failed)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
+FileChange = Literal["modified", "added", "deleted", "renamed"]
 CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
 Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
@@ -16,7 +17,7 @@ TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
 RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
     """One patch to grade, as ingestion found it."""
 
@@ -31,21 +32,21 @@ class Candidate:
     at_preview_limit: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class HunkReport:
     header: str
     status: HunkStatus
     detail: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileReport:
     path: str
-    change: Literal["modified", "added", "deleted", "renamed"]
+    change: FileChange
     hunks: list[HunkReport] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ApplyReport:
     status: ApplyStatus
     method: str | None = None
@@ -53,6 +54,8 @@ class ApplyReport:
     truncated: bool = False
     message: str = ""
     neutralized: list[str] = field(default_factory=list)
+    # Files the diff changes as binary (a git binary patch or "Binary files ... differ"): reported, never applied.
+    binary: list[str] = field(default_factory=list)
     # git's tree hash of the whole applied tree: what the evidence cache is keyed on (never on parsed paths).
     tree_id: str = ""
     # What the applied tree changes, in words (grader.describe), for the summary.
@@ -71,7 +74,7 @@ class ApplyReport:
         return sum(len(f.hunks) for f in self.files)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TestOutcome:
     """One hidden test's result, as parsed from the evidence channel."""
 
@@ -87,7 +90,7 @@ class TestOutcome:
     skipped_by: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunReport:
     """What running a task's hidden tests against one patched tree produced."""
 
@@ -99,7 +102,7 @@ class RunReport:
     environment_error: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class CriterionResult:
     id: str
     title: str
@@ -113,7 +116,22 @@ class CriterionResult:
     not_run: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
+class RubricIdentity:
+    """What a result was graded against: enough to tell whether two results are comparable."""
+
+    task_version: int
+    # Digest of the task folder, the shared harness and the evidence-producing engine code.
+    fingerprint: str
+    weights: dict[str, float]
+    core: list[str]
+    # Score thresholds: met at or above met_at, unmet at or below unmet_at, full needs full_at on every criterion.
+    thresholds: dict[str, float]
+    # The pinned base: sdist version and sha256, and the sha256 of the overlay applied to it (None: no overlay).
+    base: dict[str, str | None]
+
+
+@dataclass(frozen=True)
 class CandidateResult:
     id: str
     task: str | None
@@ -128,6 +146,7 @@ class CandidateResult:
     diff_sha256: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     run_status: RunStatus = "complete"
+    rubric: RubricIdentity | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from grader.apply import hidden_roots
 from grader.checkout import cache_dir
-from grader.records import RunReport, TestOutcome
+from grader.records import RunReport, TestOutcome, TestStatus
 from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
@@ -257,7 +257,7 @@ def _path_scrubber(tree: Path, scratch: Path, base_tree: Path):
     return scrub
 
 
-def _status_of(phases: dict[str, dict]) -> str:
+def _status_of(phases: dict[str, dict]) -> TestStatus:
     setup, call, teardown = phases.get("setup"), phases.get("call"), phases.get("teardown")
     if setup and setup["outcome"] == "skipped":
         return "skipped"

@@ -8,8 +8,9 @@ evaluated: it counts neither for nor against the candidate, and the criterion's 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
-from grader.records import ApplyReport, CriterionResult, RunReport, TestOutcome
+from grader.records import ApplyReport, CriterionResult, CriterionStatus, RunReport, RunStatus, TestOutcome, Verdict
 from grader.rubric import Task
 
 MET_AT = 0.75
@@ -18,7 +19,7 @@ FULL_AT = 0.9
 EVALUATED = ("passed", "failed", "error")
 
 
-def status_for(score: float) -> str:
+def status_for(score: float) -> CriterionStatus:
     if score >= MET_AT:
         return "met"
     if score <= UNMET_AT:
@@ -28,7 +29,7 @@ def status_for(score: float) -> str:
 
 def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
     entry = {"test": outcome.nodeid, "status": outcome.status, "weight": weight, "claim": outcome.doc,
-             "kinds": outcome.kinds}
+             "kinds": outcome.kinds, "duration_s": round(outcome.duration, 3)}
     if outcome.message:
         entry["message"] = outcome.message[-1500:]
     return entry
@@ -86,21 +87,23 @@ def _short(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[-1]
 
 
-def apply_conditions(task: Task, results: dict[str, CriterionResult]) -> None:
+def apply_conditions(task: Task, results: dict[str, CriterionResult]) -> dict[str, CriterionResult]:
     """A conditional criterion judges a mechanism the fix introduces: with its anchor unmet there is none."""
+    conditioned = dict(results)
     for criterion in task.criteria.values():
         if criterion.kind != "conditional":
             continue
-        anchor = results[criterion.anchor]
-        result = results[criterion.id]
+        anchor, own = results[criterion.anchor], results[criterion.id]
         if anchor.status == "not_evaluated":
-            result.score, result.status = None, "not_evaluated"
-            result.rationale = f"anchor {anchor.id} could not be evaluated ({anchor.rationale})"
+            conditioned[criterion.id] = replace(
+                own, score=None, status="not_evaluated",
+                rationale=f"anchor {anchor.id} could not be evaluated ({anchor.rationale})")
         elif anchor.status == "unmet":
-            own = result.rationale
-            result.score, result.status = 0.0, "unmet"
-            result.rationale = (f"anchor {anchor.id} ({anchor.title}) is {anchor.status}: the change adds no "
-                                f"such mechanism to credit here (own checks: {own})")
+            conditioned[criterion.id] = replace(
+                own, score=0.0, status="unmet",
+                rationale=(f"anchor {anchor.id} ({anchor.title}) is {anchor.status}: the change adds no such "
+                           f"mechanism to credit here (own checks: {own.rationale})"))
+    return conditioned
 
 
 def not_evaluated_all(task: Task, reason: str) -> dict[str, CriterionResult]:
@@ -110,11 +113,9 @@ def not_evaluated_all(task: Task, reason: str) -> dict[str, CriterionResult]:
 def score_criteria(task: Task, run: RunReport) -> dict[str, CriterionResult]:
     results = {c.id: score_from_outcomes(c.id, c.title, run.outcomes) for c in task.criteria.values()}
     if run.environment_error:
-        for result in results.values():
-            if result.status == "not_evaluated":
-                result.rationale = f"{run.environment_error}; {result.rationale}"
-    apply_conditions(task, results)
-    return results
+        results = {cid: replace(r, rationale=f"{run.environment_error}; {r.rationale}")
+                   if r.status == "not_evaluated" else r for cid, r in results.items()}
+    return apply_conditions(task, results)
 
 
 def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | None:
@@ -124,7 +125,8 @@ def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | N
     return round(sum(w * s for w, s in weighted) / total, 4) if total else None
 
 
-def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult], run_status: str) -> str:
+def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult],
+                run_status: RunStatus) -> Verdict:
     """``full`` needs every criterion evaluated on every one of its checks, at or above FULL_AT, in a complete
     run; a core criterion below UNMET_AT is ``fail``; an incomplete run or a whole diff with a failed hunk is at
     best ``partial``."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from grader import __version__
 from grader.checkout import recipe_key
 from grader.records import Candidate
-from grader.report import atomic_write, page_name
+from grader.report import atomic_write, output_folder, page_name
 from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
@@ -23,14 +23,18 @@ def cache_key(candidate: Candidate, task: Task | None, gpu: bool) -> str:
 
 
 class ResultStore:
-    def __init__(self, out: Path) -> None:
-        self.folder = out / "store"
-        self.folder.mkdir(parents=True, exist_ok=True)
+    """``reuse=False`` keeps results without answering from them (``--no-cache``: grade again, still resumable)."""
+
+    def __init__(self, out: Path, reuse: bool = True) -> None:
+        self.folder = output_folder(out / "store")
+        self.reuse = reuse
 
     def _path(self, candidate_id: str) -> Path:
         return self.folder / page_name(candidate_id).replace(".html", ".json")
 
     def load(self, candidate_id: str, key: str) -> dict | None:
+        if not self.reuse:
+            return None
         path = self._path(candidate_id)
         try:
             record = json.loads(path.read_text())

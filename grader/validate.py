@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.pipeline import BaseCache, GradeOptions, detect_gpu, evaluate
-from grader.records import CriterionResult
+from grader.orchestrate import RunOptions, grade_many
+from grader.pipeline import detect_gpu
+from grader.records import Candidate, CriterionResult
 from grader.report import atomic_write
 from grader.rubric import REPO_ROOT, Task, all_tasks
-from grader.score import score_criteria
+from grader.sandbox import contain
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 
@@ -30,13 +31,6 @@ class Validation:
     reference: dict[str, str] = field(default_factory=dict)
     # Why each criterion got its status, with the failing tests' messages: what to read when a rubric breaks.
     evidence: dict[str, dict] = field(default_factory=dict)
-
-
-def grade_tree(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> dict[str, CriterionResult]:
-    apply, run, _ = evaluate(task, diff, bases, options)
-    if run is None:
-        raise RuntimeError(f"{task.id}: reference fix does not apply: {apply.message}")
-    return score_criteria(task, run)
 
 
 def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[str, CriterionResult]) -> Validation:
@@ -60,13 +54,26 @@ def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[st
     return v
 
 
-def validate_task(task: Task, bases: BaseCache, options: GradeOptions) -> Validation:
-    reference = REFERENCE_DIR / f"{task.id}.diff"
-    if not reference.is_file():
-        return Validation(task.id, problems=[f"no reference fix at {reference}"])
-    base_results = grade_tree(task, "", bases, options)
-    reference_results = grade_tree(task, reference.read_text(), bases, options)
-    return check_rules(task, base_results, reference_results)
+def validate_tasks(tasks: list[Task], options: RunOptions) -> list[Validation]:
+    """Grade each task's unpatched base and its reference fix (all in one run), and check the rules."""
+    sides = []
+    for task in tasks:
+        reference = REFERENCE_DIR / f"{task.id}.diff"
+        if reference.is_file():
+            sides += [Candidate(f"{task.id}/base", "base", "", task.id),
+                      Candidate(f"{task.id}/reference", str(reference), reference.read_text(), task.id)]
+    graded = grade_many(sides, replace(options, empty_diff_grades_base=True, store=None)).by_id()
+    validations = []
+    for task in tasks:
+        base, reference = graded.get(f"{task.id}/base"), graded.get(f"{task.id}/reference")
+        if base is None or reference is None:
+            validations.append(Validation(task.id, problems=[f"no reference fix at {REFERENCE_DIR / task.id}.diff"]))
+        elif reference.run is None:
+            validations.append(Validation(task.id, problems=[
+                f"the reference fix was not graded: {reference.record.get('error') or reference.result.apply.message}"]))
+        else:
+            validations.append(check_rules(task, base.result.criteria, reference.result.criteria))
+    return validations
 
 
 def validate_rubrics(args) -> int:
@@ -74,11 +81,8 @@ def validate_rubrics(args) -> int:
     selected = [tasks[args.task]] if args.task else list(tasks.values())
     gpu, reason = detect_gpu(args.gpu)
     print(reason, file=sys.stderr)
-    options = GradeOptions(gpu=gpu)
-    bases = BaseCache()
     report, broken = [], 0
-    for task in selected:
-        v = validate_task(task, bases, options)
+    for task, v in zip(selected, validate_tasks(selected, RunOptions(gpu=gpu, jobs=contain.default_jobs()))):
         broken += bool(v.problems)
         state = "BROKEN" if v.problems else "ok"
         print(f"{task.id}: {state}  base {v.base}  reference {v.reference}")

@@ -238,19 +238,27 @@ def test_git_metadata_and_control_characters_rejected(tree, path, words):
     assert not (tree / ".git" / "hooks" / "post-checkout").exists()
 
 
-def test_git_binary_patch_rejected(tree):
-    diff = ("diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..e69de29\n"
-            "GIT binary patch\nliteral 3\nKcmZ?wWB>pF01E&C\n\nliteral 0\nHcmV?d00001\n\n")
-    report = apply_diff(diff, tree)
-    assert report.status == "rejected" and "binary" in report.message
+GIT_BINARY = ("diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..e69de29\n"
+              "GIT binary patch\nliteral 3\nKcmZ?wWB>pF01E&C\n\nliteral 0\nHcmV?d00001\n\n")
+BINARY_DIFFER = ("diff --git a/img.png b/img.png\nindex 1234567..89abcde 100644\n"
+                 "Binary files a/img.png and b/img.png differ\n")
+TEXT_PART = "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+
+
+@pytest.mark.parametrize("binary", [GIT_BINARY, BINARY_DIFFER], ids=["git-binary-patch", "binary-files-differ"])
+def test_the_text_part_of_a_diff_with_binary_files_is_applied(tree, binary):
+    report = apply_diff(binary + TEXT_PART, tree)
+    assert report.status == "partial" and report.binary == [binary.split()[2][2:]]
+    assert "binary files are not applied" in report.message
+    assert (tree / "pkg" / "mod.py").read_text() == "x = 2\n"
+    assert [f.path for f in report.files] == ["pkg/mod.py"] and statuses(report) == ["applied"]
     assert not (tree / "blob.bin").exists()
 
 
-def test_binary_files_differ_rejected(tree):
-    diff = ("diff --git a/img.png b/img.png\nindex 1234567..89abcde 100644\n"
-            "Binary files a/img.png and b/img.png differ\n")
-    report = apply_diff(diff, tree)
-    assert report.status == "rejected" and "binary" in report.message
+def test_a_diff_of_binary_files_only_is_not_applied(tree):
+    report = apply_diff(GIT_BINARY + BINARY_DIFFER, tree)
+    assert report.status == "failed" and report.binary == ["blob.bin", "img.png"]
+    assert "only binary files" in report.message and not (tree / "blob.bin").exists()
 
 
 def test_oversized_diff_rejected(tree):

@@ -321,7 +321,7 @@ def graded():
             candidate = Candidate(name.removesuffix(".diff"), str(CORPUS / name), _diff(name), TASK)
             started = time.monotonic()
             results[name.removesuffix(".diff")] = (
-                grade_candidate(candidate, bases, GradeOptions(gpu=False, timeout=timeout)),
+                grade_candidate(candidate, bases, GradeOptions(gpu=False, timeout=timeout))[0],
                 time.monotonic() - started)
     finally:
         stop.set()

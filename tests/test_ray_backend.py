@@ -13,7 +13,6 @@ Needs ``ray`` (``pip install -e ".[ray]"``); skipped without it.
 
 from __future__ import annotations
 
-import argparse
 import filecmp
 import json
 import os
@@ -28,7 +27,10 @@ ray = pytest.importorskip("ray")
 
 from grader import ray_backend  # noqa: E402
 from grader.records import Candidate  # noqa: E402
-from grader.store import ResultStore  # noqa: E402
+from grader.report import comparable  # noqa: E402
+from grader.orchestrate import QuietObserver, RunOptions, grade_many  # noqa: E402
+from grader.rubric import all_tasks  # noqa: E402
+from grader.store import ResultStore, cache_key  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +50,7 @@ def _grade(paths: list[Path], out: Path, *extra: str) -> str:
 
 
 def _without_timings(path: Path) -> dict:
-    doc = json.loads(path.read_text())
-    doc["run"].pop("timings")
-    for result in doc["candidates"]:
-        result.pop("timings")
-    return doc
+    return comparable(json.loads(path.read_text()))
 
 
 SEED_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
@@ -134,19 +132,22 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
         return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
                 "run_status": "complete"}
 
-    pending = [(Candidate("crashes", "crashes.diff", "+x\n", TASK), "k1"),
-               (Candidate("fine", "fine.diff", "+y\n", TASK), "k2")]
-    store, results, lines = ResultStore(tmp_path / "out"), {}, []
-    args = argparse.Namespace(timeout=60, keep_trees=False, contain="on", no_cache=False)
-    ray_backend.grade_pending(pending, 2, results, store, args, False,
-                              lambda done, total, r, cached: lines.append((done, r["id"], r["verdict"])), work=work)
+    candidates = [Candidate("crashes", "crashes.diff", "+x\n", TASK), Candidate("fine", "fine.diff", "+y\n", TASK)]
+    store, lines = ResultStore(tmp_path / "out"), []
 
-    assert results["fine"]["verdict"] == "partial" and store.load("fine", "k2") == results["fine"]
+    class Lines(QuietObserver):
+        def graded(self, item, done, total):
+            lines.append((done, item.record["id"], item.record["verdict"]))
+
+    run = grade_many(candidates, RunOptions(timeout=60, store=store, backend=ray_backend.RayBackend(work)), Lines())
+    results = {g.candidate.id: g.record for g in run.graded}
+    keys = {c.id: cache_key(c, all_tasks()[TASK], False) for c in candidates}
+    assert results["fine"]["verdict"] == "partial" and store.load("fine", keys["fine"]) == results["fine"]
     crashed = results["crashes"]
     assert crashed["verdict"] == "error" and crashed["score"] is None
     assert "died" in crashed["error"] and "WorkerCrashedError" in crashed["error"]
     assert {c["status"] for c in crashed["criteria"].values()} == {"not_evaluated"}
-    assert store.load("crashes", "k1") is None  # not stored: a rerun grades it again
+    assert store.load("crashes", keys["crashes"]) is None  # not stored: a rerun grades it again
     assert (attempts / "crashes").read_text().count("attempt") == 1 + ray_backend.MAX_RETRIES
     assert (attempts / "fine").read_text().count("attempt") == 1
     assert sorted((done, cid) for done, cid, _ in lines)[-1][0] == 2

@@ -11,7 +11,8 @@ import pytest
 
 from grader.cli import exit_code
 from grader.records import SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
-from grader.report import markdown_summary, page_name, write_html, write_junit, write_results_json
+from grader.report import (grader_revision, markdown_summary, page_name, started_at, write_html, write_junit,
+                           write_results_json)
 
 STATUSES = {"c1": ("met", 1.0), "c2": ("partial", 0.5), "c3": ("unmet", 0.0), "c4": ("not_evaluated", None),
             "c5": ("met", 0.8)}
@@ -102,8 +103,10 @@ def test_results_json_validates_against_the_shipped_schema(tmp_path, results):
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "grader" / "schema" / "results.schema.json").read_text())
     assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
-    doc = json.loads(write_results_json(tmp_path, results, {"grader_version": "x", "gpu": "off", "candidates": 2,
-                                                            "containment": "on", "timings": {"wall_s": 1.0}}).read_text())
+    run_info = {"grader_version": "x", "grader": grader_revision(), "started_at": started_at(), "gpu": "off",
+                "candidates": 2, "containment": "on", "fail_under": None, "exit_code": 0, "exit_reason": "0: graded",
+                "timings": {"wall_s": 1.0}}
+    doc = json.loads(write_results_json(tmp_path, results, run_info).read_text())
     jsonschema.validate(doc, schema)
     broken = dict(doc, candidates=[dict(doc["candidates"][0], verdict="great")])
     with pytest.raises(jsonschema.ValidationError):

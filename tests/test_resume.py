@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader.checkout import cache_dir
+from grader.report import comparable, differences
 
 pytestmark = pytest.mark.slow
 
@@ -67,11 +68,7 @@ def _kill_session(proc: subprocess.Popen) -> None:
 
 def strip_timings(document: dict) -> dict:
     """``results.json`` without the fields the README documents as varying between identical runs."""
-    document = json.loads(json.dumps(document))
-    document.get("run", {}).pop("timings", None)
-    for result in document.get("candidates", []):
-        result.pop("timings", None)
-    return document
+    return comparable(document)
 
 
 @pytest.fixture(scope="module")
@@ -148,20 +145,9 @@ def test_identical_runs_give_identical_results_apart_from_timings(runs):
     assert all(not line.endswith("(cached)") for line in runs["log3"].splitlines())
     resumed, fresh = strip_timings(runs["results2"]), strip_timings(runs["results3"])
     if resumed != fresh:
-        differing = _differences(resumed, fresh)
+        differing = differences(resumed, fresh)
         pytest.fail("results.json differs outside timings at: " + "; ".join(differing[:20]))
     assert json.dumps(resumed, indent=2, sort_keys=True) == json.dumps(fresh, indent=2, sort_keys=True)
-
-
-def _differences(a, b, where: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        found = []
-        for key in sorted(set(a) | set(b), key=str):
-            found += _differences(a.get(key), b.get(key), f"{where}.{key}")
-        return found
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")]
-    return [] if a == b else [f"{where}: {str(a)[:80]!r} != {str(b)[:80]!r}"]
 
 
 def test_parallel_and_cached_runs_equal_a_serial_uncached_run(runs):
@@ -169,4 +155,4 @@ def test_parallel_and_cached_runs_equal_a_serial_uncached_run(runs):
     assert sum(line.endswith("(cached)") for line in runs["log5"].splitlines()) == len(SAMPLES), runs["log5"]
     for name in ("results4", "results5"):
         other = strip_timings(runs[name])
-        assert other == serial, "; ".join(_differences(other, serial)[:20])
+        assert other == serial, "; ".join(differences(other, serial)[:20])

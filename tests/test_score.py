@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from grader.records import ApplyReport, CriterionResult, RunReport
@@ -114,7 +116,7 @@ def test_zero_weight_evidence_is_not_evaluated():
 
 def test_conditional_with_unmet_anchor_scores_zero(task):
     rs = results(task, c1=0.0, c2=1.0, c3=1.0, c4=0.5)
-    apply_conditions(task, rs)
+    rs = apply_conditions(task, rs)
     for cid in ("c2", "c3", "c4"):
         assert (rs[cid].score, rs[cid].status) == (0.0, "unmet")
         assert "c1" in rs[cid].rationale and "unmet" in rs[cid].rationale
@@ -124,26 +126,26 @@ def test_conditional_with_unmet_anchor_scores_zero(task):
 
 def test_conditional_with_partial_anchor_keeps_its_own_score(task):
     rs = results(task, c1=0.5, c2=0.8)
-    apply_conditions(task, rs)
+    rs = apply_conditions(task, rs)
     assert (rs["c2"].score, rs["c2"].status) == (0.8, "met")
 
 
 def test_conditional_with_unmet_anchor_scores_zero(task):
     rs = results(task, c1=0.25, c2=0.8)
-    apply_conditions(task, rs)
+    rs = apply_conditions(task, rs)
     assert (rs["c2"].score, rs["c2"].status) == (0.0, "unmet") and "unmet" in rs["c2"].rationale
 
 
 def test_conditional_with_met_anchor_keeps_its_score(task):
     rs = results(task, c1=0.8, c2=0.5, c3=None)
-    apply_conditions(task, rs)
+    rs = apply_conditions(task, rs)
     assert (rs["c2"].score, rs["c2"].status) == (0.5, "partial")
     assert rs["c3"].status == "not_evaluated"
 
 
 def test_conditional_with_unevaluated_anchor_is_not_evaluated(task):
     rs = results(task, c1=None, c2=1.0, c3=0.0)
-    apply_conditions(task, rs)
+    rs = apply_conditions(task, rs)
     for cid in ("c2", "c3", "c4"):
         assert rs[cid].score is None and rs[cid].status == "not_evaluated"
         assert "c1" in rs[cid].rationale and "why c1" in rs[cid].rationale
@@ -209,7 +211,7 @@ def test_full_needs_a_complete_run_and_full_coverage(task):
     assert verdict_for(task, APPLIED, results(task), "apply_partial") == "partial"
     assert verdict_for(task, APPLIED, results(task), "environment_error") == "error"
     rs = results(task)
-    rs["c2"].coverage = 0.5
+    rs["c2"] = replace(rs["c2"], coverage=0.5)
     assert verdict_for(task, APPLIED, rs, "complete") == "partial"
 
 
@@ -268,19 +270,15 @@ def test_check_rules_unevaluated_is_reported_not_passed(task):
 
 
 def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
-    cpu = out("k[cpu]", "passed", c1=1)
-    cpu.kinds = ["variant"]
-    cuda = out("k[cuda]", "skipped", "Skipped: variant: needs a CUDA GPU", c1=1)
-    cuda.kinds = ["gpu", "variant"]
+    cpu = replace(out("k[cpu]", "passed", c1=1), kinds=["variant"])
+    cuda = replace(out("k[cuda]", "skipped", "Skipped: variant: needs a CUDA GPU", c1=1), kinds=["gpu", "variant"])
     r = score_from_outcomes("c1", "t", [cpu, cuda])
     assert (r.score, r.coverage, r.not_run) == (1.0, 1.0, {})
-    plain_gpu = out("g", "skipped", "Skipped: needs a CUDA GPU", c1=1)
-    plain_gpu.kinds = ["gpu"]
+    plain_gpu = replace(out("g", "skipped", "Skipped: needs a CUDA GPU", c1=1), kinds=["gpu"])
     r = score_from_outcomes("c1", "t", [cpu, plain_gpu])
     assert (r.coverage, r.not_run) == (0.5, {"gpu": 1})
     # When no variant ran (no GPU, and the interpreter cannot run it either), the skipped variants are missing.
-    cpu_skipped = out("k[cpu]", "skipped", "Skipped: environment: interpreter gap", c1=1)
-    cpu_skipped.kinds = ["variant"]
+    cpu_skipped = replace(out("k[cpu]", "skipped", "Skipped: environment: interpreter gap", c1=1), kinds=["variant"])
     other = out("s", "passed", c1=1)
     r = score_from_outcomes("c1", "t", [cpu_skipped, cuda, other])
     assert (r.coverage, r.not_run) == (round(1 / 3, 4), {"gpu": 1, "skipped": 1})

@@ -127,12 +127,23 @@ def vllm_module_names(tree: Path) -> list[str]:
     return [n for n in dict.fromkeys(names) if (tree / (n.replace(".", "/") + ".py")).exists() or n == "vllm"]
 
 
-def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> list[str]:
-    """What importing vLLM's task modules pulls in from outside vLLM, in import order (cached per environment)."""
+def preimport_record(tree: Path, env: dict[str, str]) -> Path:
+    """Where the list of third-party modules that a tree's task modules import is kept, per environment."""
     names = vllm_module_names(tree)
     key = hashlib.sha256(json.dumps([sys.executable, sys.version, env.get("CUDA_VISIBLE_DEVICES"), names])
                          .encode()).hexdigest()[:16]
-    cached = cache_dir() / "preimport" / f"{key}.txt"
+    return cache_dir() / "preimport" / f"{key}.txt"
+
+
+def preimport_known(base: BuiltBase, gpu: bool) -> bool:
+    """Whether warm workers for ``base`` can start without probing first (the probe imports vLLM: seconds)."""
+    return preimport_record(base.path, base_environment(gpu)).is_file()
+
+
+def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> list[str]:
+    """What importing vLLM's task modules pulls in from outside vLLM, in import order (cached per environment)."""
+    names = vllm_module_names(tree)
+    cached = preimport_record(tree, env)
     if cached.is_file():
         return cached.read_text().split()
     probe_env = dict(env, PYTHONPATH=os.pathsep.join([str(import_root), str(REPO_ROOT)]))

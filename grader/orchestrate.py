@@ -1,0 +1,235 @@
+"""``grade_many``: the one grading loop. The CLI, the Ray backend, ``mutate``, ``validate-rubrics``,
+``calibrate`` and ``check-task`` all grade through it.
+
+For each candidate it looks the result up in the results store (when one is given), grades the rest on a
+backend (local worker threads, or Ray tasks), saves each finished complete result, and tells an observer what is
+happening (phases such as a base build, and each graded candidate). An interrupt (``Interrupted``, raised by the
+caller's signal handler) stops the work. The run then returns what finished, and says that it was interrupted.
+Grading a single candidate is :func:`grader.pipeline.grade_candidate`. This module only decides what is graded,
+where, and in what order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from grader.evidence_cache import EvidenceCache
+from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.records import Candidate, CandidateResult, RunReport
+from grader.rubric import Task, all_tasks
+from grader.run import DEFAULT_TIMEOUT_S
+from grader.sandbox import contain
+from grader.checkout import is_built
+from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
+from grader.store import ResultStore, cache_key
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived while grading (raised by the caller's signal handler)."""
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One candidate's grading: its JSON record (what results.json holds) and, when it was graded in this
+    process, the records it was built from."""
+
+    candidate: Candidate
+    record: dict
+    result: CandidateResult | None = None
+    run: RunReport | None = None
+    # Found in the results store: nothing ran for it in this run.
+    stored: bool = False
+
+
+@dataclass(frozen=True)
+class GradeRun:
+    graded: tuple[Graded, ...]
+    # The signal that stopped the run, or None when every candidate was graded.
+    interrupted: str | None
+    not_graded: tuple[str, ...]
+    wall_s: float
+
+    @property
+    def records(self) -> list[dict]:
+        return [g.record for g in self.graded]
+
+    def by_id(self) -> dict[str, Graded]:
+        return {g.candidate.id: g for g in self.graded}
+
+
+class Observer(Protocol):
+    """What a caller is told while a run goes on (the terminal's progress display)."""
+
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+
+    def graded(self, item: Graded, done: int, total: int) -> None: ...
+
+
+class QuietObserver:
+    """Tells nobody anything."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def graded(self, item: Graded, done: int, total: int) -> None:
+        return None
+
+
+class Backend(Protocol):
+    """Where pending candidates are graded. ``deliver`` is called once per finished candidate, from the thread
+    that called ``grade``; an ``Interrupted`` raised meanwhile must leave every started job ended."""
+
+    def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
+              deliver: Callable[[Graded], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    gpu: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    jobs: int = 1
+    # One fresh interpreter per candidate instead of forked warm workers (slower; nothing shared).
+    cold: bool = False
+    contained: bool = True
+    keep_trees: bool = False
+    # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
+    use_evidence_cache: bool = True
+    # Finished results, looked up before grading and saved after (None: nothing is looked up or kept).
+    store: ResultStore | None = None
+    # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
+    empty_diff_grades_base: bool = False
+    backend: Backend = field(default_factory=lambda: LocalBackend())
+
+
+def grade_many(candidates: Sequence[Candidate], options: RunOptions,
+               observer: Observer | None = None) -> GradeRun:
+    """Grade ``candidates`` (stored results first), returning them in input order."""
+    observer = observer or QuietObserver()
+    started = time.monotonic()
+    tasks = all_tasks()
+    finished: dict[str, Graded] = {}
+    keys: dict[str, str] = {}
+    pending: list[Candidate] = []
+
+    def deliver(item: Graded) -> None:
+        if options.store is not None and not item.stored:
+            options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
+        finished[item.candidate.id] = item
+        observer.graded(item, len(finished), len(candidates))
+
+    for candidate in candidates:
+        keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu)
+        record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
+        if record is None:
+            pending.append(candidate)
+        else:
+            deliver(Graded(candidate, record, stored=True))
+    interrupted = None
+    try:
+        if pending:
+            options.backend.grade(pending, options, observer, deliver)
+    except Interrupted as exc:
+        interrupted = str(exc)
+    graded = tuple(finished[c.id] for c in candidates if c.id in finished)
+    return GradeRun(graded, interrupted, tuple(c.id for c in candidates if c.id not in finished),
+                    round(time.monotonic() - started, 2))
+
+
+def gradable(candidate: Candidate, tasks: dict[str, Task], options: RunOptions) -> bool:
+    """Whether grading ``candidate`` runs hidden tests (so a worker is worth starting for it)."""
+    return candidate.task in tasks and not candidate.ingest_error and \
+        bool(candidate.diff.strip() or options.empty_diff_grades_base)
+
+
+class LocalBackend:
+    """Threads in this process, each grading one candidate at a time; hidden tests in warm workers (forked from
+    an interpreter that has imported what vLLM imports) unless ``cold``."""
+
+    def __init__(self, bases: BaseCache | None = None) -> None:
+        self.bases = bases or BaseCache()
+
+    def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
+              deliver: Callable[[Graded], None]) -> None:
+        tasks = all_tasks()
+        needing = [c for c in pending if gradable(c, tasks, options)]
+        # Bases are built in the background, each at most once and each task's on its own: worker start-up and
+        # the candidates of bases already built go on meanwhile (a candidate waits only for its own base).
+        builders = ThreadPoolExecutor(max_workers=4)
+        for task_id in dict.fromkeys(c.task for c in needing):
+            builders.submit(self.prepare_base, tasks[task_id], observer)
+        try:
+            launcher = self.launcher(needing, tasks, options, observer)
+            self.grade_with(launcher, pending, options, deliver)
+        finally:
+            builders.shutdown(wait=True, cancel_futures=True)
+
+    def prepare_base(self, task: Task, observer: Observer) -> None:
+        """Build ``task``'s base, as a phase the observer is told about when there is building to do."""
+        if is_built(task.id, task.base):
+            self.bases.get(task)
+            return
+        with observer.phase(f"base {task.id}"):
+            self.bases.get(task)
+
+    def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions,
+                   deliver: Callable[[Graded], None]) -> None:
+        grade_options = GradeOptions(gpu=options.gpu, timeout=options.timeout, keep_trees=options.keep_trees,
+                                     launcher=launcher,
+                                     evidence_cache=EvidenceCache() if options.use_evidence_cache else None,
+                                     contained=options.contained,
+                                     memory_bytes=contain.memory_per_subject(options.jobs),
+                                     empty_diff_grades_base=options.empty_diff_grades_base)
+        stopping = threading.Event()
+        delivered: set[str] = set()
+
+        def hand_over(item: Graded) -> None:
+            if item.candidate.id not in delivered:
+                delivered.add(item.candidate.id)
+                deliver(item)
+
+        def work(candidate: Candidate) -> Graded | None:
+            if stopping.is_set():
+                return None
+            result, run = grade_candidate(candidate, self.bases, grade_options)
+            return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
+        futures = []
+        try:
+            futures = [pool.submit(work, c) for c in pending]
+            for future in as_completed(futures):
+                if (item := future.result()) is not None:
+                    hand_over(item)
+        except Interrupted:
+            stopping.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            launcher.terminate()
+            pool.shutdown(wait=True)
+            # A grading that completed just as the signal came is kept, like every other finished one.
+            for future in futures:
+                if future.done() and not future.cancelled() and future.exception() is None and future.result():
+                    hand_over(future.result())
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            launcher.close()
+
+    def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: RunOptions,
+                 observer: Observer) -> Launcher:
+        """Warm workers, unless ``cold`` or nothing needs running. The workers themselves start when the first
+        candidate needs one; what is prepared here is the list of modules they preload (probed once per
+        environment)."""
+        if options.cold or not needing:
+            return ColdLauncher()
+        base = self.bases.get(tasks[needing[0].task])
+        if preimport_known(base, options.gpu):
+            return start_warm_pool(max(1, options.jobs), base, options.gpu)
+        with observer.phase("probing what warm workers preload"):
+            return start_warm_pool(max(1, options.jobs), base, options.gpu)
