@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
@@ -21,13 +23,46 @@ TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=
 CRITERIA = ("c1", "c2", "c3", "c4", "c5")
 
 
+# Reports are read by other users (a CI runner's upload step, a web server): files 0644, folders 0755, whatever
+# the umask. Nothing secret is ever written into them.
+FILE_MODE, FOLDER_MODE = 0o644, 0o755
+
+
+def output_folder(path: Path) -> Path:
+    """``path`` created (with its parents) and opened to readers."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, FOLDER_MODE)
+    return path
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a killed run never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    output_folder(path.parent)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
                                      prefix=f".{path.name}.") as tmp:
         tmp.write(text)
+    os.chmod(tmp.name, FILE_MODE)
     os.replace(tmp.name, path)
+
+
+def grader_revision() -> dict[str, str | bool | None]:
+    """The grader's version and, when it runs from a git checkout, its commit and whether the tree has edits."""
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), *argv],
+                                  capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = None if commit is None else bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"version": __version__, "commit": commit, "modified": dirty}
+
+
+def started_at() -> str:
+    """Now, as ISO 8601 with the UTC offset."""
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def page_name(candidate_id: str) -> str:
@@ -38,8 +73,35 @@ def page_name(candidate_id: str) -> str:
     return f"{readable}-{digest}.html"
 
 
+# What may differ between two runs that grade the same candidates the same way: when and how they ran.
+RUN_CIRCUMSTANCES = ("started_at", "timings", "backend", "jobs")
+
+
+def comparable(document: dict) -> dict:
+    """``document`` (a results.json) without the fields that differ between identical gradings: the run's
+    circumstances (RUN_CIRCUMSTANCES), each candidate's ``timings`` and each test's ``duration_s``."""
+    document = json.loads(json.dumps(document))
+    for key in RUN_CIRCUMSTANCES:
+        document.get("run", {}).pop(key, None)
+    for result in document.get("candidates", []):
+        result.pop("timings", None)
+        for criterion in result.get("criteria", {}).values():
+            for entry in criterion.get("evidence", []):
+                entry.pop("duration_s", None)
+    return document
+
+
+def differences(a, b, where: str = "") -> list[str]:
+    """Where two JSON values differ, as paths (``.candidates[0].verdict: 'full' != 'partial'``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
+
+
 def results_document(results: list[dict], run_info: dict) -> dict:
-    """The results.json document; ``run`` holds the only fields that may differ between identical runs."""
+    """The results.json document (see ``comparable`` for the fields that vary between identical runs)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "grader_version": __version__,
