@@ -27,7 +27,8 @@ DEVICES = [
 
 # What an unwritten slot may hold: freed blocks are never cleared, so any bit pattern, NaN and infinities
 # included, can sit past seq_len. 0 * NaN and 0 * inf are NaN, so a masked-out weight does not neutralise them.
-POISONS = {"nan": float("nan"), "inf": float("inf"), "neg-inf": float("-inf")}
+# "mixed" draws NaN, +inf or -inf for each unwritten slot.
+POISONS = {"nan": float("nan"), "inf": float("inf"), "mixed": "mixed"}
 POISON_IDS = list(POISONS)
 
 HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 32
@@ -90,9 +91,12 @@ def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, 
 
 
 def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
-    if isinstance(fill, str) and fill == "garbage":
+    if fill == "garbage":
         # Finite and loud: attending to one of these slots moves the output far beyond any tolerance.
         return torch.randn(*shape, generator=gen) * 6.0 + 3.0
+    if fill == "mixed":
+        choices = torch.tensor([float("nan"), float("inf"), float("-inf")])
+        return choices[torch.randint(0, 3, shape, generator=gen)]
     return torch.full(shape, float(fill))
 
 

@@ -71,11 +71,11 @@ def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_ge
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_generator, device):
-    """Non-causal decode through the 2D launch, in fp32 and in fp16, stays finite and exact with NaN past seq_len."""
+    """Non-causal decode through the 2D launch, in fp32 and in fp16, stays finite and exact with NaN/inf past seq_len."""
     fp32 = cases.make_batch(secret_generator, *NON_CAUSAL_DECODE)
     fp16 = cases.make_batch(secret_generator, *NON_CAUSAL_PREFILL, dtype=torch.float16)
-    got = attention.unified_many([(fp32, float("nan"), {"causal": False}),
-                                  (fp16, float("nan"), {"causal": False})], device, secret_generator)
+    got = attention.unified_many([(fp32, "mixed", {"causal": False}),
+                                  (fp16, "mixed", {"causal": False})], device, secret_generator)
     _check(got[0], cases.attention_oracle(fp32, causal=False), fp32.dtype, device, "fp32 non-causal 2D decode")
     _check(got[1], cases.attention_oracle(fp16, causal=False), fp16.dtype, device, "fp16 non-causal prefill")
 
@@ -106,8 +106,8 @@ def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generato
     odd_block = cases.make_batch(gen, [1, 1, 1], [50, 17, 40], block_size=48)
     alibi = torch.rand(cases.HEADS, generator=gen) * 0.5
     sinks = torch.randn(cases.HEADS, generator=gen)
-    runs = [(base, float("nan"), {"window": 12}), (base, float("nan"), {"alibi": alibi}),
-            (base, float("nan"), {"sinks": sinks}), (fp16, float("nan"), {}), (odd_block, float("nan"), {})]
+    runs = [(base, "mixed", {"window": 12}), (base, "mixed", {"alibi": alibi}),
+            (base, "mixed", {"sinks": sinks}), (fp16, "mixed", {}), (odd_block, "mixed", {})]
     got = attention.paged_many(runs, device, gen)
     expected = [cases.attention_oracle(base, window=12), cases.attention_oracle(base, alibi=alibi),
                 cases.attention_oracle(base, sinks=sinks), cases.attention_oracle(fp16),
@@ -128,7 +128,7 @@ MIXED_CAUSAL = [True, False, True]
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("poison", ["nan", "inf"])
+@pytest.mark.parametrize("poison", ["nan", "mixed"])
 def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
     """Unified attention with bidirectional multimodal ranges (PrefixLM) is finite and exact with NaN/inf past seq_len."""
     batch = cases.make_batch(secret_generator, *MM_BATCH)
@@ -139,7 +139,7 @@ def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, de
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("poison", ["nan", "inf"])
+@pytest.mark.parametrize("poison", ["nan", "mixed"])
 def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
     """A batch mixing causal and non-causal sequences (per-sequence flags) is finite and exact with NaN/inf past seq_len."""
     batch = cases.make_batch(secret_generator, *MIXED_BATCH)
@@ -151,10 +151,10 @@ def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_gen
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("device", DEVICES)
 def test_mm_prefix_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device):
-    """A decode batch with multimodal ranges through the split-KV (3D) launch is finite and exact with NaN past seq_len."""
+    """A decode batch with multimodal ranges through the split-KV (3D) launch is finite and exact with NaN/inf past seq_len."""
     batch = cases.make_batch(secret_generator, [1, 1, 1], [23, 40, 9])
     ranges = [[(3, 12)], [(0, 30)], []]
-    got = attention.unified(batch, device, float("nan"), secret_generator, mm_ranges=ranges, segments=4)
+    got = attention.unified(batch, device, "mixed", secret_generator, mm_ranges=ranges, segments=4)
     _check(got, cases.attention_oracle(batch, mm_ranges=ranges), batch.dtype, device, f"3D decode, ranges {ranges}")
 
 
@@ -200,21 +200,20 @@ def test_per_sequence_non_causal_long_queries_attend_every_key(attention, secret
 @pytest.mark.criterion("c5", weight=2)
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_unified_attention_unchanged(attention, secret_generator, device):
-    """Causal unified attention (2D prefill+decode, 3D decode, sliding window, softcap, sinks) matches the oracle."""
+    """Causal unified attention (2D prefill+decode, 3D decode, sliding window with softcap, sinks) matches the oracle."""
     gen = secret_generator
-    mixed = cases.make_batch(gen, [12, 1, 20, 5], [40, 17, 20, 29])
+    prefill_mix = cases.make_batch(gen, [12, 1, 20, 5], [40, 17, 20, 29])
     decode = cases.make_batch(gen, [1, 1, 1], [33, 16, 70])
     sinks = torch.randn(cases.HEADS, generator=gen)
-    runs = [(mixed, float("nan"), {}), (decode, float("nan"), {"segments": 4}),
-            (mixed, "garbage", {"window": 9}), (mixed, "garbage", {"softcap": 2.0}),
-            (decode, "garbage", {"sinks": sinks, "segments": 4}), (mixed, "garbage", {"sinks": sinks})]
+    runs = [(prefill_mix, "mixed", {}), (decode, "mixed", {"segments": 4}),
+            (prefill_mix, "garbage", {"window": 9, "softcap": 2.0}),
+            (decode, "garbage", {"sinks": sinks, "segments": 4})]
     got = attention.unified_many(runs, device, gen)
-    expected = [cases.attention_oracle(mixed), cases.attention_oracle(decode),
-                cases.attention_oracle(mixed, window=9), cases.attention_oracle(mixed, softcap=2.0),
-                cases.attention_oracle(decode, sinks=sinks), cases.attention_oracle(mixed, sinks=sinks)]
-    labels = ["2D, NaN past seq_len", "3D decode, NaN past seq_len", "sliding window 9", "softcap 2",
-              "3D decode with sinks", "2D with sinks"]
-    _check_all(got, expected, labels, mixed.dtype, device)
+    expected = [cases.attention_oracle(prefill_mix), cases.attention_oracle(decode),
+                cases.attention_oracle(prefill_mix, window=9, softcap=2.0), cases.attention_oracle(decode, sinks=sinks)]
+    labels = ["2D, NaN/inf past seq_len", "3D decode, NaN/inf past seq_len", "sliding window 9 with softcap 2",
+              "3D decode with sinks"]
+    _check_all(got, expected, labels, prefill_mix.dtype, device)
 
 
 @pytest.mark.criterion("c5", weight=2)
