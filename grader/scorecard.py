@@ -188,6 +188,11 @@ def agreement(grader_verdict: str, judge_verdict: str | None) -> str | None:
 AGREEMENT_MARKS = {"agree": "\u2713 agrees", "disagree": "\u2717 differs", "not_compared": "\u2013 not compared"}
 
 
+def agreement_mark(state: str | None) -> str:
+    """What the page shows for an agreement state ("" without a judge's verdict)."""
+    return AGREEMENT_MARKS.get(state or "", "")
+
+
 # ---------------------------------------------------------------- the index
 
 
@@ -209,6 +214,10 @@ class Row:
     reason: str
     judge: str | None
     agreement: str | None
+
+    @property
+    def agreement_mark(self) -> str:
+        return agreement_mark(self.agreement)
 
     @property
     def verdict_rank(self) -> int:
@@ -658,6 +667,10 @@ class CandidatePage:
     judge: str | None
     agreement: str | None
     reason: str
+
+    @property
+    def agreement_mark(self) -> str:
+        return agreement_mark(self.agreement)
 
     @property
     def unlinked_evidence(self) -> int:

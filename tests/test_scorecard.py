@@ -214,7 +214,8 @@ def test_identical_skip_messages_collapse_into_one_line_with_a_count():
 
 @pytest.mark.parametrize(("summary", "first"), [
     ("The patch edits `a.b()`. c5 is not met.", "The patch edits `a.b()`."),
-    ('Core c1 is not met: "x. y" does not hold (a. b). Verdict fail.', 'Core c1 is not met: "x. y" does not hold (a. b).'),
+    ('Core c1 is not met: "x. y" does not hold (a. b). Verdict fail.',
+     'Core c1 is not met: "x. y" does not hold (a. b).'),
     ("One sentence only", "One sentence only"),
     ("", ""),
 ])
@@ -383,6 +384,8 @@ def test_the_index_shows_criterion_titles_core_marks_reasons_and_no_judge_column
     judged = write_every_kind(tmp_path / "judged", {"full-one": "full", "partial-one": "fail"}).read_text()
     assert judged.count('data-key="judge"') == 2  # both tables
     assert "✓ agrees" in judged and "✗ differs" in judged
+    page = (tmp_path / "judged" / "candidates" / page_name("partial-one")).read_text()
+    assert '<span class="judge-verdict">fail</span> <span class="agree a-disagree">✗ differs</span>' in page
 
 
 def test_a_candidate_page_shows_hunk_badges_and_links_evidence_to_its_hunk(tmp_path):
