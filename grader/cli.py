@@ -293,6 +293,10 @@ def run_tests(args) -> int:
         tree = scratch / "tree"
         tree.mkdir(mode=0o755)
         shutil.copytree(args.tree / "vllm", tree / "vllm", symlinks=False)
+        # vLLM reads its version from this metadata; without it platform detection fails (a GPU tree gets no CUDA
+        # platform, its custom ops land on the CPU dispatch key), as it would not in grading
+        if (args.tree / "vllm.egg-info").is_dir():
+            shutil.copytree(args.tree / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
         run = run_hidden_tests(task, tree, make_import_root(tree, scratch), base.path, scratch, gpu, ColdLauncher(),
                                args.timeout, select=args.select)
     finally:
