@@ -30,7 +30,7 @@ from grader.taskkit.skeleton import NewTaskError, TaskPaths, create_task, normal
 MISSING_DIST = "grader-surely-missing-distribution"
 
 
-# --- declared requirements -------------------------------------------------------------------------------------------
+# --- declared requirements --------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_environment_check_names_a_declared_requirement_that_is_missing(tmp_path
     assert environment_problem(satisfied, base, "key", False) is None
 
 
-# --- base.toml rewrites ------------------------------------------------------------------------------------------------
+# --- base.toml rewrites -----------------------------------------------------------------------------------------------
 
 RECIPE = """\
 # Base recipe: comments stay where they are.
@@ -150,7 +150,7 @@ def test_rewrite_refuses_a_layout_it_cannot_follow():
         rewrite(inline, blobs={"vllm/a.py": "4444444"})
 
 
-# --- rules check-task adds to the schema -----------------------------------------------------------------------------
+# --- rules check-task adds to the schema ------------------------------------------------------------------------------
 
 
 def make_task(kinds: dict[str, tuple[str, str | None]], core: str = "c1") -> Task:
@@ -185,7 +185,7 @@ def test_samples_and_sections_must_pair_up(tmp_path):
     assert any("[bad-status]" in p and "sort-of" in p for p in problems)
 
 
-# --- new-task refusals that need no base ---------------------------------------------------------------------------
+# --- new-task refusals that need no base ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("task_id", ["Upper", "under_score", "-lead", "trail-", "two--dashes", ""])
@@ -210,7 +210,7 @@ def test_new_task_refuses_paths_outside_the_sdist():
     assert normalised_files(["./vllm/a.py", "vllm/a.py", "vllm\\b.py"]) == ["vllm/a.py", "vllm/b.py"]
 
 
-# --- end to end: a throwaway task in a copy of the repository --------------------------------------------------------
+# --- end to end: a throwaway task in a copy of the repository ---------------------------------------------------------
 
 TASK_ID = "demo-clamp"
 MODULE_FILE = "vllm/utils/math_utils.py"
@@ -527,7 +527,8 @@ def test_a_wrong_blob_fails_and_fix_rewrites_it(filled):
     try:
         code, lines = filled.check("--no-grade")
         assert code == 1
-        assert lines["base blobs"][0] == "FAIL" and f"{MODULE_FILE} pinned 0000000, is {pinned}" in lines["base blobs"][1]
+        status, reason = lines["base blobs"]
+        assert status == "FAIL" and f"{MODULE_FILE} pinned 0000000, is {pinned}" in reason
         code, lines = filled.check("--no-grade", "--fix")
         assert code == 0, lines
         assert lines["base blobs"][0] == "fixed"

@@ -55,7 +55,7 @@ def task_folders(rubrics_dir: Path = RUBRICS_DIR) -> list[Path]:
             if d.is_dir() and ((d / "rubric.toml").is_file() or (d / "base.toml").is_file())]
 
 
-# --- the rubric ---------------------------------------------------------------------------------------------------
+# --- the rubric -------------------------------------------------------------------------------------------------------
 
 
 def check_rubric(folder: Path) -> tuple[Check, Task | None]:
@@ -112,7 +112,7 @@ def check_placeholders(paths: TaskPaths) -> Check:
     return Check(paths.task_id, "placeholders", "ok", f"none left in {len(files)} files")
 
 
-# --- the pinned base ---------------------------------------------------------------------------------------------
+# --- the pinned base --------------------------------------------------------------------------------------------------
 
 
 def check_sdist(task: Task, fix: bool) -> tuple[Check, Task]:
@@ -135,6 +135,15 @@ def check_sdist(task: Task, fix: bool) -> tuple[Check, Task]:
     return Check(task.id, "sdist sha256", "fixed", wrong + "; rewritten"), load_task(task.folder)
 
 
+def blob_mismatches(task: Task, base: BuiltBase) -> tuple[list[str], dict[str, str]]:
+    """The pinned files the built base lacks, and each pinned file whose blob differs, with its actual blob."""
+    actual = file_blobs(base.path, list(task.base.blobs))
+    missing = [rel for rel, blob in actual.items() if blob is None]
+    wrong = {rel: blob for rel, blob in actual.items()
+             if blob is not None and not blob.startswith(task.base.blobs[rel])}
+    return missing, wrong
+
+
 def check_blobs(task: Task, fix: bool) -> tuple[Check, Task, BuiltBase | None]:
     """Each pinned pre-image blob is the built base's (the overlay applied)."""
     try:
@@ -145,17 +154,17 @@ def check_blobs(task: Task, fix: bool) -> tuple[Check, Task, BuiltBase | None]:
     if not task.base.blobs:
         return Check(task.id, "base blobs", "FAIL", "base.toml pins no blob (list the files candidates touch)"), \
             task, base
-    actual = file_blobs(base.path, list(task.base.blobs))
-    missing = [rel for rel, blob in actual.items() if blob is None]
-    wrong = {rel: blob for rel, blob in actual.items() if blob is not None and not blob.startswith(task.base.blobs[rel])}
+    missing, wrong = blob_mismatches(task, base)
     if missing:
         return Check(task.id, "base blobs", "FAIL", f"not in the base: {', '.join(missing)} (remove them from "
                      "base.toml or fix the overlay)"), task, base
     if not wrong:
-        return Check(task.id, "base blobs", "ok", f"{len(actual)} files match the built base"), task, base
-    said = ", ".join(f"{rel} pinned {task.base.blobs[rel]}, is {blob[:BLOB_ABBREVIATION]}" for rel, blob in wrong.items())
+        return Check(task.id, "base blobs", "ok", f"{len(task.base.blobs)} files match the built base"), task, base
+    said = ", ".join(f"{rel} pinned {task.base.blobs[rel]}, is {blob[:BLOB_ABBREVIATION]}"
+                     for rel, blob in wrong.items())
     if not fix:
         return Check(task.id, "base blobs", "FAIL", said + " (--fix rewrites them)"), task, base
+    # The corrected blob as long as the one it replaces (at least the usual abbreviation).
     corrected = {rel: blob[:max(BLOB_ABBREVIATION, len(task.base.blobs[rel]))] for rel, blob in wrong.items()}
     try:
         rewrite_file(task.folder / "base.toml", blobs=corrected)
@@ -164,7 +173,7 @@ def check_blobs(task: Task, fix: bool) -> tuple[Check, Task, BuiltBase | None]:
     return Check(task.id, "base blobs", "fixed", said + "; rewritten"), load_task(task.folder), base
 
 
-# --- the environment ---------------------------------------------------------------------------------------------
+# --- the environment --------------------------------------------------------------------------------------------------
 
 
 def check_requirements(task: Task) -> Check:
@@ -188,7 +197,7 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
     return Check(task.id, "environment", "ok", "the base's task modules import here (CPU)")
 
 
-# --- the hidden tests ------------------------------------------------------------------------------------------
+# --- the hidden tests -------------------------------------------------------------------------------------------------
 
 
 def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], list[str], int | None]:
@@ -237,7 +246,7 @@ def check_tests(task: Task, base: BuiltBase) -> Check:
     return Check(task.id, "hidden tests", "ok", f"{len(tests)} collected; tests per criterion: {counts}")
 
 
-# --- reference and samples ----------------------------------------------------------------------------------------
+# --- reference and samples --------------------------------------------------------------------------------------------
 
 
 def check_reference(paths: TaskPaths) -> Check:
@@ -307,7 +316,7 @@ def check_samples(paths: TaskPaths) -> Check:
     return Check(paths.task_id, "samples", "ok", f"{len(expected) - 2} samples, each with its section in expected.toml")
 
 
-# --- all checks of one task but grading ----------------------------------------------------------------------------
+# --- all checks of one task but grading -------------------------------------------------------------------------------
 
 
 class Findings(list):
@@ -347,7 +356,7 @@ def static_checks(folder: Path, fix: bool, report: Callable[[Check], None]) -> t
     return found, task
 
 
-# --- grading: the designed statuses hold on CPU ---------------------------------------------------------------------
+# --- grading: the designed statuses hold on CPU -----------------------------------------------------------------------
 
 
 def sample_candidates(task: Task) -> list[tuple[Candidate, dict[str, str]]]:
