@@ -264,33 +264,51 @@ def view_summary(values: list[float]) -> dict:
             "bimodal": stats.is_bimodal(values)}
 
 
-def diagnose(view: str, values: list[float], clocks: list, summaries: dict) -> dict:
-    """Why one view of one point is bimodal: launch overhead (bimodal in an eager view, not under graph
-    replay), warm-up (the minority mode is the first samples), or the SM clock (the modes ran at different
-    clocks); each that holds is listed."""
-    low, high = stats.split_modes(values)
-    threshold = min(high)
+def unstable(summary: dict) -> bool:
+    """Bimodal (bench/stats.py's rule), or spread: slowest sample more than SPREAD_LIMIT times the fastest."""
+    return bool(summary["bimodal"]) or (summary["max_over_min"] or 0) > SPREAD_LIMIT
+
+
+def slow_and_fast(values: list[float]) -> tuple[str, list[int], list[int]]:
+    """Which samples are slow: the upper mode of a bimodal sample, else those over (1 + stats.MIN_REL_GAP)
+    times the fastest (a floor with excursions above it)."""
+    modes = stats.split_modes(values)
+    kind, threshold = ("bimodal", min(modes[1])) if modes else ("spread", min(values) * (1 + stats.MIN_REL_GAP))
     slow = [i for i, v in enumerate(values) if v >= threshold]
-    fast = [i for i, v in enumerate(values) if v < threshold]
+    return kind, slow, [i for i in range(len(values)) if i not in set(slow)]
+
+
+def diagnose(view: str, values: list[float], clocks: list, summaries: dict) -> dict:
+    """Why one view of one point is unstable; each cause that holds is listed:
+    - launch overhead: unstable in an eager view while the CUDA-graph view of the same point is stable (the
+      host's launch, not the kernel, moves the time);
+    - warm-up: the minority of samples (slow or fast) are the point's first ones (a JIT or autotune step);
+    - SM clock: slow and fast samples ran at SM clocks more than CLOCK_SPLIT apart (nvidia-smi readings);
+    - isolated outlier: at most two slow samples among the rest (a transient on the machine)."""
+    kind, slow, fast = slow_and_fast(values)
     minority, minority_name = (slow, "slow") if len(slow) <= len(fast) else (fast, "fast")
     early = max(3, int(EARLY_SHARE * len(values)))
     causes = []
-    graph = summaries.get("graph_us")
-    if view != "graph_us" and graph is not None and not graph["bimodal"]:
-        causes.append(f"launch overhead: bimodal in {view}, not under CUDA-graph replay "
-                      f"(graph median {graph['median']:.2f} us)")
-    if sum(i < early for i in minority) >= 0.8 * len(minority):
-        causes.append(f"warm-up: the {minority_name} mode is {len(minority)} of the first {early} samples")
+    graph, wall = summaries.get("graph_us"), summaries.get("eager_wall_us")
+    if view != "graph_us" and graph is not None and not unstable(graph):
+        host = f", eager launch to completion {wall['median']:.1f} us" if wall else ""
+        causes.append(f"launch overhead: unstable in {view}, stable under CUDA-graph replay "
+                      f"(graph median {graph['median']:.2f} us{host})")
+    if minority and sum(i < early for i in minority) >= 0.8 * len(minority):
+        causes.append(f"warm-up: the {minority_name} samples are {len(minority)} of the first {early}")
     sm_slow = [clocks[i] for i in slow if clocks[i] is not None]
     sm_fast = [clocks[i] for i in fast if clocks[i] is not None]
     clock = None
     if sm_slow and sm_fast:
-        clock = {"slow_mode_sm_mhz": stats.median(sm_slow), "fast_mode_sm_mhz": stats.median(sm_fast)}
-        if abs(clock["slow_mode_sm_mhz"] - clock["fast_mode_sm_mhz"]) > CLOCK_SPLIT * clock["fast_mode_sm_mhz"]:
-            causes.append(f"SM clock: {clock['slow_mode_sm_mhz']:.0f} MHz in the slow mode, "
-                          f"{clock['fast_mode_sm_mhz']:.0f} MHz in the fast one")
-    return {"view": view, "low_median": stats.median(low), "high_median": stats.median(high),
-            "slow_samples": slow, "sm_clock": clock,
+        clock = {"slow_sm_mhz": stats.median(sm_slow), "fast_sm_mhz": stats.median(sm_fast)}
+        if abs(clock["slow_sm_mhz"] - clock["fast_sm_mhz"]) > CLOCK_SPLIT * clock["fast_sm_mhz"]:
+            causes.append(f"SM clock: {clock['slow_sm_mhz']:.0f} MHz when slow, {clock['fast_sm_mhz']:.0f} MHz "
+                          "when fast")
+    if len(slow) <= 2 and len(fast) >= len(values) - 2:
+        causes.append(f"isolated outlier: {len(slow)} slow sample(s) (index {slow}) among {len(values)}")
+    return {"view": view, "kind": kind, "fast_median": stats.median([values[i] for i in fast]) if fast else None,
+            "slow_median": stats.median([values[i] for i in slow]) if slow else None, "slow_samples": slow,
+            "sm_clock": clock,
             "cause": "; ".join(causes) or "not explained by launch overhead, warm-up or the SM clock"}
 
 
@@ -298,14 +316,14 @@ def summarize_point(records: list[dict], readings: list[dict]) -> dict:
     good = [r for r in records if "views" in r]
     views = sorted({v for r in good for v in r["views"]})
     clocks = [(nearest_reading(readings, r["t"]) or {}).get("sm_mhz") for r in good]
-    out = {"views": {}, "bimodal": []}
+    out = {"views": {}, "unstable": [], "samples_t": [r["t"] for r in good]}
     for view in views:
         values = [r["views"][view] for r in good if view in r["views"]]
         out["views"][view] = {**view_summary(values), "samples_us": values}
     for view in views:
-        if out["views"][view]["bimodal"]:
+        if unstable(out["views"][view]):
             values = out["views"][view]["samples_us"]
-            out["bimodal"].append(diagnose(view, values, clocks, out["views"]))
+            out["unstable"].append(diagnose(view, values, clocks, out["views"]))
     primary = primary_view(views)
     if primary:
         values = out["views"][primary]["samples_us"]
@@ -350,7 +368,7 @@ def speedups(summaries: dict, base_label: str, point_ids: list[str]) -> list[dic
 
 def overview(summaries: dict) -> dict:
     """Counts over every (tree, point): samples spread past SPREAD_LIMIT and bimodal samples, per view, and
-    how often each cause was found."""
+    how often each cause was found for an unstable one (per view)."""
     spread, bimodal, causes, total = {}, {}, {}, {}
     for points in summaries.values():
         for p in points.values():
@@ -359,12 +377,12 @@ def overview(summaries: dict) -> dict:
                 if s["max_over_min"] and s["max_over_min"] > SPREAD_LIMIT:
                     spread[view] = spread.get(view, 0) + 1
                 bimodal[view] = bimodal.get(view, 0) + bool(s["bimodal"])
-            for d in p["bimodal"]:
+            for d in p["unstable"]:
                 for cause in d["cause"].split("; "):
-                    kind = cause.split(":")[0]
+                    kind = f"{d['view']}: {cause.split(':')[0]}"
                     causes[kind] = causes.get(kind, 0) + 1
     return {"points_per_view": total, f"max_over_min_above_{SPREAD_LIMIT}": spread, "bimodal": bimodal,
-            "bimodal_causes": causes}
+            "unstable_causes": causes}
 
 
 # ------------------------------------------------------------------------------------------ printing
@@ -390,7 +408,7 @@ def table(point_ids: list[str], key_text: dict, head: str, labels: list[str], su
             if s is None:
                 cells.append(f"{'-':>{width}}")
                 continue
-            flag = "*" if s["bimodal"] else " "
+            flag = "*" if s["bimodal"] else "~" if unstable(s) else " "
             text = f"{s['median']:9.2f}us iqr {s['iqr']:6.2f}{flag}"
             r = by.get((label, pid))
             cells.append(f"{text + ('  ' + compact_claim(r) if r else ''):>{width}}")
@@ -404,13 +422,15 @@ def claim_lines(ratios: list[dict], key_text: dict, view: str) -> list[str]:
             for r in ratios if r["view"] == view and not r["claim"].startswith("no difference")]
 
 
-def bimodal_lines(summaries: dict, key_text: dict) -> list[str]:
+def unstable_lines(summaries: dict, key_text: dict) -> list[str]:
     lines = []
     for label, points in summaries.items():
         for pid, p in points.items():
-            for d in p["bimodal"]:
-                lines.append(f"{label} {key_text[pid].strip()} [{d['view']}]: modes {d['low_median']:.2f} / "
-                             f"{d['high_median']:.2f} us; {d['cause']}")
+            for d in p["unstable"]:
+                fast = "-" if d["fast_median"] is None else f"{d['fast_median']:.2f}"
+                slow = "-" if d["slow_median"] is None else f"{d['slow_median']:.2f}"
+                lines.append(f"{label} {key_text[pid].strip()} [{d['view']}, {d['kind']}]: fast {fast} / slow "
+                             f"{slow} us ({len(d['slow_samples'])} slow); {d['cause']}")
     return lines
 
 
@@ -418,14 +438,16 @@ def report(point_ids, key_text, head, labels, summaries, ratios, views) -> str:
     parts = []
     for view in views:
         parts.append(f"== {view}: median us [IQR] per tree; vs {labels[0]}: x speedup [95% bootstrap CI], "
-                     "faster / slower where the CI excludes 1.0, n.d. = no difference measured; * bimodal")
+                     "faster / slower where the CI excludes 1.0, n.d. = no difference measured; * bimodal, "
+                     f"~ max/min > {SPREAD_LIMIT}")
         parts.append(table(point_ids, key_text, head, labels, summaries, ratios, view))
     primary = primary_view(views)
     claims = claim_lines(ratios, key_text, primary)
     parts.append(f"\n== claims ({primary}; CI excludes 1.0): {len(claims)}")
     parts += claims or ["(none)"]
-    lines = bimodal_lines(summaries, key_text)
-    parts.append(f"\n== bimodal samples (rule: bench/stats.py): {len(lines)}")
+    lines = unstable_lines(summaries, key_text)
+    parts.append(f"\n== unstable samples: bimodal (rule: bench/stats.py) or max/min > {SPREAD_LIMIT}, with the "
+                 f"cause found: {len(lines)}")
     parts += lines or ["(none)"]
     parts.append("\n== overview\n" + json.dumps(overview(summaries), indent=1))
     return "\n".join(parts)

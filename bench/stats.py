@@ -113,9 +113,20 @@ def speedup(base: Sequence[float], tree: Sequence[float], *, seed: int, paired: 
 
 def claim(point: float, low: float, high: float) -> str:
     """'X.XXx faster (95% CI a-b)' or 'X.XXx slower (...)' where the speedup interval excludes 1.0, else
-    'no difference measured'. Slower is stated as the factor of extra time (1 / speedup)."""
+    'no difference measured'. Slower is stated as the factor of extra time (1 / speedup). Two decimals, more
+    (up to four) where two would print the interval's near end as 1.00."""
     if low > 1.0:
-        return f"{point:.2f}x faster (95% CI {low:.2f}-{high:.2f})"
+        d = decimals_showing(low)
+        return f"{point:.{d}f}x faster (95% CI {low:.{d}f}-{high:.{d}f})"
     if high < 1.0:
-        return f"{1 / point:.2f}x slower (95% CI {1 / high:.2f}-{1 / low:.2f})"
+        d = decimals_showing(1 / high)
+        return f"{1 / point:.{d}f}x slower (95% CI {1 / high:.{d}f}-{1 / low:.{d}f})"
     return f"no difference measured ({point:.2f}x, 95% CI {low:.2f}-{high:.2f})"
+
+
+def decimals_showing(factor: float) -> int:
+    """Decimals (2 to 4) at which a factor above 1.0 no longer prints as 1.00."""
+    digits = 2
+    while digits < 4 and round(factor, digits) <= 1.0:
+        digits += 1
+    return digits

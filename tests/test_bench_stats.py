@@ -102,3 +102,9 @@ def test_a_few_outliers_or_too_few_samples_are_not_called_bimodal(stats):
     samples = normal_samples(30.0, 0.5, 24, seed=17) + [60.0]
     assert not stats.is_bimodal(samples)
     assert not stats.is_bimodal([29.2, 58.3, 61.1])  # the rerun's three passes: too few to tell
+
+
+def test_a_small_but_clear_difference_is_printed_with_enough_decimals(stats):
+    text = stats.claim(1.002, 1.0012, 1.0031)
+    assert text == "1.002x faster (95% CI 1.001-1.003)"
+    assert stats.claim(0.5, 0.45, 0.55).startswith("2.00x slower (95% CI 1.82-2.22)")

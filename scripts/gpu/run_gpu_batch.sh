@@ -286,11 +286,41 @@ if [[ " $BENCH " == *" qk "* ]]; then
 fi
 
 # ------------------------------------------------------------------ 8. minimax's speed test alone, on the reference
-# (GPU_KIT_SPEED_TEST=1): the GPU-marked test_faster_than_regressed_path through grade.py run-tests.
+# (GPU_KIT_SPEED_TEST=1): the GPU-marked test_faster_than_regressed_path through grade.py run-tests (judge and
+# sandboxed subject), and before it the test's runner outside any sandbox on the same cases, its samples put
+# through the test's interval (so a failure of the sandboxed run can be told from one of the runner).
 if [ "$SPEED_TEST" = 1 ] && [ "$GPU" = on ]; then
-  ref=$(make_tree minimax-qk-norm reference) && step speed-test-reference "${GPU_KIT_SPEED_TEST_LIMIT:-200}" \
-    $PY grade.py run-tests --task minimax-qk-norm --tree "$ref" -k test_faster_than_regressed_path --gpu on --timeout 190
-  cp "$R/speed-test-reference.log" "$OUT/speed-test-reference.txt" 2>/dev/null
+  if ref=$(make_tree minimax-qk-norm reference); then
+    cat > "$W/speed_direct.py" <<'PYEOF'
+import importlib.util, json, subprocess, sys
+from pathlib import Path
+root, tree = Path.cwd(), sys.argv[1]
+sys.path[:0] = [str(root / "rubrics"), str(root / "bench")]
+spec = importlib.util.spec_from_file_location("qk_tests", root / "rubrics/minimax-qk-norm/tests/test_minimax_qk_norm.py")
+tests = importlib.util.module_from_spec(spec); spec.loader.exec_module(tests)
+import stats
+cases = [dict(zip(("name", "q", "kv", "tp", "tokens", "mode"), c), rounds=tests.SPEED_ROUNDS,
+              inner=tests.SPEED_INNER[c[5]], warmup=tests.SPEED_WARMUP) for c in tests.SPEED_CASES]
+paths = [tree, str(root / "rubrics/minimax-qk-norm/probes"), str(root / "rubrics/shared_probes")]
+env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "GRADER_GPU": "1", "PYTHONPATH": ":".join(paths)}
+out = subprocess.run([sys.executable, str(root / "rubrics/minimax-qk-norm/probes/speed_runner.py"), json.dumps(cases)],
+                     capture_output=True, text=True, env=env, timeout=170)
+report = json.loads(out.stdout.strip().splitlines()[-1])
+print(json.dumps({k: v for k, v in report.items() if k != "cases"}))
+for name, rec in report["cases"].items():
+    if "candidate_samples_us" not in rec:
+        print(name, "ERROR", (rec.get("error") or rec.get("baseline_error") or "")[:600]); continue
+    cand, base = rec["candidate_samples_us"], rec["regressed_samples_us"]
+    low, high = stats.bootstrap_ratio_ci(cand, base, paired=True, seed=stats.seed_of(name))
+    print(f"{name}: candidate {stats.median(cand):.2f} us, regressed {stats.median(base):.2f} us, ratio "
+          f"{stats.ratio_of_medians(cand, base):.3f} (95% CI {low:.3f}-{high:.3f}), passes: {high <= tests.SPEED_MARGIN}")
+PYEOF
+    step speed-runner-direct 180 $PY "$W/speed_direct.py" "$ref"
+    cp "$R/speed-runner-direct.log" "$OUT/speed-runner-direct.txt" 2>/dev/null
+    step speed-test-reference "${GPU_KIT_SPEED_TEST_LIMIT:-200}" \
+      $PY grade.py run-tests --task minimax-qk-norm --tree "$ref" -k test_faster_than_regressed_path --gpu on --timeout 190
+    cp "$R/speed-test-reference.log" "$OUT/speed-test-reference.txt" 2>/dev/null
+  fi
   pack
 fi
 

@@ -163,6 +163,15 @@ def regressed_factory(torch, all_reduce, dispatch_key="CUDA", backend=None, name
     return call, stats
 
 
+def failure_text(limit=2000):
+    """The exception being handled: its type and the start of its message (a dispatcher error names the op and
+    the backend in its first line, then lists every backend), then the end of the stack."""
+    exc = sys.exc_info()[1]
+    head = f"{type(exc).__name__}: {str(exc)[:600]}"
+    stack = "".join(traceback.format_tb(exc.__traceback__))
+    return (head + "\n" + stack[-(limit - len(head) - 1):])[:limit]
+
+
 def _warm(torch, fns, n):
     for fn in fns:
         for _ in range(n):
@@ -304,7 +313,7 @@ def main():
                             base()
                             torch.cuda.synchronize()
                         except Exception:
-                            rec["baseline_error"] = traceback.format_exc()[-2000:]
+                            rec["baseline_error"] = failure_text()
                             continue
                         before = stats["compiles"]
                         try:
@@ -313,7 +322,7 @@ def main():
                             samples = timer(torch, [base, cand], rounds=int(case.get("rounds", ROUNDS)),
                                             inner=inner, warmup=int(case.get("warmup", WARMUP)))
                         except Exception:
-                            rec["error"] = traceback.format_exc()[-2000:]
+                            rec["error"] = failure_text()
                             continue
                     rec.update(compare(samples[0], samples[1]))
                     if stats["compiles"] != before:
@@ -322,7 +331,7 @@ def main():
                     elif stats["compiles"] >= limit:
                         rec["baseline_error"] = f"the regressed path reached Dynamo's recompile limit ({limit})"
             except Exception:
-                rec["error"] = traceback.format_exc()[-2000:]
+                rec["error"] = failure_text()
     print(json.dumps(out))
 
 
