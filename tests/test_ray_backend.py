@@ -27,7 +27,7 @@ ray = pytest.importorskip("ray")
 
 from grader import ray_backend  # noqa: E402
 from grader.records import Candidate  # noqa: E402
-from grader.report import comparable  # noqa: E402
+from grader.report import comparable, differences  # noqa: E402
 from grader.orchestrate import QuietObserver, RunOptions, grade_many  # noqa: E402
 from grader.rubric import all_tasks  # noqa: E402
 from grader.store import ResultStore, cache_key  # noqa: E402
@@ -82,7 +82,8 @@ def test_ray_backend_matches_local(tmp_path):
                       if line.startswith("["))
 
     assert progress(on_ray) == progress(local) and len(progress(local)) == 3
-    assert _without_timings(tmp_path / "ray" / "results.json") == _without_timings(tmp_path / "local" / "results.json")
+    on_ray_doc, local_doc = (_without_timings(tmp_path / mode / "results.json") for mode in ("ray", "local"))
+    assert on_ray_doc == local_doc, differences(on_ray_doc, local_doc)[:10]
     pages = sorted(p.name for p in (tmp_path / "local" / "candidates").iterdir())
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "local", tmp_path / "ray",
                                                ["index.html", *(f"candidates/{p}" for p in pages)], shallow=False)
