@@ -28,7 +28,8 @@ def _samples() -> list[tuple[str, str, str]]:
     """(task, sample name, diff) for every expected section; base is the empty diff."""
     found = []
     chosen = [t for t in os.environ.get("GRADER_TEST_TASKS", "").split(",") if t]
-    for task in chosen or all_tasks():
+    # Tasks with designed statuses (a task without them is check-task's to report).
+    for task in chosen or [t for t in all_tasks() if (CANDIDATES / t / "expected.toml").is_file()]:
         expected = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())
         for name in expected:
             if name == "base":
