@@ -66,6 +66,22 @@ def test_unmet_message_names_the_task_and_each_problem(site_folder):
     assert requirements.unmet_message("some-task", ["fake-pkg"], site_folder) is None
 
 
+def test_an_installed_requirement_that_does_not_import_is_named(tmp_path):
+    folder = tmp_path / "site"
+    info = folder / "broken_pkg-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-pkg\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("broken_pkg\n")
+    (folder / "broken_pkg").mkdir()
+    (folder / "broken_pkg" / "__init__.py").write_text("raise ImportError('needs a library this machine lacks')\n")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(folder)}
+    assert requirements.unmet(["broken-pkg"], [str(folder)]) == []
+    assert requirements.import_failures(["broken-pkg"], env, [str(folder)]) == {
+        "broken_pkg": "ImportError: needs a library this machine lacks"}
+    (folder / "broken_pkg" / "__init__.py").write_text("")
+    assert requirements.import_failures(["broken-pkg"], env, [str(folder)]) == {}
+
+
 def test_the_real_environment_satisfies_every_declared_requirement():
     for task, recipe in all_base_recipes().items():
         assert requirements.unmet(recipe.requires) == [], task
@@ -242,7 +258,8 @@ class Repo:
         self.root, self.cache = root, cache
 
     def grade(self, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "GRADER_CACHE": str(self.cache)}
+        # An index nothing answers on: a download the cache should have made unnecessary fails the test.
+        env = {**os.environ, "GRADER_CACHE": str(self.cache), "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
         return subprocess.run([sys.executable, str(self.root / "grade.py"), *args], cwd=self.root, env=env,
                               capture_output=True, text=True, timeout=1500)
 
@@ -519,20 +536,23 @@ def test_check_task_passes_a_filled_task_with_its_samples_graded(filled):
 
 
 @pytest.mark.slow
-def test_a_wrong_blob_fails_and_fix_rewrites_it(filled):
+def test_a_wrong_blob_and_sha256_fail_and_fix_rewrites_them(filled):
     base_toml = filled.folder / "base.toml"
     good = base_toml.read_text()
-    pinned = tomllib.loads(good)["base"]["blobs"][MODULE_FILE]
-    base_toml.write_text(good.replace(f'"{pinned}"', '"0000000"'))
+    pinned = tomllib.loads(good)["base"]
+    blob, sha = pinned["blobs"][MODULE_FILE], pinned["sdist_sha256"]
+    base_toml.write_text(good.replace(f'"{blob}"', '"0000000"').replace(sha, "f" * 64))
     try:
         code, lines = filled.check("--no-grade")
         assert code == 1
         status, reason = lines["base blobs"]
-        assert status == "FAIL" and f"{MODULE_FILE} pinned 0000000, is {pinned}" in reason
+        assert status == "FAIL" and f"{MODULE_FILE} pinned 0000000, is {blob}" in reason
+        assert lines["sdist sha256"] == ("FAIL", f"base.toml pins ffffffffffff, vllm-0.24.0.tar.gz is {sha[:12]} "
+                                                 "(--fix rewrites it)")
         code, lines = filled.check("--no-grade", "--fix")
         assert code == 0, lines
-        assert lines["base blobs"][0] == "fixed"
-        assert base_toml.read_text() == good  # the value back, every comment and line as it was
+        assert lines["base blobs"][0] == "fixed" and lines["sdist sha256"][0] == "fixed"
+        assert base_toml.read_text() == good  # the values back, every comment and line as it was
         code, lines = filled.check("--no-grade")
         assert code == 0 and lines["base blobs"][0] == "ok"
     finally:

@@ -115,24 +115,25 @@ def check_placeholders(paths: TaskPaths) -> Check:
 # --- the pinned base --------------------------------------------------------------------------------------------------
 
 
-def check_sdist(task: Task, fix: bool) -> tuple[Check, Task]:
-    """The pinned sha256 is the sdist's (the cached copy, else the index's)."""
+def check_sdist(task: Task, fix: bool) -> tuple[Check, Task, str | None]:
+    """The pinned sha256 is the sdist's (the cached copy, else the index's); also the sdist's own sha256 (None
+    when there is no sdist to measure)."""
     recipe = task.base
     try:
         actual = sha256_of(obtain_sdist(recipe.sdist_version))
     except (OSError, BaseBuildError) as exc:
-        return Check(task.id, "sdist sha256", "FAIL", f"vllm {recipe.sdist_version}: {exc}"), task
+        return Check(task.id, "sdist sha256", "FAIL", f"vllm {recipe.sdist_version}: {exc}"), task, None
     if actual == recipe.sdist_sha256:
-        return Check(task.id, "sdist sha256", "ok", f"vllm-{recipe.sdist_version}.tar.gz {actual[:12]}"), task
+        return Check(task.id, "sdist sha256", "ok", f"vllm-{recipe.sdist_version}.tar.gz {actual[:12]}"), task, actual
     wrong = f"base.toml pins {recipe.sdist_sha256[:12] or '(nothing)'}, vllm-{recipe.sdist_version}.tar.gz is " \
             f"{actual[:12]}"
     if not fix:
-        return Check(task.id, "sdist sha256", "FAIL", wrong + " (--fix rewrites it)"), task
+        return Check(task.id, "sdist sha256", "FAIL", wrong + " (--fix rewrites it)"), task, actual
     try:
         rewrite_file(task.folder / "base.toml", sha256=actual)
     except RecipeEditError as exc:
-        return Check(task.id, "sdist sha256", "FAIL", f"{wrong}; {exc}"), task
-    return Check(task.id, "sdist sha256", "fixed", wrong + "; rewritten"), load_task(task.folder)
+        return Check(task.id, "sdist sha256", "FAIL", f"{wrong}; {exc}"), task, actual
+    return Check(task.id, "sdist sha256", "fixed", wrong + "; rewritten"), load_task(task.folder), actual
 
 
 def blob_mismatches(task: Task, base: BuiltBase) -> tuple[list[str], dict[str, str]]:
@@ -144,11 +145,12 @@ def blob_mismatches(task: Task, base: BuiltBase) -> tuple[list[str], dict[str, s
     return missing, wrong
 
 
-def check_blobs(task: Task, fix: bool) -> tuple[Check, Task, BuiltBase | None]:
-    """Each pinned pre-image blob is the built base's (the overlay applied)."""
+def check_blobs(task: Task, fix: bool, sdist_sha256: str) -> tuple[Check, Task, BuiltBase | None]:
+    """Each pinned pre-image blob is the built base's (the overlay applied) when built from the sdist whose sha256
+    is ``sdist_sha256`` (the one measured, whatever base.toml pins: that is the sdist check's to judge)."""
     try:
         # Built without its blobs so that wrong ones can be measured; the key is the sdist's and the overlay's.
-        base = build_base(task.id, replace(task.base, blobs={}))
+        base = build_base(task.id, replace(task.base, sdist_sha256=sdist_sha256, blobs={}))
     except BaseBuildError as exc:
         return Check(task.id, "base blobs", "FAIL", f"the base does not build: {exc}"), task, None
     if not task.base.blobs:
@@ -331,6 +333,11 @@ class Findings(list):
         self.report(check)
         return check
 
+    def add_all(self, made: tuple) -> tuple:
+        """A check function's answer, (check, what else it found...): the check added, the answer passed on."""
+        self.add(made[0])
+        return made
+
 
 def static_checks(folder: Path, fix: bool, report: Callable[[Check], None]) -> tuple[list[Check], Task | None]:
     """Every check but grading, in order, each reported as it is made; the task as loaded after any fix (None
@@ -343,10 +350,10 @@ def static_checks(folder: Path, fix: bool, report: Callable[[Check], None]) -> t
         found.add(check_criteria(task))
     found.add(check_placeholders(paths))
     if task is not None:
-        sdist, task = check_sdist(task, fix)
-        found.add(sdist)
-        blobs, task, base = check_blobs(task, fix)
-        found.add(blobs)
+        _, task, sdist_sha256 = found.add_all(check_sdist(task, fix))
+        base = None
+        if sdist_sha256 is not None:
+            _, task, base = found.add_all(check_blobs(task, fix, sdist_sha256))
         requirements = found.add(check_requirements(task))
         if base is not None and not requirements.failed:
             if not found.add(check_environment(task, base)).failed:
@@ -416,6 +423,7 @@ def grading_checks(tasks: list[Task], jobs: int) -> list[Check]:
 
 
 def gradable(checks: list[Check]) -> bool:
-    """Whether grading a task's samples can tell anything: its environment, reference and samples are sound."""
-    needed = {"environment", "reference", "samples"}
+    """Whether grading a task's samples can tell anything: its base, environment, reference and samples are
+    sound."""
+    needed = {"sdist sha256", "base blobs", "environment", "reference", "samples"}
     return needed <= {c.name for c in checks} and not any(c.failed for c in checks if c.name in needed)

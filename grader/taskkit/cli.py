@@ -72,7 +72,8 @@ def run_check_task(args) -> int:
         if task is not None and gradable(checks):
             to_grade.append(task)
         elif not args.no_grade:
-            print(f"FAIL  {folder.name}: statuses: not graded (fix the environment, reference and samples first)")
+            print(f"FAIL  {folder.name}: statuses: not graded (the base, environment, reference and samples must "
+                  "pass first)")
             failed = True
     if to_grade and not args.no_grade:
         jobs = args.jobs or contain.default_jobs()

@@ -79,10 +79,11 @@ def union(rubrics_dir: Path = RUBRICS_DIR) -> list[str]:
     return sorted(seen.values(), key=lambda text: (parse(text).name.lower(), text))
 
 
-def import_names(name: str) -> list[str]:
-    """The top-level modules an installed distribution provides (from its files), for an import check."""
+def import_names(name: str, path: list[str] | None = None) -> list[str]:
+    """The top-level modules an installed distribution provides (its top_level.txt, else its files), looked up
+    as ``installed_version`` looks."""
     names = set()
-    for dist in metadata.distributions(name=name, path=interpreter_site_folders()):
+    for dist in metadata.distributions(name=name, path=interpreter_site_folders() if path is None else path):
         top_level = dist.read_text("top_level.txt")
         if top_level:
             names.update(line.strip() for line in top_level.splitlines() if line.strip())
@@ -96,11 +97,12 @@ def import_names(name: str) -> list[str]:
     return sorted(names)
 
 
-def import_failures(requires: tuple[str, ...] | list[str], env: dict[str, str]) -> dict[str, str]:
+def import_failures(requires: tuple[str, ...] | list[str], env: dict[str, str],
+                    path: list[str] | None = None) -> dict[str, str]:
     """Import each installed requirement's top-level modules in a fresh interpreter with ``env``; what failed, by
     module, with the exception. A requirement that is not installed is ``unmet``'s to report, not this."""
     modules = sorted({module for text in requires if applies_here(parse(text))
-                      for module in import_names(parse(text).name)})
+                      for module in import_names(parse(text).name, path)})
     if not modules:
         return {}
     done = subprocess.run([sys.executable, "-c", IMPORT_CHECK, *modules], env=env, capture_output=True, text=True,
