@@ -107,6 +107,12 @@ def candidate_id(stem: str, position: int) -> str:
     return f"{stem}-{position:03d}"
 
 
+def judge_verdicts(labels: dict, stem: str) -> dict[str, str]:
+    """The judge's overall verdict per bundle candidate id (what the scorecards show beside the grader's)."""
+    return {candidate_id(stem, int(e["bundle_position"])): e["overall"] for e in labels.get("entries", [])
+            if e.get("overall")}
+
+
 def is_truncated(result: dict | None) -> bool:
     """A truncated preview per the grader's apply report; everything else counts as a whole diff."""
     return bool(result and (result.get("apply") or {}).get("truncated"))
@@ -494,6 +500,11 @@ def run_calibrate(args) -> int:
               "notes": str(notes_path) if notes_path else None}
     doc = calibrate(results, labels, args.bundle.stem, notes, diffs, inputs)
     json_path, html_path = write_reports(args.out, doc)
+    if args.results is None:  # the scorecards of the run just made, with the judge's verdicts beside
+        from grader.report import write_html
+
+        write_html(args.out, results, json.loads(results_path.read_text()).get("run", {}), diffs,
+                   judge_verdicts(labels, args.bundle.stem))
     print(headline_text(doc), file=sys.stderr)
     print(f"wrote {json_path} and {html_path}", file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -18,11 +19,11 @@ import time
 from pathlib import Path
 
 from grader import __version__
-from grader.calibrate import add_parser as add_calibrate_parser, run_calibrate
+from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs
-from grader.ingest import IngestError, ingest
+from grader.ingest import IngestError, ingest, is_bundle
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
@@ -84,6 +85,8 @@ def _grade_parser(sub) -> None:
                    help="grade in this process's worker pool (default), or one Ray task per candidate (docs/ray.md)")
     p.add_argument("--address", help="with --backend ray: the Ray cluster to join (default: $RAY_ADDRESS, "
                                      "else a local cluster of --jobs CPUs)")
+    p.add_argument("--labels", type=Path, help="a judge's labels for the bundles given (the format of "
+                                               "judge-labels.json): the scorecards show its verdict beside ours")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +154,18 @@ def run_grade(args) -> int:
         lock.close()
 
 
+def judge_for(labels: Path | None, paths: list[Path]) -> dict[str, str] | None:
+    """The judge's verdict per candidate of the bundles among ``paths``, from ``--labels``."""
+    if labels is None:
+        return None
+    document = json.loads(labels.read_text(encoding="utf-8"))
+    found: dict[str, str] = {}
+    for path in paths:
+        if path.is_file() and is_bundle(path):
+            found |= judge_verdicts(document, path.stem)
+    return found
+
+
 def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
     """What ``grade``'s flags ask of the orchestrator."""
     if getattr(args, "backend", "local") == "ray":
@@ -172,6 +187,11 @@ def _run_grade(args) -> int:
         return 2
     if not candidates:
         print("error: no candidates found in " + ", ".join(map(str, args.paths)), file=sys.stderr)
+        return 2
+    try:
+        judge = judge_for(args.labels, args.paths)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: cannot read --labels {args.labels}: {exc}", file=sys.stderr)
         return 2
     on_ray = getattr(args, "backend", "local") == "ray"
     if on_ray:
@@ -205,7 +225,7 @@ def _run_grade(args) -> int:
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
     write_results_json(args.out, ordered, run_info)
-    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates})
+    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
     if args.junit:
         write_junit(args.junit, ordered)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
