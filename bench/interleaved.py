@@ -51,7 +51,7 @@ def serve(prepare, sample) -> None:
 
     try:
         meta, points = prepare()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the driver reports a tree that could not prepare
         send({"ready": False, "error": traceback.format_exc()[-3000:]})
         return
     send({"ready": True, "meta": meta, "points": points})
@@ -63,7 +63,7 @@ def serve(prepare, sample) -> None:
             taken = sample(message["id"])
             views, extra = taken if isinstance(taken, tuple) else (taken, {})
             send({"views": views, "extra": extra})
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one failed sample is reported, the worker goes on
             send({"error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
@@ -156,7 +156,7 @@ class TreeWorker:
                 self.proc.stdin.write(b'{"op": "exit"}\n')
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=30)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a worker that will not exit is killed
             self.proc.kill()
             self.proc.wait()
 
