@@ -7,9 +7,11 @@ Index
     verdict, score, run status, one cell per criterion and a *reason*: why the row is not simply full, in
     this order, each part only when it applies: the grading error, a run that did not complete, an apply that
     failed, was rejected, applied in part or was a truncated preview, and the first failing claim (core
-    criteria first, unmet before partial, then by id, as the summary orders them). With a judge's verdicts
-    the row also shows the judge's overall verdict and whether the grader's agrees (``agree``,
-    ``disagree``, or ``not_compared`` when the grader's verdict is ``error``). Totals count verdicts per task.
+    criteria first, unmet before partial, then by id, as the summary orders them); a partial with no failing
+    criterion says what kept it from full (criteria not evaluated, checks not run, a score below 0.9). With a
+    judge's verdicts the row also shows the judge's overall verdict and whether the grader's agrees
+    (``agree``, ``disagree``, or ``not_compared`` when the grader's verdict is ``error``). Totals count
+    verdicts per task.
 
 Candidate page
     The verdict sentence (the summary's first sentence) beside the verdict, score and run status; each
@@ -44,7 +46,8 @@ from pathlib import Path
 
 from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
 from grader.rubric import RubricError, Task, all_tasks
-from grader.summarize import quote_assertion
+from grader.score import FULL_AT
+from grader.summarize import ASSERTION_CAP, quote_assertion
 
 VERDICT_ORDER = ("full", "partial", "fail", "no_diff", "error")
 RUN_STATUS_ORDER = ("complete", "timed_out", "interrupted", "environment_error", "apply_partial")
@@ -168,11 +171,23 @@ def reason(result: dict, core: set[str]) -> str:
     if failing:
         parts.append(failing_claim(*failing[0]))
     elif result.get("verdict") == "partial":
-        unevaluated = [cid for cid, c in sorted(result.get("criteria", {}).items())
-                       if c.get("status") == "not_evaluated"]
-        if unevaluated:
-            parts.append("not evaluated: " + ", ".join(unevaluated))
+        parts.append(short_of_full(result.get("criteria", {})))
     return "; ".join(p for p in dict.fromkeys(parts) if p)
+
+
+def short_of_full(criteria: dict[str, dict]) -> str:
+    """Why a partial with no failing criterion is not full: criteria not evaluated, checks that did not run
+    here, or a met criterion below the full threshold."""
+    ordered = sorted(criteria.items())
+    unevaluated = [cid for cid, c in ordered if c.get("status") == "not_evaluated"]
+    thin = [f"{cid} ({', '.join(f'{n} {why}' for why, n in sorted(c['not_run'].items()))})"
+            for cid, c in ordered if c.get("status") != "not_evaluated" and c.get("not_run")]
+    low = [f"{cid} {c['score']:.2f}" for cid, c in ordered
+           if c.get("status") == "met" and c.get("score") is not None and c["score"] < FULL_AT]
+    parts = [("not evaluated: " + ", ".join(unevaluated)) if unevaluated else "",
+             ("checks not run: " + ", ".join(thin)) if thin else "",
+             (f"below {FULL_AT}: " + ", ".join(low)) if low else ""]
+    return "; ".join(p for p in parts if p)
 
 
 def agreement(grader_verdict: str, judge_verdict: str | None) -> str | None:
@@ -617,11 +632,28 @@ def collapse_skips(evidence: list[dict]) -> list[SkipGroup]:
     return [SkipGroup(message, tests) for message, tests in groups.items()]
 
 
+# An exception's own line in a traceback: ``AttributeError: ...``, ``pkg.mod.ProbeRaised: ...``.
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Raised)\b:?")
+TRACEBACK_START = "Traceback (most recent call last)"
+
+
+def assertion_line(message: str) -> str:
+    """What a failure says, in one line: the summary's quote of its assertion, unless that quote is only a
+    traceback's opening or a line of carets; then the last exception a traceback in it raised."""
+    said = quote_assertion(message)
+    if re.search(r"[A-Za-z]", said) and TRACEBACK_START not in said:
+        return said
+    lines = [line.strip().removeprefix("E").strip() for line in message.splitlines()]
+    raised = [line for line in lines if EXCEPTION_LINE.match(line) and TRACEBACK_START not in line]
+    # Inside a quoted list of problems the traceback's quotes arrive with a backslash; the line reads without.
+    return raised[-1].replace("\\'", "'")[:ASSERTION_CAP] if raised else said
+
+
 def evidence_view(e: dict, anchor: str) -> EvidenceView:
     failing = e.get("status") in FAILING
     return EvidenceView(anchor, e.get("test", ""), e.get("test", "").rsplit("::", 1)[-1], e.get("claim") or "",
                         e.get("status", ""), e.get("weight", 0.0), list(e.get("kinds") or []),
-                        e.get("message") or "", quote_assertion(e.get("message") or "") if failing else "")
+                        e.get("message") or "", assertion_line(e.get("message") or "") if failing else "")
 
 
 def criterion_view(cid: str, crit: dict, column: Column | None) -> CriterionView:

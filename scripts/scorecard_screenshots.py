@@ -1,9 +1,9 @@
 """Screenshots of a grading run's scorecards, for docs/scorecards/.
 
 Renders the index and three candidate pages (the first ``full``, ``partial`` and ``fail`` candidate by id, or
-the ids given) of an output folder that ``grade.py --out`` wrote, at 1280 and 390 px wide, with the system
-Chromium driven by Playwright. Each page must load without console errors and without scrolling sideways; the
-script stops with an error otherwise, so a screenshot is never of a broken page.
+the ids given; each page's top and its diff) of an output folder that ``grade.py --out`` wrote, at 1280 and
+390 px wide, with the system Chromium driven by Playwright. Each page must load without console errors and
+without scrolling sideways; the script stops with an error otherwise, so a screenshot is never of a broken page.
 
     .venv/bin/python scripts/scorecard_screenshots.py --out /tmp/viewer-out [--dest docs/scorecards]
 """
@@ -37,7 +37,9 @@ def pick_candidates(results: list[dict], chosen: dict[str, str | None]) -> dict[
     return picked
 
 
-def shoot(page, url: str, path: Path, width: int, max_height: int) -> None:
+def shoot(page, url: str, shots: dict[tuple[str, ...], Path], width: int, max_height: int) -> None:
+    """Load ``url`` and write one screenshot per {CSS selectors: path}, each at most ``max_height`` tall from
+    where the first selector that matches starts (no selectors: the top of the page)."""
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -47,8 +49,13 @@ def shoot(page, url: str, path: Path, width: int, max_height: int) -> None:
     overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
     if errors or overflow > 0:
         raise SystemExit(f"{url} at {width} px: console errors {errors}, {overflow} px of sideways overflow")
-    height = min(page.evaluate("document.documentElement.scrollHeight"), max_height)
-    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": width, "height": height}, full_page=True)
+    total = page.evaluate("document.documentElement.scrollHeight")
+    for selectors, path in shots.items():
+        top = page.evaluate("selectors => { const found = selectors.map(s => document.querySelector(s)).find(e => e);"
+                            " return found ? found.getBoundingClientRect().top + scrollY : 0; }", list(selectors))
+        clip = {"x": 0, "y": top, "width": width, "height": min(total - top, max_height)}
+        page.screenshot(path=str(path), clip=clip, full_page=True)
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,11 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name, html in pages.items():
                 for width in WIDTHS:
+                    shots = {(): args.dest / f"{name}-{width}.png"}
+                    if name != "index":  # the diff, at the foot of the page: from a hunk a failing check names
+                        shots[(".hunk:has(span.named)", "#diff")] = args.dest / f"{name}-diff-{width}.png"
                     page = browser.new_page()
-                    target = args.dest / f"{name}-{width}.png"
-                    shoot(page, html.resolve().as_uri(), target, width, args.max_height)
+                    shoot(page, html.resolve().as_uri(), shots, width, args.max_height)
                     page.close()
-                    print(f"wrote {target}", file=sys.stderr)
         finally:
             browser.close()
     return 0

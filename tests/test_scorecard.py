@@ -139,6 +139,9 @@ def test_reason_of_a_partial_without_failures_names_what_was_not_evaluated_and_f
     only_gpu_missing = result(criteria={"c1": criterion("c1", "met", 1.0, []),
                                         "c4": criterion("c4", "not_evaluated", None, [], coverage=0.0)})
     assert reason(only_gpu_missing, {"c1"}) == "not evaluated: c4"
+    thin = result(criteria={"c1": criterion("c1", "met", 1.0, [], coverage=0.6, not_run={"gpu": 5, "timeout": 1}),
+                            "c4": criterion("c4", "met", 0.77, [])})
+    assert reason(thin, {"c1"}) == "checks not run: c1 (5 gpu, 1 timeout); below 0.9: c4 0.77"
     full = result(verdict="full", criteria={"c1": criterion("c1", "met", 1.0, [])})
     assert reason(full, {"c1"}) == ""
 
@@ -232,6 +235,23 @@ def test_candidate_page_carries_the_rubric_requirement_and_the_first_failing_ass
     assert by_id["c1"].first_failure is None
     assert page.headline == "The patch rounds `x.to(tl.int8)` first."
     assert page.rest_of_summary.startswith("Value rounding is missing")
+
+
+def test_a_failure_that_quotes_a_traceback_is_told_by_the_exception_the_traceback_raised():
+    message = ("    def test_fallback(results):\n>       assert not problems, problems\n"
+               "E       AssertionError: ['raised: Traceback (most recent call last):\n"
+               f'E           File "<scratch>/import-root/{FILE}", line 43, in store\n'
+               "E             block = min(triton.next_power_of_2(n), 2048)\n"
+               "E                         ^^^^^^^^^^^^^^^^^^^^^^\n"
+               "E         AttributeError: module 'triton' has no attribute 'next_power_of_2'\n"
+               "E         ']\n\n"
+               f"{HIDDEN}:542: AssertionError")
+    page, ev = linked(message)
+    assert ev.assertion == "AttributeError: module 'triton' has no attribute 'next_power_of_2'"
+    assert page.criteria[0].first_failure.assertion == ev.assertion
+    # A plain assertion keeps its own words.
+    assert linked(pytest_failure("value cache truncates 2.625 to 2"))[1].assertion == \
+        "value cache truncates 2.625 to 2"
 
 
 # ---------------------------------------------------------------- linking evidence to hunks
