@@ -223,10 +223,11 @@ class LocalBackend:
 
     def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: RunOptions,
                  observer: Observer) -> Launcher:
-        """Warm workers, unless ``cold`` or nothing needs running. The workers themselves start when the first
-        candidate needs one; what is prepared here is the list of modules they preload (probed once per
-        environment)."""
-        if options.cold or not needing:
+        """Warm workers, unless ``cold`` or fewer than two candidates need running (a warm worker imports what
+        every task's modules import before it forks a judge: that pays off from the second candidate on). The
+        workers themselves start when the first candidate needs one; what is prepared here is the list of
+        modules they preload (probed once per environment)."""
+        if options.cold or len(needing) < 2:
             return ColdLauncher()
         base = self.bases.get(tasks[needing[0].task])
         if preimport_known(base, options.gpu):
