@@ -6,6 +6,10 @@ the ids given; each page's top and its diff) of an output folder that ``grade.py
 without scrolling sideways; the script stops with an error otherwise, so a screenshot is never of a broken page.
 
     .venv/bin/python scripts/scorecard_screenshots.py --out /tmp/viewer-out [--dest docs/scorecards]
+
+With ``--bundle BUNDLE --judge LABELS`` (a bundle that ``--out`` graded and the judge's labels of it, as
+``grade.py calibrate`` reads them) the pages are first written again, into a temporary folder, with the judge's
+verdicts beside the grader's; ``--prefix`` names those screenshots apart.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from grader.report import page_name
+from grader.calibrate import candidate_id
+from grader.ingest import parse_bundle
+from grader.report import page_name, write_html
 from grader.scorecard import CHROMIUM_FLAGS, system_chromium
 
 WIDTHS = (1280, 390)
@@ -35,6 +42,16 @@ def pick_candidates(results: list[dict], chosen: dict[str, str | None]) -> dict[
         if wanted or ids:
             picked[verdict] = wanted or ids[0]
     return picked
+
+
+def with_judge(out: Path, bundle: Path, labels: Path, into: Path) -> Path:
+    """``out``'s results written as pages into ``into`` with the judge's overall verdict of each bundle entry."""
+    document = json.loads((out / "results.json").read_text())
+    entries = json.loads(labels.read_text())["entries"]
+    judge = {candidate_id(bundle.stem, int(e["bundle_position"])): e["overall"] for e in entries}
+    diffs = {c.id: c.diff for c in parse_bundle(bundle)}
+    write_html(into, document["candidates"], document["run"], diffs, judge)
+    return into
 
 
 def shoot(page, url: str, shots: dict[tuple[str, ...], Path], width: int, max_height: int) -> None:
@@ -65,29 +82,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-height", type=int, default=2200, help="cut pages taller than this (px)")
     for verdict in VERDICTS:
         parser.add_argument(f"--{verdict}", metavar="ID", help=f"the {verdict} candidate to show")
+    parser.add_argument("--bundle", type=Path, help="the bundle --out graded (with --judge)")
+    parser.add_argument("--judge", type=Path, help="the judge's labels of that bundle: show its verdicts")
+    parser.add_argument("--prefix", default="", help="put before each screenshot's name")
     args = parser.parse_args(argv)
+    if (args.bundle is None) != (args.judge is None):
+        parser.error("--bundle and --judge go together")
     chromium = system_chromium()
     if chromium is None:
         raise SystemExit("no Chromium found (make browser installs it)")
     results = json.loads((args.out / "results.json").read_text())["candidates"]
-    pages = {"index": args.out / "index.html"}
-    for verdict, cid in pick_candidates(results, vars(args)).items():
-        pages[verdict] = args.out / "candidates" / page_name(cid)
-    args.dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="scorecards-") as scratch:
+        pages_at = with_judge(args.out, args.bundle, args.judge, Path(scratch)) if args.judge else args.out
+        pages = {"index": pages_at / "index.html"}
+        for verdict, cid in pick_candidates(results, vars(args)).items():
+            pages[verdict] = pages_at / "candidates" / page_name(cid)
+        args.dest.mkdir(parents=True, exist_ok=True)
+        shoot_all(chromium, pages, args.dest, args.prefix, args.max_height)
+    return 0
+
+
+def shoot_all(chromium: str, pages: dict[str, Path], dest: Path, prefix: str, max_height: int) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=list(CHROMIUM_FLAGS))
         try:
             for name, html in pages.items():
                 for width in WIDTHS:
-                    shots = {(): args.dest / f"{name}-{width}.png"}
+                    shots = {(): dest / f"{prefix}{name}-{width}.png"}
                     if name != "index":  # the diff, at the foot of the page: from a hunk a failing check names
-                        shots[(".hunk:has(span.named)", "#diff")] = args.dest / f"{name}-diff-{width}.png"
+                        shots[(".hunk:has(span.named)", "#diff")] = dest / f"{prefix}{name}-diff-{width}.png"
                     page = browser.new_page()
-                    shoot(page, html.resolve().as_uri(), shots, width, args.max_height)
+                    shoot(page, html.resolve().as_uri(), shots, width, max_height)
                     page.close()
         finally:
             browser.close()
-    return 0
 
 
 if __name__ == "__main__":
