@@ -21,7 +21,8 @@ STATUSES = {"c1": ("met", 1.0), "c2": ("partial", 0.5), "c3": ("unmet", 0.0), "c
 def _result(cid: str, verdict: str = "partial") -> dict:
     criteria = {c: CriterionResult(c, f"title {c}", score, status, f"why {c}",
                                    [{"test": f"t.py::test_{c}", "status": "passed" if status == "met" else "failed",
-                                     "weight": 1.0, "claim": f"claim {c}", "kinds": [], "message": "E  boom <x>"}])
+                                     "weight": 1.0, "claim": f"claim {c}", "kinds": [], "message": "E  boom <x>",
+                                     "duration_s": 0.5}])
                 for c, (status, score) in STATUSES.items()}
     apply = ApplyReport("applied", "git apply",
                         [FileReport("vllm/a.py", "modified", [HunkReport("@@ -1,2 +1,2 @@", "applied")])])
