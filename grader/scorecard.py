@@ -47,7 +47,7 @@ from pathlib import Path
 from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
 from grader.rubric import RubricError, Task, all_tasks
 from grader.score import FULL_AT
-from grader.summarize import ASSERTION_CAP, quote_assertion
+from grader.summarize import assertion_line
 
 VERDICT_ORDER = ("full", "partial", "fail", "no_diff", "error")
 RUN_STATUS_ORDER = ("complete", "timed_out", "interrupted", "environment_error", "apply_partial")
@@ -630,23 +630,6 @@ def collapse_skips(evidence: list[dict]) -> list[SkipGroup]:
         if e.get("status") == "skipped":
             groups.setdefault(skip_message(e), []).append(e.get("test", ""))
     return [SkipGroup(message, tests) for message, tests in groups.items()]
-
-
-# An exception's own line in a traceback: ``AttributeError: ...``, ``pkg.mod.ProbeRaised: ...``.
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Raised)\b:?")
-TRACEBACK_START = "Traceback (most recent call last)"
-
-
-def assertion_line(message: str) -> str:
-    """What a failure says, in one line: the summary's quote of its assertion, unless that quote is only a
-    traceback's opening or a line of carets; then the last exception a traceback in it raised."""
-    said = quote_assertion(message)
-    if re.search(r"[A-Za-z]", said) and TRACEBACK_START not in said:
-        return said
-    lines = [line.strip().removeprefix("E").strip() for line in message.splitlines()]
-    raised = [line for line in lines if EXCEPTION_LINE.match(line) and TRACEBACK_START not in line]
-    # Inside a quoted list of problems the traceback's quotes arrive with a backslash; the line reads without.
-    return raised[-1].replace("\\'", "'")[:ASSERTION_CAP] if raised else said
 
 
 def evidence_view(e: dict, anchor: str) -> EvidenceView:

@@ -57,12 +57,29 @@ def quote_assertion(message: str) -> str:
     return cut[:end + 1] if end > 15 else cut.rsplit(" ", 1)[0] + " ..."
 
 
+# An exception's own line in a traceback: ``AttributeError: ...``, ``pkg.mod.ProbeRaised: ...``.
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Raised)\b:?")
+TRACEBACK_START = "Traceback (most recent call last)"
+
+
+def assertion_line(message: str) -> str:
+    """What a failure says, in one line: the summary's quote of its assertion, unless that quote is only a
+    traceback's opening or a line of carets; then the last exception a traceback in it raised."""
+    said = quote_assertion(message)
+    if re.search(r"[A-Za-z]", said) and TRACEBACK_START not in said:
+        return said
+    lines = [line.strip().removeprefix("E").strip() for line in message.splitlines()]
+    raised = [line for line in lines if EXCEPTION_LINE.match(line) and TRACEBACK_START not in line]
+    # Inside a quoted list of problems the traceback's quotes arrive with a backslash; the line reads without.
+    return raised[-1].replace("\\'", "'")[:ASSERTION_CAP] if raised else said
+
+
 def failure_sentence(criterion: CriterionResult) -> str:
     entry = _first_failure(criterion)
     if entry is None:
         return criterion.rationale
     claim = (entry.get("claim") or entry["test"].rsplit("::", 1)[-1]).rstrip(".")
-    said = quote_assertion(entry.get("message") or "")
+    said = assertion_line(entry.get("message") or "")
     return f"\"{claim}\" does not hold" + (f" ({said.rstrip('.')})" if said else "")
 
 

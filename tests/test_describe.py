@@ -16,7 +16,8 @@ from grader.describe import code, describe_file
 from grader.ingest import parse_bundle
 from grader.pipeline import BaseCache
 from grader.rubric import REPO_ROOT, all_tasks
-from grader.summarize import quote_assertion
+from grader.records import CriterionResult
+from grader.summarize import assertion_line, failure_sentence, quote_assertion
 
 BEFORE = '''
 def gate(platform, dtype):
@@ -146,3 +147,15 @@ def test_summaries_are_short_and_keep_names_as_written(tmp_path):
         assert lowered not in text.replace("`", " "), lowered
     assert all(r["summary"].startswith(("The patch", "Timed out", "Applied only", "Not graded", "No change"))
                or "landed only with fuzz" in r["summary"] for r in results)
+
+
+def test_a_failure_that_only_quotes_a_traceback_is_told_by_the_exception_it_raised():
+    message = ("E   AssertionError: ['raised: Traceback (most recent call last):\n"
+               '  File "/tree/vllm/x.py", line 3, in f\n    return g()\n'
+               "AttributeError: module \\'triton\\' has no attribute \\'cdiv\\'']")
+    said = assertion_line(message)
+    assert said.startswith("AttributeError: module 'triton' has no attribute 'cdiv'") and "Traceback" not in said
+    criterion = CriterionResult("c1", "t", 0.0, "unmet", "0 of 1", [
+        {"test": "t.py::k", "status": "failed", "claim": "The kernel launches.", "weight": 1.0, "kinds": [],
+         "message": message}])
+    assert failure_sentence(criterion).startswith('"The kernel launches" does not hold (AttributeError: module')
