@@ -61,11 +61,13 @@ def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] =
 
 
 def fresh_cache(work: Path, name: str, source: Path) -> Path:
-    """A GRADER_CACHE of its own with the already built bases and sdists linked in (never timed)."""
+    """A GRADER_CACHE of its own with the already built bases and sdists linked in (never timed), and the same
+    judge secret: the hidden tests draw their inputs from it, so modes with different secrets would quote
+    different values in their failure messages."""
     cache = work / f"cache-{name}"
     if not cache.exists():
         cache.mkdir()
-        for part in ("sdists", "bases"):
+        for part in ("sdists", "bases", "judge-secret"):
             if (source / part).exists():
                 (cache / part).symlink_to(source / part)
     return cache
