@@ -1,5 +1,6 @@
 """Command line: ``grade PATH...`` (the default), ``bases``, ``validate-rubrics``, ``calibrate``, ``mutate``,
-``run-tests``.
+``run-tests``, and the task tooling: ``new-task``, ``check-task``, ``task-requirements``. Grading goes through
+``grader.orchestrate.grade_many``; this module turns flags into its options and writes the reports.
 
 Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
 scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
