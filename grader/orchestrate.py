@@ -231,6 +231,6 @@ class LocalBackend:
             return ColdLauncher()
         base = self.bases.get(tasks[needing[0].task])
         if preimport_known(base, options.gpu):
-            return start_warm_pool(max(1, options.jobs), base, options.gpu)
+            return start_warm_pool(max(1, options.jobs), base, options.gpu, observer.phase)
         with observer.phase("probing what warm workers preload"):
-            return start_warm_pool(max(1, options.jobs), base, options.gpu)
+            return start_warm_pool(max(1, options.jobs), base, options.gpu, observer.phase)

@@ -153,6 +153,13 @@ def test_identical_runs_give_identical_results_apart_from_timings(runs):
 def test_parallel_and_cached_runs_equal_a_serial_uncached_run(runs):
     serial = strip_timings(runs["results3"])
     assert sum(line.endswith("(cached)") for line in runs["log5"].splitlines()) == len(SAMPLES), runs["log5"]
+    # A run that ran hidden tests said when its warm workers started and how long that took (one found every
+    # result in the evidence cache or the store, and started none).
+    for log in (runs["log4"], runs["log5"]):
+        tested = [line for line in log.splitlines() if line.startswith("[") and " in " in line
+                  and "cached)" not in line]
+        started = [line for line in log.splitlines() if line.startswith("warm worker ") and ": ready in " in line]
+        assert bool(started) == bool(tested), log
     for name in ("results4", "results5"):
         other = strip_timings(runs[name])
         assert other == serial, "; ".join(differences(other, serial)[:20])

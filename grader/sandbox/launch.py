@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -189,8 +191,10 @@ class _Server:
             self.proc.kill()
 
 
-def start_warm_pool(size: int, base: BuiltBase, gpu: bool) -> WarmPool:
-    """Warm workers preloaded with what the vLLM of ``base`` imports from third parties."""
+def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
+                    starting: Callable[[str], AbstractContextManager] | None = None) -> WarmPool:
+    """Warm workers preloaded with what the vLLM of ``base`` imports from third parties. ``starting(name)``, when
+    given, wraps each worker's start-up (the terminal shows it as a phase)."""
     env = base_environment(gpu)
     root = Path(tempfile.mkdtemp(prefix="grader-probe-"))
     try:
@@ -200,14 +204,16 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool) -> WarmPool:
         modules = third_party_modules(root, base.path, env)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return WarmPool(size, env, modules)
+    return WarmPool(size, env, modules, starting)
 
 
 class WarmPool:
     """Up to ``size`` warm workers, started when a run first needs one (a run served from caches starts none);
     a worker that dies is replaced."""
 
-    def __init__(self, size: int, env: dict[str, str], preimport: list[str]) -> None:
+    def __init__(self, size: int, env: dict[str, str], preimport: list[str],
+                 starting: Callable[[str], AbstractContextManager] | None = None) -> None:
+        self.starting_phase = starting or (lambda name: nullcontext())
         self.home = Path(tempfile.mkdtemp(prefix="grader-warm-"))
         self.env = dict(env, HOME=str(self.home), TMPDIR=str(self.home), PYTHONPATH=str(REPO_ROOT))
         self.preimport_file = self.home / "preimport.txt"
@@ -229,9 +235,11 @@ class WarmPool:
             with self.lock:
                 grow = len(self.servers) + self.starting < self.size
                 self.starting += grow
+                number = len(self.servers) + self.starting
             if grow:
                 try:
-                    server = _Server(self.env, self.preimport_file)
+                    with self.starting_phase(f"warm worker {number}"):
+                        server = _Server(self.env, self.preimport_file)
                 finally:
                     with self.lock:
                         self.starting -= 1
