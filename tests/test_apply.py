@@ -272,7 +272,7 @@ def test_oversized_diff_rejected(tree):
 
 def test_diff_just_under_limit_is_not_rejected(tree):
     added = "".join(f"+{'x' * 99}\n" for _ in range(1000))
-    diff = f"diff --git a/big.py b/big.py\nnew file mode 100644\n--- /dev/null\n+++ b/big.py\n@@ -0,0 +1,1000 @@\n" + added
+    diff = "diff --git a/big.py b/big.py\nnew file mode 100644\n--- /dev/null\n+++ b/big.py\n@@ -0,0 +1,1000 @@\n" + added
     report = apply_diff(diff, tree)
     assert report.status == "applied"
 

@@ -130,7 +130,7 @@ def test_conditional_with_partial_anchor_keeps_its_own_score(task):
     assert (rs["c2"].score, rs["c2"].status) == (0.8, "met")
 
 
-def test_conditional_with_unmet_anchor_scores_zero(task):
+def test_conditional_with_an_anchor_at_the_unmet_threshold_scores_zero(task):
     rs = results(task, c1=0.25, c2=0.8)
     rs = apply_conditions(task, rs)
     assert (rs["c2"].score, rs["c2"].status) == (0.0, "unmet") and "unmet" in rs["c2"].rationale
