@@ -44,12 +44,12 @@ import re
 import sys
 import time
 import tomllib
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from grader.diffparse import HUNK_HEADER, FileSection, Hunk, parse_sections, render
+from grader.orchestrate import QuietObserver
 
 SCHEMA = "mutation/1"
 CONDITION_KEYWORDS = ("if", "elif", "while", "assert", "return")
@@ -580,15 +580,11 @@ def mutant_entry(mutant: Mutant, graded, reference: dict, equivalents: dict[str,
     return entry
 
 
-class MutantProgress:
-    """Prints one line per graded mutant."""
+class MutantProgress(QuietObserver):
+    """Prints one line per graded mutant (phases are not shown)."""
 
     def __init__(self, progress: Callable[[str], None]) -> None:
         self.progress = progress
-
-    @contextmanager
-    def phase(self, name: str):
-        yield
 
     def graded(self, item, done: int, total: int) -> None:
         self.progress(f"[{done}/{total}] {item.candidate.id}: {item.record['verdict']}")
