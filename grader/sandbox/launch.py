@@ -39,6 +39,12 @@ for name in sys.argv[1:]:
 print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] != "vllm"))
 """
 
+# Every judge and subject computes on one CPU thread. A float reduction's result depends on how many threads
+# split it, so a verdict would otherwise depend on --jobs and on the machine's core count; and N candidates at
+# once, each process spinning up a thread per core, oversubscribe the cores and spin against each other
+# (bench/throughput.py --baseline shows the cost). Parallelism comes from --jobs alone.
+SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
 
 # Seconds a judge may run past its deadline to record what timed out before it is killed.
 JUDGE_GRACE_S = 30
@@ -71,7 +77,7 @@ def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, st
     caller's ``also_pass``); nothing else passes."""
     env = {k: os.environ[k] for k in (*PASSED_THROUGH_ENV, *also_pass) if k in os.environ}
     env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1",
-                "HF_HUB_OFFLINE": "1"})
+                "HF_HUB_OFFLINE": "1", **SINGLE_THREADED})
     if not gpu:
         # Without a GPU, Triton kernels can only run through its interpreter. The variable must be set before
         # triton is first imported (it decides how triton.language's own helpers are built), and warm workers
