@@ -104,6 +104,10 @@ def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeo
         "GRADER_EVIDENCE_OUT": str(judge / "evidence.jsonl"), "GRADER_SUBJECTS": str(judge / "subjects.json"),
         "GRADER_GPU": "1" if gpu else "0", "GRADER_DEADLINE": f"{time.time() + timeout:.3f}",
         "GRADER_SECRET": secret_seed(),
+        # Only the plugins the grader names load: an installed pytest plugin neither shapes the judge's run nor
+        # costs it start-up time (one imported hypothesis at every session's end).
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "GRADER_JUDGE_PYCACHE": str(cache_dir() / "judge-pycache"),
     })
     return env
 

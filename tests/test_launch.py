@@ -1,66 +1,87 @@
 """How judges are started: a fresh interpreter (cold) or a fork of a warm worker, and what both hand to a judge and
-its subjects. Each case runs a tiny pytest file as the judge, with one uncontained subject answering a probe."""
+its subjects. Each case runs a tiny pytest file as the judge, in the environment the grader gives a judge, with one
+uncontained subject answering a probe."""
 
 from __future__ import annotations
 
 import json
 import os
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-from grader.rubric import REPO_ROOT
-from grader.run import subject_spec
+from grader.run import judge_environment, subject_spec
 from grader.sandbox.launch import SINGLE_THREADED, ColdLauncher, JudgeRun, WarmPool, base_environment
 
 JUDGE_TEST = """
-import json, os
+import json, os, sys
 import torch
 from grader.sandbox.client import subject
 
-def test_report_threads():
-    seen = {"judge": torch.get_num_threads(), "subject": subject("candidate").call("threads_probe.count")}
-    with open(os.environ["THREADS_OUT"], "w") as out:
+def test_report(request):
+    seen = {"judge": {"threads": torch.get_num_threads(), "writes_compiled": not sys.dont_write_bytecode,
+                      "plugins": sorted(name for name, _ in request.config.pluginmanager.list_name_plugin()
+                                        if name in AUTOLOADED)},
+            "subject": subject("candidate").call("report_probe.seen")}
+    with open(os.environ["GRADER_EVIDENCE_OUT"] + ".seen", "w") as out:
         json.dump(seen, out)
 """
 PROBE = """
+import sys
 import torch
 
-def count():
-    return torch.get_num_threads()
+def seen():
+    return {"threads": torch.get_num_threads(), "writes_compiled": not sys.dont_write_bytecode}
 """
+
+
+# The pytest plugins this environment installs (entry points); the judge loads none of them.
+AUTOLOADED = sorted(entry.name for entry in entry_points(group="pytest11"))
 
 
 def judge_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
     probes = tmp_path / "probes"
     probes.mkdir()
-    (probes / "threads_probe.py").write_text(textwrap.dedent(PROBE))
+    (probes / "report_probe.py").write_text(textwrap.dedent(PROBE))
     tree = tmp_path / "tree"
     tree.mkdir()
     spec, _ = subject_spec("candidate", tmp_path / "subject", tree, tree, probes, gpu=False, contained=False)
-    (tmp_path / "subjects.json").write_text(json.dumps({"candidate": spec}))
-    (tmp_path / "test_threads.py").write_text(textwrap.dedent(JUDGE_TEST))
-    out = tmp_path / "threads.json"
-    env = dict(base_environment(False), HOME=str(tmp_path), PYTHONPATH=str(REPO_ROOT),
-               GRADER_SUBJECTS=str(tmp_path / "subjects.json"), THREADS_OUT=str(out))
-    argv = ["-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_threads.py")]
-    return JudgeRun(argv, env, [], str(tmp_path), str(tmp_path / "judge.log"), 120), out
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "subjects.json").write_text(json.dumps({"candidate": spec}))
+    test = tmp_path / "tests" / "test_report.py"
+    test.parent.mkdir()
+    test.write_text(textwrap.dedent(JUDGE_TEST).replace("AUTOLOADED", repr(AUTOLOADED)))
+    env = judge_environment(judge, tree, tree, False, 120)
+    argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
+    return JudgeRun(argv, env, [], str(test.parent), str(judge / "pytest.log"), 120), judge / "evidence.jsonl.seen"
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_judge_and_subject_compute_on_one_thread(tmp_path, warm):
+def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     """Whatever --jobs and the core count, torch in a judge and in its subject runs one intra-op thread: a float
-    reduction then splits the same way everywhere, and parallel candidates do not oversubscribe the cores."""
+    reduction then splits the same way everywhere, and parallel candidates do not oversubscribe the cores. The
+    judge loads no installed pytest plugin, and keeps its compiled (assertion-rewritten) modules under the cache;
+    its subject writes no compiled module."""
     assert all(base_environment(gpu)[name] == "1" for name in SINGLE_THREADED for gpu in (False, True))
-    job, out = judge_run(tmp_path)
+    job, seen = judge_run(tmp_path)
     launcher = WarmPool(1, base_environment(False), ["torch"]) if warm else ColdLauncher()
     try:
         returncode, timed_out = launcher.run(job)
     finally:
         launcher.close()
     assert (returncode, timed_out) == (0, False), Path(job.log).read_text()[-2000:]
-    assert json.loads(out.read_text()) == {"judge": 1, "subject": 1}
+    assert json.loads(seen.read_text()) == {"judge": {"threads": 1, "writes_compiled": True, "plugins": []},
+                                            "subject": {"threads": 1, "writes_compiled": False}}
+    assert list((own_cache / "judge-pycache").rglob("test_report*.pyc")), "the rewritten test module was not kept"
 
 
 def test_the_caller_cannot_pass_a_thread_count_through():

@@ -32,6 +32,7 @@ def run(request: dict) -> int:
     try:
         os.environ.clear()
         os.environ.update(request["env"])
+        keep_compiled_modules(request["env"].get("GRADER_JUDGE_PYCACHE"))
         os.environ["GRADER_ZYGOTE_FD"] = str(control.fileno())
         sys.path[:0] = request["sys_path"]
         os.chdir(request["cwd"])
@@ -46,6 +47,16 @@ def run(request: dict) -> int:
             os.kill(zygote_pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def keep_compiled_modules(folder: str | None) -> None:
+    """Let the judge keep the modules it compiles (pytest's assertion-rewritten hidden tests among them) in
+    ``folder``, so that each run does not rewrite and compile them again. The judge imports only the project's own
+    code, and the folder is under the cache, which no subject can see; the zygote, forked before this, keeps its
+    subjects from writing compiled modules anywhere."""
+    if folder:
+        sys.dont_write_bytecode = False
+        sys.pycache_prefix = folder
 
 
 def _end_subjects() -> None:
