@@ -229,9 +229,6 @@ def swap_capability(subject, s, prefer=(9, 0)):
 def kernel_module_source(tree: Path) -> str:
     return (Path(tree) / KERNEL_FILE).read_text()
 
-# --------------------------------------------------------------------------------------------- static
-def kernel_module_source(tree: Path) -> str:
-    return (tree / "vllm/model_executor/layers/fused_moe/fused_moe.py").read_text()
 
 
 def _is_jit(fn: ast.FunctionDef) -> bool:
