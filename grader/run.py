@@ -38,14 +38,23 @@ OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 def secret_seed() -> str:
     """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
-    agree), never visible to a subject (the cache folder is hidden from it)."""
+    agree), never visible to a subject (the cache folder is hidden from it).
+
+    Made once: the first maker wins, since a hard link never replaces an existing file, and every judge of every
+    thread and process reads the winner's (candidates graded at once must draw the same inputs)."""
     path = cache_dir() / "judge-secret"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}")
-        tmp.write_text(os.urandom(16).hex())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        fd, draft = tempfile.mkstemp(prefix=".judge-secret-", dir=path.parent)  # mode 0600, a name of its own
+        try:
+            os.write(fd, os.urandom(16).hex().encode())
+            os.close(fd)
+            try:
+                os.link(draft, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(draft)
     return path.read_text().strip()
 
 
@@ -223,7 +232,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         for box in boxes:
             box.cleanup()
     duration = time.monotonic() - started
-    scrub = _path_scrubber(tree, scratch, base_tree)
+    scrub = path_scrubber(tree, scratch, base_tree)
     text = scrub(_tail(log, 200_000))
     outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
     outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
@@ -249,14 +258,17 @@ def _head(path: Path, limit: int) -> str:
         return handle.read(limit).decode("utf-8", "replace")
 
 
-def _path_scrubber(tree: Path, scratch: Path, base_tree: Path):
-    """Messages name the per-candidate temporary paths; replace them so identical runs give identical text."""
+def path_scrubber(tree: Path, scratch: Path, base_tree: Path):
+    """Messages name the per-candidate temporary paths; replace them so identical runs give identical text. A repr
+    that pytest cut short can end inside a temporary folder's random name: what is left of any ``grader-*`` folder
+    of the scratch area is replaced too."""
     pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>"), (str(base_tree), "<base>")]
+    cut_short = re.compile(re.escape(os.path.join(str(scratch.parent), "grader-")) + r"[\w-]*")
 
     def scrub(text: str) -> str:
         for raw, placeholder in pairs:
             text = text.replace(raw, placeholder)
-        return OBJECT_ADDRESS.sub(" at 0x?", text)
+        return OBJECT_ADDRESS.sub(" at 0x?", cut_short.sub("<scratch>", text))
 
     return scrub
 

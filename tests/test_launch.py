@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-from grader.run import judge_environment, subject_spec
+from grader.rubric import REPO_ROOT
+from grader.run import judge_environment, path_scrubber, secret_seed, subject_spec
 from grader.sandbox.launch import SINGLE_THREADED, ColdLauncher, JudgeRun, WarmPool, base_environment
 
 JUDGE_TEST = """
@@ -96,3 +101,48 @@ def test_the_caller_cannot_pass_a_thread_count_through():
         else:
             os.environ["OMP_NUM_THREADS"] = previous
     assert env["OMP_NUM_THREADS"] == "1"
+
+
+ASK_FOR_THE_SECRET = """
+import sys
+from grader.run import secret_seed
+print("ready", flush=True)
+sys.stdin.read(1)
+print(secret_seed(), flush=True)
+"""
+
+
+def test_the_judge_secret_is_made_once_whoever_asks_first(tmp_path, monkeypatch):
+    """Graders sharing a fresh cache (and the threads of one grader) ask for the secret at the same moment: none
+    fails, and all get the same one, private to its owner, with no draft left behind."""
+    for round_ in range(4):
+        cache = tmp_path / f"cache-{round_}"
+        monkeypatch.setenv("GRADER_CACHE", str(cache))
+        askers = [subprocess.Popen([sys.executable, "-c", ASK_FOR_THE_SECRET], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT) for _ in range(6)]
+        for asker in askers:
+            assert asker.stdout.readline().strip() == "ready"
+        for asker in askers:  # released together
+            asker.stdin.write("x")
+            asker.stdin.flush()
+        with ThreadPoolExecutor(8) as pool:
+            seen = set(pool.map(lambda _: secret_seed(), range(32)))
+        seen |= {asker.communicate()[0].strip() for asker in askers}
+        assert all(asker.returncode == 0 for asker in askers)
+        assert len(seen) == 1 and len(seen.pop()) == 32
+        assert (cache / "judge-secret").stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in cache.iterdir()] == ["judge-secret"], "a draft was left behind"
+
+
+def test_temporary_paths_are_scrubbed_even_when_a_repr_cuts_them_short(tmp_path):
+    """The same failure graded twice gives the same message, though every grading has its own scratch folder,
+    and pytest's reprs cut long strings, sometimes inside the folder's random name."""
+    messages = []
+    for _ in range(2):
+        scratch = Path(tempfile.mkdtemp(prefix="grader-some-task-", dir=tmp_path))
+        tree, base = scratch / "tree-abc", tmp_path / "base"
+        scrub = path_scrubber(tree, scratch, base)
+        cut = str(scratch)[:-3] + "...ror: name 'x' is not defined"
+        messages.append(scrub(f"File \"{tree}/vllm/a.py\" in {base}/vllm: {{'import_error': '{cut}'}} <X at 0x7f3a>"))
+    assert messages[0] == messages[1], messages
+    assert "<tree>/vllm/a.py" in messages[0] and "<base>/vllm" in messages[0] and "<scratch>..." in messages[0]
