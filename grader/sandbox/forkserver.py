@@ -8,6 +8,7 @@ only subjects do, each in a process of its own. The answer is a JSON line with `
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -103,6 +104,10 @@ def serve(stdin, stdout) -> None:
 def main() -> None:
     names = open(sys.argv[1]).read().split() if len(sys.argv) > 1 else []
     loaded = preimport(names)
+    # What was imported lives as long as the worker: moved out of the collector's sight, it is not traversed by
+    # every full collection in the judges and subjects forked from here (pytest alone runs several as it ends),
+    # nor are its pages copied into each of them by the collector touching it.
+    gc.freeze()
     sys.stdout.write(json.dumps({"ready": True, "preimported": loaded}) + "\n")
     sys.stdout.flush()
     serve(sys.stdin, sys.stdout)
