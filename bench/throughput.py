@@ -3,7 +3,8 @@
     python bench/throughput.py [BUNDLE] [--jobs N] [--limit K] [--repeat R] [--baseline REV] [--json FILE]
 
 Modes over the bundle (each ``grade.py BUNDLE --gpu off`` as a subprocess, with its own GRADER_CACHE into which
-the built bases are linked, so base building is never timed):
+the built bases and the installation's one-time records are linked, so neither is timed; the records are made
+first by an untimed grading of one sample per task, see ``INSTALLATION_RECORDS``):
 
 - naive:     one fresh interpreter per candidate, serial, no caches (``--cold --no-cache --jobs 1``)
 - warm:      warm fork-server workers, ``--jobs N``, empty result and evidence caches
@@ -14,8 +15,7 @@ the built bases are linked, so base building is never timed):
 
 and for one small candidate (``--small DIFF --small-task TASK``; its base built, caches empty):
 
-- small:       ``grade.py DIFF --task TASK --no-cache --jobs 1`` into a new ``--out`` (after one untimed round:
-               the environment check and the warm workers' preload list are kept per installation, like bases)
+- small:       ``grade.py DIFF --task TASK --no-cache --jobs 1`` into a new ``--out`` (after one untimed round)
 - small-tests: ``grade.py run-tests --task TASK --tree T`` on the same diff applied by git to a copy of the base:
                the task's hidden tests alone, in the grader's sandbox (target: small at most 2x this)
 
@@ -60,16 +60,39 @@ def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] =
     return elapsed
 
 
-def fresh_cache(work: Path, name: str, source: Path) -> Path:
+# Kept in the cache once per installation, like the bases: an environment check's pass per task, the warm workers'
+# preload list and the judge's compiled rubric modules. An untimed grading of one sample per task makes them first,
+# as any earlier grading on the machine would have; making them is a fixed cost (docs/cost-model.md), not what
+# grading a bundle costs.
+INSTALLATION_RECORDS = ("environment-ok", "preimport", "judge-pycache")
+
+
+def fresh_cache(work: Path, name: str, source: Path, installation: Path | None = None) -> Path:
     """A GRADER_CACHE of its own with the already built bases and sdists linked in (never timed), and the same
     judge secret: the hidden tests draw their inputs from it, so modes with different secrets would quote
-    different values in their failure messages."""
+    different values in their failure messages. With ``installation``, its one-time records are linked in too."""
     cache = work / f"cache-{name}"
     if not cache.exists():
         cache.mkdir()
         for part in ("sdists", "bases", "judge-secret"):
             if (source / part).exists():
                 (cache / part).symlink_to(source / part)
+        for part in INSTALLATION_RECORDS if installation else ():
+            if (installation / part).exists():
+                (cache / part).symlink_to(installation / part)
+    return cache
+
+
+def installation(work: Path, source: Path, jobs: int) -> Path:
+    """A cache holding the installation's one-time records, made by grading one sample of every task (untimed)."""
+    samples = work / "installation-samples"
+    for folder in sorted((REPO / "candidates").iterdir()):
+        diffs = sorted(folder.glob("*.diff"))[:1]
+        if diffs:
+            (samples / folder.name).mkdir(parents=True)
+            shutil.copy(diffs[0], samples / folder.name / diffs[0].name)
+    cache = fresh_cache(work, "installation", source)
+    timed([str(samples), "--out", str(work / "out-installation"), "--jobs", str(jobs)], cache)
     return cache
 
 
@@ -107,17 +130,18 @@ def spread(samples: list[float]) -> str:
             else f"{'':7s} {samples[0]:7.2f} {'':7s}")
 
 
-def bundle_modes(args, bundle: Path, work: Path, source: Path, baseline: Path | None) -> list[tuple]:
+def bundle_modes(args, bundle: Path, work: Path, source: Path, baseline: Path | None,
+                 records: Path) -> list[tuple]:
     """(name, argv, cache, repo) for the modes over the bundle, in the order they run."""
     jobs = ["--jobs", str(args.jobs)]
-    warm_cache = fresh_cache(work, "warm", source)
+    warm_cache = fresh_cache(work, "warm", source, records)
     modes = [] if args.skip_naive else [
         ("naive", [str(bundle), "--out", str(work / "out-naive"), "--cold", "--no-cache", "--jobs", "1"],
-         fresh_cache(work, "naive", source), REPO)]
+         fresh_cache(work, "naive", source, records), REPO)]
     modes.append(("warm", [str(bundle), "--out", str(work / "out-warm"), *jobs], warm_cache, REPO))
     if baseline:
         modes.append(("baseline", [str(bundle), "--out", str(work / "out-baseline"), *jobs],
-                      fresh_cache(work, "baseline", source), baseline))
+                      fresh_cache(work, "baseline", source, records), baseline))
     return modes
 
 
@@ -144,17 +168,18 @@ def main() -> int:
         baseline = work / "baseline"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
                        check=True, capture_output=True)
+    records = installation(work, source, args.jobs)
+    print(f"installation records made (untimed): {', '.join(INSTALLATION_RECORDS)}", flush=True)
     seconds: dict[str, list[float]] = {}
-    for name, argv, cache, repo in bundle_modes(args, bundle, work, source, baseline):
+    for name, argv, cache, repo in bundle_modes(args, bundle, work, source, baseline, records):
         seconds[name] = [timed(argv, cache, repo)]
         print(f"{name:11s} {seconds[name][0]:8.1f} s", flush=True)
     if args.baseline:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True)
     warm_cache = work / "cache-warm"
     tree = patched_tree(args.small_task, args.small.resolve(), work)
-    small_cache = fresh_cache(work, "small", source)
-    # One untimed round first: the environment check and the preimport probe are kept per installation, like
-    # the bases, and are not what a small candidate costs.
+    small_cache = fresh_cache(work, "small", source, records)
+    # One untimed round first all the same: its caches' first use (the results folder, the sandbox's probe).
     for round_ in range(-1, args.repeat):
         cheap = {
             "fresh-out": ([str(bundle), "--out", str(work / f"out-fresh-{round_}"), "--jobs", str(args.jobs)],
