@@ -34,6 +34,9 @@ EVIDENCE_CAP_BYTES = 64 << 20
 SHARED_PROBES = RUBRICS_DIR / "shared_probes"
 # Object reprs in assertion output ("<X object at 0x7f...>") differ between identical runs.
 OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# So do the times of vLLM's log lines ("INFO 12-01 15:51:11 [file.py:12] ..."), which a probe's captured output
+# can carry into a failure message.
+LOG_LINE_TIME = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?")
 
 
 def secret_seed() -> str:
@@ -261,14 +264,15 @@ def _head(path: Path, limit: int) -> str:
 def path_scrubber(tree: Path, scratch: Path, base_tree: Path):
     """Messages name the per-candidate temporary paths; replace them so identical runs give identical text. A repr
     that pytest cut short can end inside a temporary folder's random name: what is left of any ``grader-*`` folder
-    of the scratch area is replaced too."""
+    of the scratch area is replaced too. Object addresses and log-line times are replaced for the same reason."""
     pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>"), (str(base_tree), "<base>")]
     cut_short = re.compile(re.escape(os.path.join(str(scratch.parent), "grader-")) + r"[\w-]*")
 
     def scrub(text: str) -> str:
         for raw, placeholder in pairs:
             text = text.replace(raw, placeholder)
-        return OBJECT_ADDRESS.sub(" at 0x?", cut_short.sub("<scratch>", text))
+        text = OBJECT_ADDRESS.sub(" at 0x?", cut_short.sub("<scratch>", text))
+        return LOG_LINE_TIME.sub(r"\1 <time>", text)
 
     return scrub
 

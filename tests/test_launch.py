@@ -136,13 +136,17 @@ def test_the_judge_secret_is_made_once_whoever_asks_first(tmp_path, monkeypatch)
 
 def test_temporary_paths_are_scrubbed_even_when_a_repr_cuts_them_short(tmp_path):
     """The same failure graded twice gives the same message, though every grading has its own scratch folder,
-    and pytest's reprs cut long strings, sometimes inside the folder's random name."""
+    pytest's reprs cut long strings (sometimes inside the folder's random name), and captured vLLM log lines
+    carry the time they were written."""
     messages = []
     for _ in range(2):
         scratch = Path(tempfile.mkdtemp(prefix="grader-some-task-", dir=tmp_path))
         tree, base = scratch / "tree-abc", tmp_path / "base"
         scrub = path_scrubber(tree, scratch, base)
         cut = str(scratch)[:-3] + "...ror: name 'x' is not defined"
-        messages.append(scrub(f"File \"{tree}/vllm/a.py\" in {base}/vllm: {{'import_error': '{cut}'}} <X at 0x7f3a>"))
+        logged = f"'stdout_tail': 'INFO 12-01 15:5{len(messages)}:11 [x.py:3] ready\\nWARNING 12-01 15:5{len(messages)}:12.5'"
+        messages.append(scrub(f"File \"{tree}/vllm/a.py\" in {base}/vllm: {{'import_error': '{cut}', {logged}}} "
+                              "<X at 0x7f3a>"))
     assert messages[0] == messages[1], messages
     assert "<tree>/vllm/a.py" in messages[0] and "<base>/vllm" in messages[0] and "<scratch>..." in messages[0]
+    assert "INFO <time> [x.py:3] ready" in messages[0] and "WARNING <time>'" in messages[0]
