@@ -41,8 +41,8 @@ print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] !
 
 # Every judge and subject computes on one CPU thread. A float reduction's result depends on how many threads
 # split it, so a verdict would otherwise depend on --jobs and on the machine's core count; and N candidates at
-# once, each process spinning up a thread per core, oversubscribe the cores and spin against each other
-# (bench/throughput.py --baseline shows the cost). Parallelism comes from --jobs alone.
+# once, each process spinning up a thread per core, oversubscribe the cores and spin against each other.
+# Parallelism comes from --jobs alone.
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
