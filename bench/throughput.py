@@ -42,6 +42,9 @@ sys.path.insert(0, str(REPO))
 
 from grader.report import comparable, differences  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from cost_model import sample_folders  # noqa: E402
+
 DEFAULT_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
 DEFAULT_SMALL = REPO / "candidates" / "int8-kv-rounding" / "key-only.diff"
 CHEAP = ("fresh-out", "stored", "small", "small-tests")
@@ -85,14 +88,8 @@ def fresh_cache(work: Path, name: str, source: Path, installation: Path | None =
 
 def installation(work: Path, source: Path, jobs: int) -> Path:
     """A cache holding the installation's one-time records, made by grading one sample of every task (untimed)."""
-    samples = work / "installation-samples"
-    for folder in sorted((REPO / "candidates").iterdir()):
-        diffs = sorted(folder.glob("*.diff"))[:1]
-        if diffs:
-            (samples / folder.name).mkdir(parents=True)
-            shutil.copy(diffs[0], samples / folder.name / diffs[0].name)
     cache = fresh_cache(work, "installation", source)
-    timed([str(samples), "--out", str(work / "out-installation"), "--jobs", str(jobs)], cache)
+    timed([str(sample_folders(1, work)), "--out", str(work / "out-installation"), "--jobs", str(jobs)], cache)
     return cache
 
 
@@ -179,7 +176,7 @@ def main() -> int:
     warm_cache = work / "cache-warm"
     tree = patched_tree(args.small_task, args.small.resolve(), work)
     small_cache = fresh_cache(work, "small", source, records)
-    # One untimed round first all the same: its caches' first use (the results folder, the sandbox's probe).
+    # One untimed round first all the same: a new cache's first run also probes for CUDA (kept per boot).
     for round_ in range(-1, args.repeat):
         cheap = {
             "fresh-out": ([str(bundle), "--out", str(work / f"out-fresh-{round_}"), "--jobs", str(args.jobs)],
