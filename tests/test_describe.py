@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED
+from conftest import SEED, needs_seed
 from grader.apply import apply_diff, make_tree, scratch_root
 from grader.describe import code, describe_file
 from grader.ingest import parse_bundle
@@ -118,6 +118,7 @@ def test_descriptions_say_what_the_change_does(described, key, words):
 
 
 @pytest.mark.slow
+@needs_seed
 def test_seed_whole_diffs_are_described():
     """Every whole diff of the earlier judge's bundle gets a description that names code."""
     bases = BaseCache()

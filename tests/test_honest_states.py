@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SEED, needs_seed
 from grader.pipeline import run_status
 from grader import records
 from grader.records import ApplyReport, FileReport, HunkReport, RunReport
@@ -28,7 +29,6 @@ from grader.store import ResultStore
 TASK = "xpu-kv-cache-dtypes"
 REFERENCE = REPO_ROOT / "reference_impl" / f"{TASK}.diff"
 SAMPLES = sorted((REPO_ROOT / "candidates" / TASK).glob("*.diff"))
-SEED = Path(__file__).resolve().parents[2] / "shared" / "seed"
 
 
 def grade(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -165,6 +165,7 @@ def test_a_second_run_into_the_same_out_is_refused_naming_the_first(tmp_path):
 # --- calibrate without --results --------------------------------------------------------------------------------
 
 
+@needs_seed
 @pytest.mark.slow
 def test_calibrate_grades_the_bundle_itself_without_results(tmp_path):
     text = (SEED / "graded-candidates.txt").read_text().split("\n\n")
