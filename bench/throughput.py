@@ -112,7 +112,7 @@ def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
 def patched_tree(task_id: str, diff: Path, work: Path) -> Path:
     """A copy of the task's built base with ``diff`` applied by git (what run-tests is pointed at)."""
     from grader.checkout import build_base
-    from grader.rubric import all_tasks
+    from grader.core.rubric import all_tasks
 
     task = all_tasks()[task_id]
     base = build_base(task.id, task.base)

@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 
 from grader.checkout import BuiltBase, cache_dir
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
-from grader.records import ApplyReport, FileChange, FileReport, HunkReport
-from grader.rubric import REPO_ROOT
+from grader.core.records import ApplyReport, FileChange, FileReport, HunkReport
+from grader.core.rubric import REPO_ROOT
 from grader.sandbox.tooling import run_tool
 
 MAX_DIFF_BYTES = 1 << 20

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import git
 
-from grader.rubric import BaseRecipe
+from grader.core.rubric import BaseRecipe
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 STAMP = ".grader-base.json"

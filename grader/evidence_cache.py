@@ -13,9 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from grader.checkout import BuiltBase, cache_dir
-from grader.records import ApplyReport, FileReport, HunkReport, RunReport, TestOutcome
+from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport, TestOutcome
 from grader.report import atomic_write
-from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
+from grader.core.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
 def tree_key(task: Task, base: BuiltBase, apply: ApplyReport, gpu: bool) -> str | None:

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 
 from grader.diffparse import parse_sections
-from grader.records import Candidate
-from grader.rubric import RUBRICS_DIR, all_base_recipes
+from grader.core.records import Candidate
+from grader.core.rubric import RUBRICS_DIR, all_base_recipes
 
 DIFF_SUFFIXES = (".diff", ".patch")
 # Bundles show each diff as a preview of at most this many lines; one that reaches it may be cut anywhere,

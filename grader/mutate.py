@@ -593,7 +593,7 @@ class MutantProgress(QuietObserver):
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
                   use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
     from grader.orchestrate import LocalBackend, RunOptions, grade_many
-    from grader.records import Candidate
+    from grader.core.records import Candidate
     from grader.validate import REFERENCE_DIR
 
     equivalents_path = task.folder / "equivalent-mutants.toml"
@@ -659,7 +659,7 @@ def _score_text(t: dict) -> str:
 
 def run_mutate(args) -> int:
     from grader.checkout import build_base
-    from grader.rubric import all_tasks
+    from grader.core.rubric import all_tasks
     from grader.validate import REFERENCE_DIR
 
     tasks = all_tasks()

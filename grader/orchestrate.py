@@ -21,8 +21,8 @@ from typing import Protocol
 
 from grader.evidence_cache import EvidenceCache
 from grader.pipeline import BaseCache, GradeOptions, grade_candidate
-from grader.records import Candidate, CandidateResult, RunReport
-from grader.rubric import Task, all_tasks
+from grader.core.records import Candidate, CandidateResult, RunReport
+from grader.core.rubric import Task, all_tasks
 from grader.run import DEFAULT_TIMEOUT_S
 from grader.sandbox import contain
 from grader.checkout import is_built

@@ -20,8 +20,8 @@ from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
-from grader.records import ApplyReport, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
-from grader.rubric import Task, all_tasks, environment_fingerprint, rubric_fingerprint
+from grader.core.records import ApplyReport, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
+from grader.core.rubric import Task, all_tasks, environment_fingerprint, rubric_fingerprint
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grader.rubric import REPO_ROOT, Task
+from grader.core.rubric import REPO_ROOT, Task
 
 MAX_RETRIES = 2
 GPU_MARK = "mark.gpu"
@@ -200,7 +200,7 @@ class RayBackend:
     def grade(self, pending, options, observer, deliver) -> None:
         from grader.orchestrate import Graded
         from grader.pipeline import error_result
-        from grader.rubric import all_tasks
+        from grader.core.rubric import all_tasks
 
         tasks = all_tasks()
         by_id = {candidate.id: candidate for candidate in pending}

@@ -17,7 +17,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
-from grader.records import SCHEMA_VERSION
+from grader.core.records import SCHEMA_VERSION
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 CRITERIA = ("c1", "c2", "c3", "c4", "c5")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from grader.apply import hidden_roots
 from grader.checkout import cache_dir
-from grader.records import RunReport, TestOutcome, TestStatus
-from grader.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
+from grader.core.records import RunReport, TestOutcome, TestStatus
+from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 from grader.taskkit.requirements import unmet_message

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from grader.records import ApplyReport, CriterionResult, CriterionStatus, RunReport, RunStatus, TestOutcome, Verdict
-from grader.rubric import Task
+from grader.core.records import ApplyReport, CriterionResult, CriterionStatus, RunReport, RunStatus, TestOutcome, Verdict
+from grader.core.rubric import Task
 
 MET_AT = 0.75
 UNMET_AT = 0.25

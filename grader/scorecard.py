@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
-from grader.rubric import RubricError, Task, all_tasks
+from grader.core.rubric import RubricError, Task, all_tasks
 from grader.score import FULL_AT
 from grader.summarize import assertion_line
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from grader import __version__
 from grader.checkout import recipe_key
-from grader.records import Candidate
+from grader.core.records import Candidate
 from grader.report import atomic_write, output_folder, page_name
-from grader.rubric import Task, environment_fingerprint, rubric_fingerprint
+from grader.core.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
 def cache_key(candidate: Candidate, task: Task | None, gpu: bool) -> str:

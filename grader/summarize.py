@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from grader.records import ApplyReport, CandidateResult, CriterionResult, RunReport
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, RunReport
 
 _env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from grader.orchestrate import Graded
-from grader.rubric import all_tasks
+from grader.core.rubric import all_tasks
 from grader.scorecard import reason
 
 VERDICTS = ("full", "partial", "fail", "no_diff", "error")

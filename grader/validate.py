@@ -14,9 +14,9 @@ from pathlib import Path
 
 from grader.orchestrate import RunOptions, grade_many
 from grader.pipeline import detect_gpu
-from grader.records import Candidate, CriterionResult
+from grader.core.records import Candidate, CriterionResult
 from grader.report import atomic_write
-from grader.rubric import REPO_ROOT, Task, all_tasks
+from grader.core.rubric import REPO_ROOT, Task, all_tasks
 from grader.sandbox import contain
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"

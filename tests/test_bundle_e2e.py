@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.ingest import parse_bundle
-from grader.rubric import REPO_ROOT
+from grader.core.rubric import REPO_ROOT
 
 SEED = Path(__file__).resolve().parents[2] / "shared" / "seed"
 CPU_TASKS = ("xpu-kv-cache-dtypes", "vit-fp8-blackwell", "int8-kv-rounding", "rocm-mx-emulation")

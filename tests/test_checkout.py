@@ -14,7 +14,7 @@ import pytest
 import grader.checkout as checkout
 from grader.checkout import (BaseBuildError, build_base, cache_dir, configured_index_url, fetch_sdist, sdist_url,
                              verify_blobs)
-from grader.rubric import BaseRecipe, all_base_recipes
+from grader.core.rubric import BaseRecipe, all_base_recipes
 
 @pytest.fixture(scope="module")
 def bases():

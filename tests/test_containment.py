@@ -287,7 +287,7 @@ def _diff(name: str) -> str:
 def graded():
     """Grade every corpus case once (sequentially), with a listener on the port the escape case tries."""
     from grader.pipeline import BaseCache, GradeOptions, grade_candidate
-    from grader.records import Candidate
+    from grader.core.records import Candidate
 
     for path in PWNED:
         Path(path).unlink(missing_ok=True)

@@ -15,8 +15,8 @@ from grader.apply import apply_diff, make_tree, scratch_root
 from grader.describe import code, describe_file
 from grader.ingest import parse_bundle
 from grader.pipeline import BaseCache
-from grader.rubric import REPO_ROOT, all_tasks
-from grader.records import CriterionResult
+from grader.core.rubric import REPO_ROOT, all_tasks
+from grader.core.records import CriterionResult
 from grader.summarize import assertion_line, failure_sentence, quote_assertion
 
 BEFORE = '''

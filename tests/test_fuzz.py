@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from grader import apply as apply_mod
 from grader.ingest import infer_task, parse_bundle
-from grader.records import ApplyStatus, HunkStatus
+from grader.core.records import ApplyStatus, HunkStatus
 
 APPLY_STATUSES = set(typing.get_args(ApplyStatus))
 HUNK_STATUSES = set(typing.get_args(HunkStatus))

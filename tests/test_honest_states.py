@@ -18,9 +18,9 @@ import pytest
 
 from conftest import SEED, needs_seed
 from grader.pipeline import run_status
-from grader import records
-from grader.records import ApplyReport, FileReport, HunkReport, RunReport
-from grader.rubric import REPO_ROOT
+from grader.core import records
+from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport
+from grader.core.rubric import REPO_ROOT
 from grader.run import environment_problem
 from grader.sandbox import contain
 from grader.score import verdict_for
@@ -212,7 +212,7 @@ def test_only_complete_results_are_stored(tmp_path):
 
 def test_a_missing_distribution_is_the_environments_fault_and_named(tmp_path):
     """A task whose base needs a package the environment lacks: environment_error naming it, not the base's fault."""
-    from grader.rubric import BaseRecipe, Task
+    from grader.core.rubric import BaseRecipe, Task
 
     base = tmp_path / "base"
     (base / "vllm").mkdir(parents=True)
@@ -234,7 +234,7 @@ def test_default_jobs_and_memory_limits_never_overcommit_the_machine():
 
 
 def test_verdict_of_an_environment_fault_is_error():
-    from grader.rubric import all_tasks
+    from grader.core.rubric import all_tasks
 
     task = all_tasks()[TASK]
     from grader.score import not_evaluated_all

@@ -10,7 +10,7 @@ import pytest
 from grader.apply import is_cut_header
 from grader.diffparse import parse_sections
 from grader.ingest import IngestError, infer_task, ingest, parse_bundle
-from grader.rubric import all_base_recipes
+from grader.core.rubric import all_base_recipes
 
 PREVIEW_LINES = 60
 TRITON_MOE = "vllm/model_executor/layers/fused_moe/experts/triton_moe.py"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from grader.pipeline import BaseCache
-from grader.rubric import REPO_ROOT, all_tasks
+from grader.core.rubric import REPO_ROOT, all_tasks
 
 TASK = "xpu-kv-cache-dtypes"
 TARGET = "vllm/__init__.py"

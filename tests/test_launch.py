@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.rubric import REPO_ROOT
+from grader.core.rubric import REPO_ROOT
 from grader.run import judge_environment, path_scrubber, secret_seed, subject_spec
 from grader.sandbox.launch import SINGLE_THREADED, ColdLauncher, JudgeRun, WarmPool, base_environment
 

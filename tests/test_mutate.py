@@ -17,8 +17,8 @@ from grader.mutate import (
     import_broken,
     mutation_score,
 )
-from grader.records import ApplyReport, CriterionResult, RunReport
-from grader.records import TestOutcome as Outcome
+from grader.core.records import ApplyReport, CriterionResult, RunReport
+from grader.core.records import TestOutcome as Outcome
 
 FILLER = "".join(f"FILLER_{i} = {i}\n" for i in range(12))
 

@@ -26,10 +26,10 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from grader import ray_backend  # noqa: E402
-from grader.records import Candidate  # noqa: E402
+from grader.core.records import Candidate  # noqa: E402
 from grader.report import comparable, differences  # noqa: E402
 from grader.orchestrate import QuietObserver, RunOptions, grade_many  # noqa: E402
-from grader.rubric import all_tasks  # noqa: E402
+from grader.core.rubric import all_tasks  # noqa: E402
 from grader.store import ResultStore, cache_key  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.cli import exit_code
-from grader.records import SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.core.records import SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
 from grader.report import (grader_revision, markdown_summary, page_name, started_at, write_html, write_junit,
                            write_results_json)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.rubric import all_tasks
+from grader.core.rubric import all_tasks
 from grader.score import FULL_AT, MET_AT, UNMET_AT
 
 REPO = Path(__file__).resolve().parents[1]

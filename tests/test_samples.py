@@ -14,7 +14,7 @@ import pytest
 
 from grader.sandbox.launch import start_warm_pool
 from grader.pipeline import BaseCache, GradeOptions, detect_gpu, evaluate
-from grader.rubric import REPO_ROOT, all_tasks
+from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.score import score_criteria
 from grader.validate import check_rules
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from grader.records import ApplyReport, CriterionResult, RunReport
-from grader.records import TestOutcome as Outcome  # a name pytest does not collect
-from grader.rubric import RUBRICS_DIR, load_task
+from grader.core.records import ApplyReport, CriterionResult, RunReport
+from grader.core.records import TestOutcome as Outcome  # a name pytest does not collect
+from grader.core.rubric import RUBRICS_DIR, load_task
 from grader.score import (FULL_AT, MET_AT, UNMET_AT, apply_conditions, overall_score, score_criteria,
                           score_from_outcomes, status_for, verdict_for)
 from grader.validate import check_rules

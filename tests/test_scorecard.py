@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from grader.calibrate import candidate_id
-from grader.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
 from grader.report import page_name, write_html
-from grader.rubric import all_tasks
+from grader.core.rubric import all_tasks
 from grader.scorecard import (CHROMIUM_FLAGS, agreement, build_candidate, build_diff, build_index, collapse_skips,
                               named_places, reason, system_chromium, verdict_sentence)
 

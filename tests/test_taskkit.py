@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader.checkout import fetch_sdist, sha256_of
-from grader.rubric import REPO_ROOT, BaseRecipe, Criterion, RubricError, Task, all_base_recipes, load_task
+from grader.core.rubric import REPO_ROOT, BaseRecipe, Criterion, RubricError, Task, all_base_recipes, load_task
 from grader.run import environment_problem
 from grader.taskkit import requirements
 from grader.taskkit.checks import criteria_problems, sample_problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from grader.orchestrate import Graded
-from grader.records import Candidate
+from grader.core.records import Candidate
 from grader.terminal import observer_for, print_closing
 
 TASK = "int8-kv-rounding"

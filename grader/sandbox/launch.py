@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grader.checkout import BuiltBase, cache_dir
-from grader.rubric import REPO_ROOT, all_base_recipes
+from grader.core.rubric import REPO_ROOT, all_base_recipes
 
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
                       "CUDA_HOME", "LD_LIBRARY_PATH")

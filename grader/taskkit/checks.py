@@ -21,8 +21,8 @@ from grader.apply import scratch_root
 from grader.checkout import BaseBuildError, BuiltBase, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
-from grader.records import Candidate
-from grader.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
+from grader.core.records import Candidate
+from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
 from grader.run import environment_problem, judge_environment, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file

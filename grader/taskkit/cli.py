@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from grader.checkout import BaseBuildError
-from grader.rubric import REPO_ROOT, RUBRICS_DIR
+from grader.core.rubric import REPO_ROOT, RUBRICS_DIR
 
 COMMANDS = ("new-task", "check-task", "task-requirements")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from grader.rubric import RUBRICS_DIR, all_base_recipes, interpreter_site_folders
+from grader.core.rubric import RUBRICS_DIR, all_base_recipes, interpreter_site_folders
 
 IMPORT_CHECK = """
 import importlib, json, sys

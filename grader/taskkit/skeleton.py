@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from grader.checkout import build_base, file_blobs, obtain_sdist, sha256_of
-from grader.rubric import BaseRecipe
+from grader.core.rubric import BaseRecipe
 
 PLACEHOLDER = "TODO(new-task)"
 TASK_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RUBRICS_DIR = REPO_ROOT / "rubrics"
 CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
 CRITERION_KINDS = ("fix", "preserve", "conditional")
