@@ -23,6 +23,7 @@ from pathlib import Path
 
 import git
 
+from grader.core.identity import recipe_key
 from grader.core.rubric import BaseRecipe
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -129,14 +130,6 @@ def obtain_sdist(version: str) -> Path:
     if not target.is_file():
         os.replace(_download_sdist(version, target.parent), target)
     return target
-
-
-def recipe_key(recipe: BaseRecipe) -> str:
-    """Identity of a base: the sdist and the overlay's bytes."""
-    digest = hashlib.sha256(recipe.sdist_sha256.encode())
-    if recipe.overlay is not None:
-        digest.update(recipe.overlay.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _unpack(tarball: Path, version: str, dest: Path) -> None:

@@ -7,32 +7,27 @@ cut previews, where nothing but test files survive). Deterministic hidden tests 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
 
-from grader.checkout import BuiltBase, cache_dir
+from grader.checkout import cache_dir
+from grader.core.identity import Identity
 from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport, TestOutcome
 from grader.report import atomic_write
-from grader.core.rubric import Task, environment_fingerprint, rubric_fingerprint
 
 
-def tree_key(task: Task, base: BuiltBase, apply: ApplyReport, gpu: bool) -> str | None:
-    """Identity of the evidence: task and its fingerprint, base, environment, GPU switch and the applied tree's
-    content; None (do not cache) when the tree has no identity."""
-    if not apply.tree_id:
-        return None
-    return hashlib.sha256("\x00".join([task.id, rubric_fingerprint(task), base.key, str(gpu),
-                                       environment_fingerprint(), apply.tree_id]).encode()).hexdigest()
+def tree_key(identity: Identity, apply: ApplyReport) -> str | None:
+    """Identity of the evidence: the grading's identity (task, rubric, base, environment, switches, schema and
+    engine) and the applied tree's content; None (do not cache) when the tree has no identity."""
+    return identity.key("evidence", apply.tree_id) if apply.tree_id else None
 
 
-def diff_key(task: Task, base: BuiltBase, diff: str, gpu: bool, contained: bool) -> str:
-    """A key that is safe without building a tree: the same diff bytes on the same base, task fingerprint,
-    environment and switches apply to the same tree. It only points at a tree key's evidence (``save_applied``);
-    the tree key stays the source of truth whenever a tree is built."""
-    return hashlib.sha256("\x00".join(["diff", task.id, rubric_fingerprint(task), base.key, str(gpu), str(contained),
-                                       environment_fingerprint(), diff]).encode("utf-8", "surrogateescape")).hexdigest()
+def diff_key(identity: Identity, diff: str) -> str:
+    """A key that is safe without building a tree: the same diff bytes under the same identity apply to the same
+    tree. It only points at a tree key's evidence (``save_applied``); the tree key stays the source of truth
+    whenever a tree is built."""
+    return identity.key("applied diff", diff)
 
 
 def _apply_from_json(data: dict) -> ApplyReport:

@@ -125,7 +125,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
         observer.graded(item, len(finished), len(candidates))
 
     for candidate in candidates:
-        keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu)
+        keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu, options.contained)
         record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
         if record is None:
             pending.append(candidate)

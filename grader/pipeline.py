@@ -21,7 +21,8 @@ from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
-from grader.core.rubric import Task, all_tasks, environment_fingerprint, rubric_fingerprint
+from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
+from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -86,9 +87,9 @@ def cuda_available() -> bool:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = ""
-    seen = "\0".join([boot, sys.executable, environment_fingerprint(), os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
-                       os.environ.get("NVIDIA_VISIBLE_DEVICES", "-")])
-    record = cache_dir() / "cuda-probe" / hashlib.sha256(seen.encode()).hexdigest()[:16]
+    seen = machine_identity().key("cuda probe", boot, sys.executable, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                  os.environ.get("NVIDIA_VISIBLE_DEVICES"))
+    record = cache_dir() / "cuda-probe" / seen[:16]
     if boot and record.is_file():
         return record.read_text() == "True"
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
@@ -116,7 +117,8 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
 def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
     """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
     base = bases.get(task)
-    shortcut = diff_key(task, base, diff, options.gpu, options.contained) if options.evidence_cache else None
+    identity = grading_identity(task, options.gpu, options.contained)
+    shortcut = diff_key(identity, diff) if options.evidence_cache else None
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
         return found[0], found[1], {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
     scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
@@ -134,7 +136,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         problem = environment_problem(task, base.path, base.key, options.gpu)
         if problem:
             return apply, RunReport([], None, False, "", 0.0, problem), timings
-        key = tree_key(task, base, apply, options.gpu)
+        key = tree_key(identity, apply)
         run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
             import_root = make_import_root(tree, scratch)
@@ -185,7 +187,7 @@ def rubric_identity(task: Task) -> RubricIdentity:
                           {cid: c.weight for cid, c in task.criteria.items()}, task.core_criteria,
                           {"met_at": MET_AT, "unmet_at": UNMET_AT, "full_at": FULL_AT},
                           {"sdist_version": recipe.sdist_version, "sdist_sha256": recipe.sdist_sha256,
-                           "overlay_sha256": overlay})
+                           "overlay_sha256": overlay}, engine_fingerprint())
 
 
 def summarized(task: Task | None, result: CandidateResult, run: RunReport | None, change: str = "") -> CandidateResult:

@@ -8,7 +8,6 @@ from scoring.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,7 +23,8 @@ from pathlib import Path
 from grader.apply import hidden_roots
 from grader.checkout import cache_dir
 from grader.core.records import RunReport, TestOutcome, TestStatus
-from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task, environment_fingerprint
+from grader.core.identity import grading_identity
+from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 from grader.taskkit.requirements import unmet_message
@@ -149,9 +149,8 @@ def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -
 
     Checked once per task, base, environment (its installed distributions), declared requirements and GPU switch: a
     pass is remembered in the cache folder, a problem only for this process (it is never cached)."""
-    declared = "\0".join(task.base.requires)
-    key = hashlib.sha256(f"{task.id}\0{base_key}\0{gpu}\0{environment_fingerprint()}\0{declared}".encode()
-                         ).hexdigest()[:24]
+    # Containment does not change what imports: the check is the same for both switches.
+    key = grading_identity(task, gpu, None).key("environment check", base_key, *task.base.requires)[:24]
     passed = cache_dir() / "environment-ok" / key
     with _ENVIRONMENT_LOCK:
         if key not in _ENVIRONMENT_CHECKED:

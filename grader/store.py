@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from grader import __version__
-from grader.checkout import recipe_key
+from grader.core.identity import grading_identity
 from grader.core.records import Candidate
 from grader.report import atomic_write, output_folder, page_name
-from grader.core.rubric import Task, environment_fingerprint, rubric_fingerprint
+from grader.core.rubric import Task
 
 
-def cache_key(candidate: Candidate, task: Task | None, gpu: bool) -> str:
-    """Same key, same result: task, diff, rubric version and files, base, GPU evidence and grader version."""
-    parts = [__version__, environment_fingerprint(), candidate.id, candidate.task or "", candidate.diff, str(gpu),
-             candidate.reference_summary or "", candidate.source]
-    if task is not None:
-        parts += [str(task.version), rubric_fingerprint(task), recipe_key(task.base)]
-    return hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()
+def cache_key(candidate: Candidate, task: Task | None, gpu: bool, contained: bool) -> str:
+    """Same key, same result: the grading's identity (task, rubric, base, environment, switches, schema and
+    engine) and everything of the candidate that the result reports."""
+    return grading_identity(task, gpu, contained).key(
+        "result", candidate.id, candidate.task, candidate.diff, candidate.reference_summary, candidate.source)
 
 
 class ResultStore:

@@ -148,7 +148,7 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
 
     run = grade_many(candidates, RunOptions(timeout=60, store=store, backend=ray_backend.RayBackend(work)), Lines())
     results = {g.candidate.id: g.record for g in run.graded}
-    keys = {c.id: cache_key(c, all_tasks()[TASK], False) for c in candidates}
+    keys = {c.id: cache_key(c, all_tasks()[TASK], False, True) for c in candidates}
     assert results["fine"]["verdict"] == "partial" and store.load("fine", keys["fine"]) == results["fine"]
     crashed = results["crashes"]
     assert crashed["verdict"] == "error" and crashed["score"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
@@ -121,7 +121,7 @@ class RubricIdentity:
     """What a result was graded against: enough to tell whether two results are comparable."""
 
     task_version: int
-    # Digest of the task folder, the shared harness and the evidence-producing engine code.
+    # Digest of the task folder and the shared harness the hidden tests load (grader.core.rubric).
     fingerprint: str
     weights: dict[str, float]
     core: list[str]
@@ -129,6 +129,8 @@ class RubricIdentity:
     thresholds: dict[str, float]
     # The pinned base: sdist version and sha256, and the sha256 of the overlay applied to it (None: no overlay).
     base: dict[str, str | None]
+    # Digest of every engine module that shapes a verdict (grader.core.identity.engine_fingerprint).
+    engine: str = ""
 
 
 @dataclass(frozen=True)

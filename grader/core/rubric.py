@@ -17,6 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RUBRICS_DIR = REPO_ROOT / "rubrics"
 CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
 CRITERION_KINDS = ("fix", "preserve", "conditional")
+# Harness files every task's tests may load beside the task folder and rubrics/*.py.
+HARNESS_FILES = (RUBRICS_DIR / "pytest.ini", REPO_ROOT / "bench" / "stats.py")
 
 
 class RubricError(Exception):
@@ -132,18 +134,23 @@ def all_base_recipes(rubrics_dir: Path = RUBRICS_DIR) -> dict[str, BaseRecipe]:
 
 
 def rubric_fingerprint(task: Task) -> str:
-    """Digest of the task's folder (rubric, base recipe, hidden tests, probes), the shared harness (rubrics/*.py,
-    shared probes, pytest.ini) and the engine code that produces evidence (running the judge and subjects, the
-    evidence plugin): a change to any of them can change what evidence means; other engine edits cannot."""
+    """Digest of the task's folder (rubric, base recipe, hidden tests, probes) and the shared harness the hidden
+    tests load (rubrics/*.py, shared probes, pytest.ini, the interval statistics of bench/stats.py): a change to any
+    of them can change what evidence means. The engine's code is the engine fingerprint's (grader.core.identity).
+    A harness file that is missing is an error: it would otherwise drop out of every key unnoticed."""
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted((RUBRICS_DIR / "shared_probes").glob("*.py")),
-               RUBRICS_DIR / "pytest.ini", REPO_ROOT / "grader" / "run.py", REPO_ROOT / "grader" / "pytest_evidence.py",
-               *sorted((REPO_ROOT / "grader" / "sandbox").glob("*.py")),
-               REPO_ROOT / "bench" / "stats.py"]  # the interval statistics a speed test's verdict uses
-    for path in [*files, *harness]:
-        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
-        digest.update(path.read_bytes() if path.is_file() else b"")
+               *HARNESS_FILES]
+    named = [(f"task/{p.relative_to(task.folder).as_posix()}", p) for p in files] + \
+        [(p.relative_to(REPO_ROOT).as_posix(), p) for p in harness]
+    for name, path in named:
+        try:
+            content = path.read_bytes()
+        except OSError as exc:
+            raise RubricError(f"{task.id}: the harness file {path} cannot be read for the fingerprint: {exc}") from None
+        digest.update(f"{name}\0{len(content)}\0".encode())
+        digest.update(content)
     return digest.hexdigest()[:16]
 
 

@@ -7,7 +7,6 @@ forked by its zygote (``grader.sandbox.zygote``) and inherit those imports too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grader.checkout import BuiltBase, cache_dir
+from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
 
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
@@ -138,9 +138,8 @@ def vllm_module_names(tree: Path) -> list[str]:
 def preimport_record(tree: Path, env: dict[str, str]) -> Path:
     """Where the list of third-party modules that a tree's task modules import is kept, per environment."""
     names = vllm_module_names(tree)
-    key = hashlib.sha256(json.dumps([sys.executable, sys.version, env.get("CUDA_VISIBLE_DEVICES"), names])
-                         .encode()).hexdigest()[:16]
-    return cache_dir() / "preimport" / f"{key}.txt"
+    key = machine_identity().key("preimport", sys.executable, sys.version, env.get("CUDA_VISIBLE_DEVICES"), *names)
+    return cache_dir() / "preimport" / f"{key[:16]}.txt"
 
 
 def preimport_known(base: BuiltBase, gpu: bool) -> bool:

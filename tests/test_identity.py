@@ -1,0 +1,151 @@
+"""One identity for every cache and store key (grader.core.identity).
+
+A change to any engine module that can shape a verdict changes every key, so a rerun into the same ``--out`` and
+the same cache grades again; evidence or results of an uncontained run are never served to a contained one; the
+engine's modules come from the import graph, so a renamed or missing module cannot drop out of the key unnoticed.
+The end-to-end tests grade one int8-kv-rounding sample (the fastest hidden suite) through the orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.checkout import cache_dir
+from grader.core import identity
+from grader.core.identity import IdentityError, engine_files, engine_fingerprint, grading_identity
+from grader.core.rubric import all_tasks
+from grader.ingest import ingest
+from grader.orchestrate import RunOptions, grade_many
+from grader.store import ResultStore, cache_key
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "int8-kv-rounding"
+SAMPLE = REPO / "candidates" / TASK / "plus-half-truncate.diff"
+# One module of each kind the acceptance names: scoring, summaries, applying, running, the sandbox.
+VERDICT_SHAPING = ["grader/score.py", "grader/summarize.py", "grader/apply.py", "grader/run.py",
+                   "grader/sandbox/contain.py", "grader/sandbox/subject.py", "grader/sandbox/judge.py",
+                   "grader/pytest_evidence.py"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_fingerprint():
+    engine_fingerprint.cache_clear()
+    yield
+    engine_fingerprint.cache_clear()
+
+
+def changed_source(monkeypatch, relative: str) -> None:
+    """Make the engine fingerprint read ``relative`` as if it had been edited (the repository is not touched)."""
+    real = identity.module_source
+    target = (REPO / relative).resolve()
+    monkeypatch.setattr(identity, "module_source",
+                        lambda path: real(path) + (b"\n# edited\n" if Path(path).resolve() == target else b""))
+    engine_fingerprint.cache_clear()
+
+
+def test_the_engine_is_the_import_graph_of_the_pipeline():
+    files = {p.resolve().relative_to(REPO).as_posix() for p in engine_files(REPO).values()}
+    for relative in [*VERDICT_SHAPING, "grader/sandbox/zygote.py", "grader/sandbox/forkserver.py",
+                     "grader/sandbox/channel.py", "grader/describe.py", "grader/templates/summary.txt.j2"]:
+        assert relative in files, relative
+    # Modules that only present results are not part of it.
+    assert "grader/terminal.py" not in files and "grader/cli.py" not in files
+
+
+@pytest.mark.parametrize("relative", VERDICT_SHAPING)
+def test_editing_a_verdict_shaping_module_changes_every_key(monkeypatch, relative):
+    task = all_tasks()[TASK]
+    [candidate] = ingest([SAMPLE])
+    before = (cache_key(candidate, task, False, True), grading_identity(task, False, True).key("evidence", "tree"))
+    changed_source(monkeypatch, relative)
+    after = (cache_key(candidate, task, False, True), grading_identity(task, False, True).key("evidence", "tree"))
+    assert before[0] != after[0] and before[1] != after[1]
+
+
+def test_containment_is_part_of_every_key():
+    task = all_tasks()[TASK]
+    [candidate] = ingest([SAMPLE])
+    assert cache_key(candidate, task, False, True) != cache_key(candidate, task, False, False)
+    assert grading_identity(task, False, True).key("evidence", "t") != \
+        grading_identity(task, False, False).key("evidence", "t")
+
+
+def engine_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "engine"
+    shutil.copytree(REPO / "grader", root / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_a_renamed_engine_module_changes_the_key(tmp_path):
+    root = engine_copy(tmp_path)
+    before = engine_fingerprint(root)
+    (root / "grader" / "score.py").rename(root / "grader" / "scoring.py")
+    for path in (root / "grader").rglob("*.py"):
+        text = path.read_text()
+        if "grader.score " in text or "grader.score\n" in text:
+            path.write_text(text.replace("grader.score ", "grader.scoring ").replace("grader.score\n", "grader.scoring\n"))
+    engine_fingerprint.cache_clear()
+    renamed = engine_files(root)
+    assert "grader.scoring" in renamed and "grader.score" not in renamed
+    assert engine_fingerprint(root) != before
+
+
+def test_a_missing_engine_module_is_an_error_not_empty_bytes(tmp_path):
+    root = engine_copy(tmp_path)
+    (root / "grader" / "summarize.py").unlink()
+    with pytest.raises(IdentityError, match="grader.summarize"):
+        engine_fingerprint(root)
+
+
+# ------------------------------------------------------------------------------------- through the orchestrator
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """The shared cache's bases and sdists with an evidence cache of this test's own."""
+    shared = cache_dir()
+    private = tmp_path / "cache"
+    private.mkdir()
+    for entry in shared.iterdir() if shared.is_dir() else []:
+        if entry.name != "evidence":
+            os.symlink(entry, private / entry.name)
+    monkeypatch.setenv("GRADER_CACHE", str(private))
+    return private
+
+
+def grade_once(out: Path, contained: bool = True):
+    [candidate] = ingest([SAMPLE])
+    run = grade_many([candidate], RunOptions(timeout=300, cold=True, contained=contained, store=ResultStore(out)))
+    [graded] = run.graded
+    return graded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relative", ["grader/score.py", "grader/sandbox/subject.py"])
+def test_a_changed_engine_regrades_into_the_same_out_and_cache(tmp_path, private_cache, monkeypatch, relative):
+    out = tmp_path / "out"
+    first = grade_once(out)
+    assert not first.stored and first.record["run_status"] == "complete"
+    assert grade_once(out).stored  # unchanged engine: the stored result
+    changed_source(monkeypatch, relative)
+    again = grade_once(out)
+    assert not again.stored, "a result graded by another engine was replayed"
+    assert "evidence_cached" not in again.record["timings"], "evidence of another engine was reused"
+    assert again.record["rubric"]["engine"] != first.record["rubric"]["engine"]
+
+
+@pytest.mark.slow
+def test_uncontained_evidence_is_never_served_to_a_contained_run(tmp_path, private_cache):
+    out = tmp_path / "out"
+    uncontained = grade_once(out, contained=False)
+    assert uncontained.record["run_status"] == "complete"
+    contained = grade_once(out, contained=True)
+    assert not contained.stored, "a result of an uncontained run was replayed to a contained one"
+    assert "evidence_cached" not in contained.record["timings"], "uncontained evidence reused"
+    fresh = grade_once(tmp_path / "fresh", contained=True)  # a fresh --out, the same cache
+    # The contained run's own evidence is reused: the cache still works within one containment.
+    assert not fresh.stored and fresh.record["timings"].get("evidence_cached") == 1.0
