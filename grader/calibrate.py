@@ -413,7 +413,8 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
 
 
 def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
-    from grader.report import TEMPLATES, atomic_write
+    from grader.core.paths import atomic_write
+    from grader.report import TEMPLATES
 
     json_path, html_path = out / "calibration.json", out / "calibration.html"
     atomic_write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import git
 
-from grader.core.identity import recipe_key
+from grader.core.identity import recipe_key  # noqa: F401 (the base's key, used here and by callers of checkout)
+from grader.core.paths import cache_dir  # noqa: F401 (re-exported: where bases are built)
 from grader.core.rubric import BaseRecipe
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -45,13 +46,6 @@ class BuiltBase:
     path: Path
     commit: str
     key: str
-
-
-def cache_dir() -> Path:
-    """Where sdists and built bases live: ``$GRADER_CACHE``, else the user cache dir."""
-    if os.environ.get("GRADER_CACHE"):
-        return Path(os.environ["GRADER_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
 
 
 def configured_index_url() -> str:

@@ -29,8 +29,8 @@ from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
-from grader.report import (FILE_MODE, grader_revision, markdown_summary, output_folder, started_at, write_html,
-                           write_junit, write_results_json)
+from grader.core.paths import FILE_MODE, output_folder
+from grader.report import grader_revision, markdown_summary, started_at, write_html, write_junit, write_results_json
 from grader.core.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore
 from grader.terminal import observer_for, print_closing

@@ -8,13 +8,14 @@ cut previews, where nothing but test files survive). Deterministic hidden tests 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
+from typing import TypeVar
 
-from grader.checkout import cache_dir
 from grader.core.identity import Identity
-from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport, TestOutcome
-from grader.report import atomic_write
+from grader.core.paths import CacheWriter, cache_dir
+from grader.core.records import AppliedEntry, ApplyReport, RecordError, RunReport
+
+Entry = TypeVar("Entry", RunReport, AppliedEntry)
 
 
 def tree_key(identity: Identity, apply: ApplyReport) -> str | None:
@@ -30,42 +31,39 @@ def diff_key(identity: Identity, diff: str) -> str:
     return identity.key("applied diff", diff)
 
 
-def _apply_from_json(data: dict) -> ApplyReport:
-    files = [FileReport(f["path"], f["change"], [HunkReport(**h) for h in f["hunks"]]) for f in data["files"]]
-    return ApplyReport(**{**data, "files": files})
-
-
 def _is_reproducible(run: RunReport) -> bool:
     """Evidence a rerun would reproduce: no time-outs, no environment failures."""
     return not (run.timed_out or run.environment_error or any(o.status == "timeout" for o in run.outcomes))
 
 
 class EvidenceCache:
+    """Entries of another version, shape or encoding are misses (a rerun replaces them); a write that fails (disk
+    full) is reported once and the grading goes on with the evidence it has."""
+
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = folder or cache_dir() / "evidence"
+        self.writer = CacheWriter("evidence cache")
+
+    def _read(self, key: str, record: type[Entry]) -> Entry | None:
+        try:
+            return record.from_json(json.loads((self.folder / f"{key}.json").read_bytes().decode("utf-8")))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecordError):
+            return None
 
     def load(self, key: str) -> RunReport | None:
-        try:
-            data = json.loads((self.folder / f"{key}.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        data["outcomes"] = [TestOutcome(**o) for o in data["outcomes"]]
-        return RunReport(**data)
+        return self._read(key, RunReport)
 
     def save(self, key: str, run: RunReport) -> None:
         """Keep only evidence that a rerun would reproduce."""
         if _is_reproducible(run):
-            atomic_write(self.folder / f"{key}.json", json.dumps(asdict(run)))
+            self.writer.write(self.folder / f"{key}.json", json.dumps(run.to_json()))
 
     def load_applied(self, key: str) -> tuple[ApplyReport, RunReport] | None:
         """What a diff applied to and the evidence of that tree, found without building it (``diff_key``)."""
-        try:
-            data = json.loads((self.folder / f"{key}.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        run = self.load(data.get("tree_key", ""))
-        return (_apply_from_json(data["apply"]), run) if run is not None else None
+        entry = self._read(key, AppliedEntry)
+        run = self.load(entry.tree_key) if entry is not None else None
+        return (entry.apply, run) if run is not None else None
 
     def save_applied(self, key: str, apply: ApplyReport, tree_key: str, run: RunReport) -> None:
         if _is_reproducible(run):
-            atomic_write(self.folder / f"{key}.json", json.dumps({"apply": asdict(apply), "tree_key": tree_key}))
+            self.writer.write(self.folder / f"{key}.json", json.dumps(AppliedEntry(apply, tree_key).to_json()))

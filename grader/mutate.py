@@ -627,7 +627,8 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
 
 
 def write_reports(out: Path, doc: dict) -> tuple[Path, Path]:
-    from grader.report import TEMPLATES, atomic_write
+    from grader.core.paths import atomic_write
+    from grader.report import TEMPLATES
 
     atomic_write(out / "mutation.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     html = TEMPLATES.get_template("mutation.html.j2").render(doc=doc)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -17,32 +13,11 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
+from grader.core.paths import atomic_write, page_name
 from grader.core.records import SCHEMA_VERSION
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 CRITERIA = ("c1", "c2", "c3", "c4", "c5")
-
-
-# Reports are read by other users (a CI runner's upload step, a web server): files 0644, folders 0755, whatever
-# the umask. Nothing secret is ever written into them.
-FILE_MODE, FOLDER_MODE = 0o644, 0o755
-
-
-def output_folder(path: Path) -> Path:
-    """``path`` created (with its parents) and opened to readers."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, FOLDER_MODE)
-    return path
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a killed run never leaves a half-written file."""
-    output_folder(path.parent)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8",
-                                     prefix=f".{path.name}.") as tmp:
-        tmp.write(text)
-    os.chmod(tmp.name, FILE_MODE)
-    os.replace(tmp.name, path)
 
 
 def grader_revision() -> dict[str, str | bool | None]:
@@ -63,14 +38,6 @@ def grader_revision() -> dict[str, str | bool | None]:
 def started_at() -> str:
     """Now, as ISO 8601 with the UTC offset."""
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-def page_name(candidate_id: str) -> str:
-    """A file name for one candidate's page: readable, and unique per id (a short hash of the exact id), so ids
-    that differ only in characters a file name cannot hold never share a page or a store file."""
-    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id)[:80].lstrip(".") or "candidate"
-    digest = hashlib.sha256(candidate_id.encode("utf-8", "surrogateescape")).hexdigest()[:10]
-    return f"{readable}-{digest}.html"
 
 
 # What may differ between two runs that grade the same candidates the same way: when and how they ran.

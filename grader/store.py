@@ -1,4 +1,8 @@
-"""The results store: one JSON file per finished candidate, written atomically, so a killed run resumes."""
+"""The results store: one JSON file per finished candidate, written atomically, so a killed run resumes.
+
+Whatever a store file holds (another version's record, bytes that are not UTF-8, JSON of another shape) is a
+miss, and the next save replaces it; a save that fails (disk full) is reported once and grading goes on.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ import json
 from pathlib import Path
 
 from grader.core.identity import grading_identity
-from grader.core.records import Candidate
-from grader.report import atomic_write, output_folder, page_name
+from grader.core.paths import CacheWriter, output_folder, page_name
+from grader.core.records import Candidate, CandidateResult, RecordError
 from grader.core.rubric import Task
 
 
@@ -24,24 +28,29 @@ class ResultStore:
     def __init__(self, out: Path, reuse: bool = True) -> None:
         self.folder = output_folder(out / "store")
         self.reuse = reuse
+        self.writer = CacheWriter("results store")
 
     def _path(self, candidate_id: str) -> Path:
         return self.folder / page_name(candidate_id).replace(".html", ".json")
 
     def load(self, candidate_id: str, key: str) -> dict | None:
+        """The stored result of ``candidate_id`` under ``key``; None for anything else found there."""
         if not self.reuse:
             return None
-        path = self._path(candidate_id)
         try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            record = json.loads(self._path(candidate_id).read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return None
-        return record["result"] if record.get("key") == key else None
+        if not isinstance(record, dict) or record.get("key") != key:
+            return None
+        try:
+            return CandidateResult.from_json(record.get("result")).to_json()
+        except RecordError:
+            return None
 
     def save(self, candidate_id: str, key: str, result: dict) -> bool:
         """Keep a finished result; only a complete grading is kept (a time-out, an interrupt, an environment
         fault or a grading error would be replayed as if it were the candidate's result)."""
         if result.get("run_status") != "complete" or result.get("verdict") == "error":
             return False
-        atomic_write(self._path(candidate_id), json.dumps({"key": key, "result": result}, sort_keys=True))
-        return True
+        return self.writer.write(self._path(candidate_id), json.dumps({"key": key, "result": result}, sort_keys=True))

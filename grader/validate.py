@@ -15,7 +15,7 @@ from pathlib import Path
 from grader.orchestrate import RunOptions, grade_many
 from grader.pipeline import detect_gpu
 from grader.core.records import Candidate, CriterionResult
-from grader.report import atomic_write
+from grader.core.paths import atomic_write
 from grader.core.rubric import REPO_ROOT, Task, all_tasks
 from grader.sandbox import contain
 

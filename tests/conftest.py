@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -38,3 +39,18 @@ def make_git_tree(tmp_path):
         return root
 
     return make
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """$GRADER_CACHE with the shared cache's bases and sdists but an evidence cache of this test's own."""
+    from grader.core.paths import cache_dir
+
+    shared = cache_dir()
+    private = tmp_path / "cache"
+    private.mkdir()
+    for entry in shared.iterdir() if shared.is_dir() else []:
+        if entry.name != "evidence":
+            os.symlink(entry, private / entry.name)
+    monkeypatch.setenv("GRADER_CACHE", str(private))
+    return private

@@ -206,8 +206,9 @@ def test_only_complete_results_are_stored(tmp_path):
     for state in ("timed_out", "interrupted", "environment_error", "apply_partial"):
         assert not store.save(state, "k", {"run_status": state, "verdict": "partial"})
     assert not store.save("e", "k", {"run_status": "complete", "verdict": "error"})
-    assert store.save("ok", "k", {"run_status": "complete", "verdict": "fail"})
-    assert store.load("ok", "k") == {"run_status": "complete", "verdict": "fail"}
+    kept = records.CandidateResult("ok", None, "ok.diff", "fail", 0.0, {}, None, "").to_json()
+    assert store.save("ok", "k", kept)
+    assert store.load("ok", "k") == kept
 
 
 def test_a_missing_distribution_is_the_environments_fault_and_named(tmp_path):

@@ -8,13 +8,11 @@ The end-to-end tests grade one int8-kv-rounding sample (the fastest hidden suite
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from grader.checkout import cache_dir
 from grader.core import identity
 from grader.core.identity import IdentityError, engine_files, engine_fingerprint, grading_identity
 from grader.core.rubric import all_tasks
@@ -102,19 +100,6 @@ def test_a_missing_engine_module_is_an_error_not_empty_bytes(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- through the orchestrator
-
-
-@pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    """The shared cache's bases and sdists with an evidence cache of this test's own."""
-    shared = cache_dir()
-    private = tmp_path / "cache"
-    private.mkdir()
-    for entry in shared.iterdir() if shared.is_dir() else []:
-        if entry.name != "evidence":
-            os.symlink(entry, private / entry.name)
-    monkeypatch.setenv("GRADER_CACHE", str(private))
-    return private
 
 
 def grade_once(out: Path, contained: bool = True):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 SCHEMA_VERSION = "2.2"
 
@@ -15,6 +17,80 @@ Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
 RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
+
+
+class RecordError(ValueError):
+    """A JSON document is not the record it is read as (another version, shape or type)."""
+
+
+Record = TypeVar("Record")
+
+
+def record_from_json(cls: type[Record], data: Any, where: str = "") -> Record:
+    """``cls`` (a record dataclass) from its JSON form, every field checked against its annotation: an unknown
+    or missing field, or a value of another type, is a ``RecordError`` naming where, never a half-read record."""
+    where = where or cls.__name__
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise RecordError(f"{where}: unknown field {unknown[0]!r}")
+    hints = get_type_hints(cls)
+    values = {}
+    for name, spec in fields.items():
+        if name in data:
+            values[name] = _value(data[name], hints[name], f"{where}.{name}")
+        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            raise RecordError(f"{where}: missing field {name!r}")
+    return cls(**values)
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if value not in args:
+            raise RecordError(f"{where}: {value!r} is not one of {args}")
+        return value
+    if origin in (Union, types.UnionType):
+        for option in args:
+            try:
+                return _value(value, option, where)
+            except RecordError:
+                continue
+        raise RecordError(f"{where}: {value!r} is none of {args}")
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_value(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise RecordError(f"{where}: expected an object")
+        return {k: _value(v, args[1], f"{where}.{k}") for k, v in value.items()} if args else value
+    if dataclasses.is_dataclass(hint):
+        return record_from_json(hint, value, where)
+    if hint is type(None):
+        if value is not None:
+            raise RecordError(f"{where}: expected null")
+        return None
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (str, int, bool) and type(value) is hint:
+        return value
+    raise RecordError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+
+class JsonRecord:
+    """A record that crosses a stage or a cache: ``to_json`` and the checked ``from_json``."""
+
+    def to_json(self) -> dict:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: Any):
+        return record_from_json(cls, data)
 
 
 @dataclass(frozen=True)
@@ -33,21 +109,21 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class HunkReport:
+class HunkReport(JsonRecord):
     header: str
     status: HunkStatus
     detail: str = ""
 
 
 @dataclass(frozen=True)
-class FileReport:
+class FileReport(JsonRecord):
     path: str
     change: FileChange
     hunks: list[HunkReport] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class ApplyReport:
+class ApplyReport(JsonRecord):
     status: ApplyStatus
     method: str | None = None
     files: list[FileReport] = field(default_factory=list)
@@ -75,8 +151,10 @@ class ApplyReport:
 
 
 @dataclass(frozen=True)
-class TestOutcome:
+class TestOutcome(JsonRecord):
     """One hidden test's result, as parsed from the evidence channel."""
+
+    __test__ = False  # a record, not a pytest test class
 
     nodeid: str
     status: TestStatus
@@ -91,7 +169,7 @@ class TestOutcome:
 
 
 @dataclass(frozen=True)
-class RunReport:
+class RunReport(JsonRecord):
     """What running a task's hidden tests against one patched tree produced."""
 
     outcomes: list[TestOutcome]
@@ -103,7 +181,7 @@ class RunReport:
 
 
 @dataclass(frozen=True)
-class CriterionResult:
+class CriterionResult(JsonRecord):
     id: str
     title: str
     score: float | None
@@ -117,7 +195,7 @@ class CriterionResult:
 
 
 @dataclass(frozen=True)
-class RubricIdentity:
+class RubricIdentity(JsonRecord):
     """What a result was graded against: enough to tell whether two results are comparable."""
 
     task_version: int
@@ -134,7 +212,7 @@ class RubricIdentity:
 
 
 @dataclass(frozen=True)
-class CandidateResult:
+class CandidateResult(JsonRecord):
     id: str
     task: str | None
     source: str
@@ -150,5 +228,10 @@ class CandidateResult:
     run_status: RunStatus = "complete"
     rubric: RubricIdentity | None = None
 
-    def to_json(self) -> dict:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class AppliedEntry(JsonRecord):
+    """The evidence cache's entry for a diff: what it applied to, and the key of that tree's evidence."""
+
+    apply: ApplyReport
+    tree_key: str

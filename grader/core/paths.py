@@ -1,0 +1,81 @@
+"""Where the grader keeps things and how it writes them: the cache, output folders, atomic writes, page names.
+
+Writes to a cache are best effort: a cache that cannot be written (disk full, read-only) costs speed, never a
+grading. ``CacheWriter`` says so once per cache and lets grading go on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+# Reports are read by other users (a CI runner's upload step, a web server): files 0644, folders 0755, whatever
+# the umask. Nothing secret is ever written into them.
+FILE_MODE, FOLDER_MODE = 0o644, 0o755
+
+
+def cache_dir() -> Path:
+    """Where sdists, built bases and evidence live: ``$GRADER_CACHE``, else the user cache dir."""
+    if os.environ.get("GRADER_CACHE"):
+        return Path(os.environ["GRADER_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
+
+
+def output_folder(path: Path) -> Path:
+    """``path`` created (with its parents) and opened to readers."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, FOLDER_MODE)
+    return path
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a killed run never leaves a half-written file; a write that
+    fails (disk full) removes its temporary file and raises."""
+    output_folder(path.parent)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with open(handle, "w", encoding="utf-8") as tmp:
+            tmp.write(text)
+        os.chmod(name, FILE_MODE)
+        os.replace(name, path)
+    except BaseException:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        raise
+
+
+def page_name(candidate_id: str) -> str:
+    """A file name for one candidate's page: readable, and unique per id (a short hash of the exact id), so ids
+    that differ only in characters a file name cannot hold never share a page or a store file."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id)[:80].lstrip(".") or "candidate"
+    digest = hashlib.sha256(candidate_id.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{readable}-{digest}.html"
+
+
+class CacheWriter:
+    """Best-effort writes into one cache: a failed write is reported once (on stderr) and grading goes on."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failed = False
+        self._lock = threading.Lock()
+
+    def write(self, path: Path, text: str) -> bool:
+        """Whether ``text`` was written to ``path``."""
+        try:
+            atomic_write(path, text)
+            return True
+        except OSError as exc:
+            with self._lock:
+                first, self.failed = not self.failed, True
+            if first:
+                print(f"warning: the {self.name} cannot be written ({path.parent}: {exc.strerror or exc}); "
+                      "grading goes on without keeping entries there", file=sys.stderr, flush=True)
+            return False
