@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from grader.checkout import fetch_sdist, sha256_of
-from grader.core.rubric import REPO_ROOT, BaseRecipe, Criterion, RubricError, Task, all_base_recipes, load_task
+from grader.core.rubric import (REPO_ROOT, BaseRecipe, Criterion, RubricError, Task, all_base_recipes, criteria_problems,
+                                 load_task)
 from grader.run import environment_problem
 from grader.taskkit import requirements
-from grader.taskkit.checks import criteria_problems, sample_problems
+from grader.taskkit.checks import sample_problems
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite
 from grader.taskkit.skeleton import NewTaskError, TaskPaths, create_task, normalised_files
 
@@ -178,13 +179,13 @@ def make_task(kinds: dict[str, tuple[str, str | None]], core: str = "c1") -> Tas
 def test_a_conditional_anchored_on_a_conditional_is_a_problem():
     task = make_task({"c1": ("fix", None), "c2": ("conditional", "c1"), "c3": ("conditional", "c2"),
                       "c4": ("preserve", None), "c5": ("preserve", None)})
-    assert criteria_problems(task) == ["c3's anchor c2 is conditional itself (an anchor is a fix or preserve "
+    assert [message for _, _, message in criteria_problems(task.criteria)] == ["c3's anchor c2 is conditional itself (an anchor is a fix or preserve "
                                        "criterion)"]
 
 
 def test_a_rubric_without_a_fix_or_a_core_criterion_is_a_problem():
     task = make_task({cid: ("preserve", None) for cid in ("c1", "c2", "c3", "c4", "c5")}, core="none")
-    assert criteria_problems(task) == ["no criterion is core (a core criterion decides a fail verdict)",
+    assert [message for _, _, message in criteria_problems(task.criteria)] == ["no criterion is core (a core criterion decides a fail verdict)",
                                        "no criterion is a fix (the base would meet the whole rubric)"]
 
 

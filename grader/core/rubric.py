@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import re
 import site
 import tomllib
 from importlib import metadata
@@ -17,8 +18,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RUBRICS_DIR = REPO_ROOT / "rubrics"
 CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
 CRITERION_KINDS = ("fix", "preserve", "conditional")
-# Harness files every task's tests may load beside the task folder and rubrics/*.py.
-HARNESS_FILES = (RUBRICS_DIR / "pytest.ini", REPO_ROOT / "bench" / "stats.py")
+# Harness files beside the task folder and rubrics/*.py: pytest.ini configures every hidden-test run; the interval
+# statistics are loaded by path by the speed tests of the tasks that have them (a checkout without bench/ has no
+# such task, and a task that needs them fails its own tests without them).
+HARNESS_FILES = (RUBRICS_DIR / "pytest.ini",)
+OPTIONAL_HARNESS_FILES = (REPO_ROOT / "bench" / "stats.py",)
 
 
 class RubricError(Exception):
@@ -65,59 +69,192 @@ class Task:
         return [c.id for c in self.criteria.values() if c.core]
 
 
-def _load_requirements(folder: Path, environment: dict) -> tuple[str, ...]:
-    requires = environment.get("requires", [])
-    if not isinstance(requires, list):
-        raise RubricError(f"{folder.name}: [environment] requires must be a list of PEP 508 strings")
+# The schema of rubric.toml and base.toml: per table, each key's TOML type and whether it is required. Unknown
+# keys are refused, so a typo (``wieght``) is an error instead of a default.
+Schema = dict[str, tuple[type, bool]]
+RUBRIC_SCHEMA: Schema = {"id": (str, True), "title": (str, True), "problem": (str, False), "version": (int, False),
+                         "criteria": (dict, True), "inference": (dict, False)}
+CRITERION_SCHEMA: Schema = {"title": (str, True), "requires": (str, True), "weight": (float, False),
+                            "core": (bool, False), "kind": (str, True), "anchor": (str, False)}
+INFERENCE_SCHEMA: Schema = {"paths": (list, False)}
+BASE_DOCUMENT_SCHEMA: Schema = {"base": (dict, True), "environment": (dict, False)}
+BASE_SCHEMA: Schema = {"sdist_version": (str, True), "sdist_sha256": (str, True), "overlay": (str, False),
+                       "blobs": (dict, False)}
+ENVIRONMENT_SCHEMA: Schema = {"requires": (list, False)}
+_TOML_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table",
+                    list: "a list"}
+
+
+class TomlFile:
+    """One TOML file being validated: its problems, each with the file, the key and the key's line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.text = path.read_text(encoding="utf-8")
+            self.data = tomllib.loads(self.text)
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise RubricError(f"{self.where()}: not valid TOML: {exc}") from None
+        self.problems: list[str] = []
+
+    def where(self, line: int | None = None) -> str:
+        try:
+            name = self.path.relative_to(REPO_ROOT).as_posix()
+        except ValueError:
+            name = str(self.path)
+        return f"{name}:{line}" if line else name
+
+    def problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
+        dotted = ".".join([*table, *([key] if key else [])]) or "(top level)"
+        self.problems.append(f"{self.where(key_line(self.text, table, key))}: {dotted}: {message}")
+
+    def check(self, table: tuple[str, ...], data: dict, schema: Schema) -> dict:
+        """``data`` (the table at ``table``) against ``schema``: its keys known, typed, the required ones there.
+        Returns the keys that passed (a wrong one is left out, so later rules do not trip over it)."""
+        known = {}
+        for key, value in data.items():
+            if key not in schema:
+                self.problem(table, key, f"unknown key (known: {', '.join(schema)})")
+            elif not _has_type(value, schema[key][0]):
+                self.problem(table, key, f"must be {_TOML_TYPE_NAMES[schema[key][0]]}, got {value!r}")
+            else:
+                known[key] = value
+        for key, (_, required) in schema.items():
+            if required and key not in data:
+                self.problem(table, None, f"the required key {key!r} is missing")
+        return known
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            raise RubricError("; ".join(self.problems))
+
+
+def _has_type(value: object, wanted: type) -> bool:
+    if wanted is float:  # a weight of 1 is 1.0; true is not a number
+        return type(value) in (int, float)
+    return type(value) is wanted
+
+
+_TABLE_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+
+def key_line(text: str, table: tuple[str, ...], key: str | None) -> int | None:
+    """The line (1-based) where ``key`` of ``table`` is set; else the table's header (or its first sub-table's,
+    for a table only written as ``[criteria.c1]``...); None when neither is in the text."""
+    current: tuple[str, ...] = ()
+    header = 1 if not table else None
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _TABLE_HEADER.match(line)
+        if match:
+            current = tuple(part.strip().strip('"').strip("'") for part in match.group(1).split("."))
+            if current == table or (header is None and current[:len(table)] == table):
+                header = number
+            continue
+        if key is not None and current == table and re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", line):
+            return number
+    return header
+
+
+def _load_requirements(toml: TomlFile, environment: dict) -> tuple[str, ...]:
+    requires = environment.get("requires", [])  # a list: the schema checked it
     for entry in requires:
         try:
             Requirement(entry if isinstance(entry, str) else "")
         except InvalidRequirement as exc:
-            raise RubricError(f"{folder.name}: [environment] requires {entry!r} is not a PEP 508 requirement: "
-                              f"{exc}") from None
+            toml.problem(("environment",), "requires", f"{entry!r} is not a PEP 508 requirement: {exc}")
     return tuple(requires)
 
 
 def _load_base(folder: Path) -> BaseRecipe:
-    document = tomllib.loads((folder / "base.toml").read_text())
-    data = document["base"]
+    toml = TomlFile(folder / "base.toml")
+    document = toml.check((), toml.data, BASE_DOCUMENT_SCHEMA)
+    data = toml.check(("base",), document.get("base", {}), BASE_SCHEMA)
+    environment = toml.check(("environment",), document.get("environment", {}), ENVIRONMENT_SCHEMA)
+    blobs = data.get("blobs", {})
+    for path, blob in blobs.items():
+        if not isinstance(blob, str):
+            toml.problem(("base", "blobs"), path, f"must be a git blob hash (a string), got {blob!r}")
     overlay = folder / data["overlay"] if data.get("overlay") else None
     if overlay is not None and not overlay.is_file():
-        raise RubricError(f"{folder.name}: overlay {overlay.name} is missing")
-    return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(data.get("blobs", {})),
-                      _load_requirements(folder, document.get("environment", {})))
+        toml.problem(("base",), "overlay", f"the overlay {overlay.name} is missing")
+    requires = _load_requirements(toml, environment)
+    toml.raise_problems()
+    return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(blobs), requires)
 
 
-def _load_criteria(task_id: str, data: dict) -> dict[str, Criterion]:
-    raw = data.get("criteria", {})
+def _load_criteria(toml: TomlFile, raw: dict) -> dict[str, Criterion]:
     if tuple(sorted(raw)) != CRITERION_IDS:
-        raise RubricError(f"{task_id}: criteria must be exactly {', '.join(CRITERION_IDS)}, found {sorted(raw)}")
+        toml.problem(("criteria",), None, f"criteria must be exactly {', '.join(CRITERION_IDS)}, found {sorted(raw)}")
     criteria = {}
-    for cid in CRITERION_IDS:
-        c = raw[cid]
+    for cid in [c for c in CRITERION_IDS if c in raw]:
+        table = ("criteria", cid)
+        if not isinstance(raw[cid], dict):
+            toml.problem(("criteria",), cid, "must be a table")
+            continue
+        c = toml.check(table, raw[cid], CRITERION_SCHEMA)
         kind = c.get("kind")
-        if kind not in CRITERION_KINDS:
-            raise RubricError(f"{task_id}.{cid}: kind must be one of {CRITERION_KINDS}, got {kind!r}")
+        if "kind" in c and kind not in CRITERION_KINDS:
+            toml.problem(table, "kind", f"must be one of {', '.join(CRITERION_KINDS)}, got {kind!r}")
         anchor = c.get("anchor")
-        if (kind == "conditional") != (anchor is not None) or (anchor is not None and anchor not in raw):
-            raise RubricError(f"{task_id}.{cid}: a conditional criterion names an existing anchor, others none")
-        criteria[cid] = Criterion(cid, c["title"], c["requires"], float(c.get("weight", 1.0)),
-                                  bool(c.get("core", False)), kind, anchor)
+        if (kind == "conditional") != (anchor is not None):
+            toml.problem(table, "anchor" if anchor is not None else "kind",
+                         "a conditional criterion names an anchor, and only a conditional one does")
+        if not all(c.get(k, "x").strip() for k in ("title", "requires")):
+            toml.problem(table, "title" if not c.get("title", "x").strip() else "requires", "must not be empty")
+        if c.get("weight", 1.0) <= 0:
+            toml.problem(table, "weight", f"must be positive, got {c['weight']!r}")
+        criteria[cid] = Criterion(cid, c.get("title", ""), c.get("requires", ""), float(c.get("weight", 1.0)),
+                                  c.get("core", False), kind or "", anchor)
+    for problem in criteria_problems(criteria):
+        toml.problem(*problem)
     return criteria
 
 
+def criteria_problems(criteria: dict[str, Criterion]) -> list[tuple[tuple[str, ...], str | None, str]]:
+    """What the criteria get wrong together (anchors, core and fix criteria), each as (table, key, message)."""
+    problems = []
+    for c in criteria.values():
+        anchor = criteria.get(c.anchor) if c.anchor is not None else None
+        if c.anchor is None:
+            continue
+        if c.anchor == c.id:
+            problems.append((("criteria", c.id), "anchor", f"{c.id} is its own anchor"))
+        elif anchor is None:
+            problems.append((("criteria", c.id), "anchor", f"the anchor {c.anchor!r} is no criterion of the rubric"))
+        elif anchor.kind == "conditional":
+            problems.append((("criteria", c.id), "anchor", f"{c.id}'s anchor {c.anchor} is conditional itself "
+                             "(an anchor is a fix or preserve criterion)"))
+    if criteria and not any(c.core for c in criteria.values()):
+        problems.append((("criteria",), None, "no criterion is core (a core criterion decides a fail verdict)"))
+    if criteria and not any(c.kind == "fix" for c in criteria.values()):
+        problems.append((("criteria",), None, "no criterion is a fix (the base would meet the whole rubric)"))
+    return problems
+
+
 def load_task(folder: Path) -> Task:
-    data = tomllib.loads((folder / "rubric.toml").read_text())
-    if data.get("id") != folder.name:
-        raise RubricError(f"{folder}: rubric id {data.get('id')!r} must equal the folder name")
+    """The task of ``folder``, its rubric.toml and base.toml validated against the schema and every rule of a
+    rubric (the one validator ``grade`` and ``check-task`` share): any problem is a ``RubricError`` naming the
+    file, the key and its line."""
+    toml = TomlFile(folder / "rubric.toml")
+    data = toml.check((), toml.data, RUBRIC_SCHEMA)
+    if "id" in data and data["id"] != folder.name:
+        toml.problem((), "id", f"the rubric id {data['id']!r} must equal the folder name {folder.name!r}")
+    if "inference" in data:
+        paths = toml.check(("inference",), data["inference"], INFERENCE_SCHEMA).get("paths", [])
+        if not all(isinstance(p, str) for p in paths):
+            toml.problem(("inference",), "paths", "must be a list of file paths (strings)")
+    criteria = _load_criteria(toml, data.get("criteria", {}))
+    if data.get("version", 1) < 1:
+        toml.problem((), "version", f"must be a positive integer, got {data['version']!r}")
+    toml.raise_problems()
     return Task(
         id=folder.name,
         title=data["title"],
         problem=data.get("problem", ""),
-        version=int(data.get("version", 1)),
+        version=data.get("version", 1),
         folder=folder,
         base=_load_base(folder),
-        criteria=_load_criteria(folder.name, data),
+        criteria=criteria,
     )
 
 
@@ -141,7 +278,7 @@ def rubric_fingerprint(task: Task) -> str:
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted((RUBRICS_DIR / "shared_probes").glob("*.py")),
-               *HARNESS_FILES]
+               *HARNESS_FILES, *(p for p in OPTIONAL_HARNESS_FILES if p.is_file())]
     named = [(f"task/{p.relative_to(task.folder).as_posix()}", p) for p in files] + \
         [(p.relative_to(REPO_ROOT).as_posix(), p) for p in harness]
     for name, path in named:
