@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
+from grader.core.records import CRITERION_IDS, CRITERION_STATUSES, VERDICTS as ALL_VERDICTS
 from grader.score import MET_AT, UNMET_AT
 
-CLASSES = ("met", "partial", "unmet")
-VERDICTS = ("full", "partial", "fail", "no_diff")
+# What a judge can say: every criterion status but not_evaluated, every verdict but error.
+CLASSES = tuple(s for s in CRITERION_STATUSES if s != "not_evaluated")
+VERDICTS = tuple(v for v in ALL_VERDICTS if v != "error")
 NOTE_VERDICTS = ("judge_wrong", "grader_wrong", "ambiguous")
 SCHEMA = "calibration/1"
 DEFAULT_NOTES = Path("rubrics/calibration-notes.toml")
@@ -124,7 +126,7 @@ def _empty_without_task(result: dict) -> bool:
 
 
 def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
-                criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> tuple[list[Pair], list[VerdictPair]]:
+                criteria: tuple[str, ...] = CRITERION_IDS) -> tuple[list[Pair], list[VerdictPair]]:
     """Pair every labelled entry and criterion with the grader's result for the same bundle candidate."""
     pairs: list[Pair] = []
     verdicts: list[VerdictPair] = []
@@ -188,7 +190,7 @@ def excluded_counts(pairs: list) -> dict[str, int]:
     return dict(sorted(Counter(p.excluded for p in pairs if p.excluded).items()))
 
 
-def by_criterion(pairs: list[Pair], criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> dict:
+def by_criterion(pairs: list[Pair], criteria: tuple[str, ...] = CRITERION_IDS) -> dict:
     out = {}
     for c in criteria:
         subset = [p for p in pairs if p.criterion == c]
@@ -196,7 +198,7 @@ def by_criterion(pairs: list[Pair], criteria: tuple[str, ...] = ("c1", "c2", "c3
     return out
 
 
-def by_task(pairs: list[Pair], criteria: tuple[str, ...] = ("c1", "c2", "c3", "c4", "c5")) -> dict:
+def by_task(pairs: list[Pair], criteria: tuple[str, ...] = CRITERION_IDS) -> dict:
     out = {}
     for task in sorted({p.task for p in pairs}):
         subset = [p for p in pairs if p.task == task]
@@ -328,8 +330,7 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
               diffs: dict[str, str] | None = None, inputs: dict | None = None) -> dict:
     """The calibration document (see the module docstring for its keys)."""
     notes = notes or {}
-    criteria = tuple(sorted({c for t in labels.get("criteria", {}).values() for c in t})) or \
-        ("c1", "c2", "c3", "c4", "c5")
+    criteria = tuple(sorted({c for t in labels.get("criteria", {}).values() for c in t})) or CRITERION_IDS
     by_id = {r["id"]: r for r in results}
     entries = labels.get("entries", [])
     pairs, verdicts = build_pairs(entries, by_id, stem, criteria)

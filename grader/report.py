@@ -14,10 +14,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
-from grader.core.records import SCHEMA_VERSION
+from grader.core.records import CRITERION_IDS, SCHEMA_VERSION
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
-CRITERIA = ("c1", "c2", "c3", "c4", "c5")
 
 
 def grader_revision() -> dict[str, str | bool | None]:
@@ -150,7 +149,7 @@ def write_junit(path: Path, results: list[dict]) -> Path:
                 mark(verdict, "skipped", "no diff to grade")
             elif r["verdict"] != "full":
                 mark(verdict, "failure", headline, r.get("summary", ""))
-            for cid in CRITERIA:
+            for cid in CRITERION_IDS:
                 crit = r["criteria"].get(cid)
                 if crit is None:
                     continue
@@ -171,10 +170,10 @@ def write_junit(path: Path, results: list[dict]) -> Path:
 
 
 def markdown_summary(results: list[dict]) -> str:
-    lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERIA) + " |",
-             "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERIA) + " |"]
+    lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERION_IDS) + " |",
+             "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERION_IDS) + " |"]
     for r in sorted(results, key=lambda r: r["id"]):
-        marks = [r["criteria"].get(c, {}).get("status", "-") for c in CRITERIA]
+        marks = [r["criteria"].get(c, {}).get("status", "-") for c in CRITERION_IDS]
         score = "-" if r["score"] is None else f"{r['score']:.2f}"
         lines.append(f"| {r['id']} | {r['task'] or '-'} | {r['verdict']} | {score} | {r.get('run_status', '-')} | "
                      + " | ".join(marks) + " |")

@@ -45,12 +45,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
+from grader.core.records import RUN_STATUSES, VERDICTS
 from grader.core.rubric import RubricError, Task, all_tasks
 from grader.score import FULL_AT
 from grader.summarize import assertion_line
 
-VERDICT_ORDER = ("full", "partial", "fail", "no_diff", "error")
-RUN_STATUS_ORDER = ("complete", "timed_out", "interrupted", "environment_error", "apply_partial")
 NO_TASK = "(no task)"
 FAILING = ("failed", "error", "timeout")
 LANDED = ("applied", "offset", "fuzz")
@@ -236,11 +235,11 @@ class Row:
 
     @property
     def verdict_rank(self) -> int:
-        return rank(VERDICT_ORDER, self.verdict)
+        return rank(VERDICTS, self.verdict)
 
     @property
     def run_rank(self) -> int:
-        return rank(RUN_STATUS_ORDER, self.run_status)
+        return rank(RUN_STATUSES, self.run_status)
 
 
 def rank(order: tuple[str, ...], value: str) -> int:
@@ -268,7 +267,7 @@ class TaskTable:
 
 def verdict_totals(rows: list[Row]) -> list[tuple[str, int]]:
     counts = Counter(r.verdict for r in rows)
-    return [(v, counts[v]) for v in sorted(counts, key=lambda v: rank(VERDICT_ORDER, v))]
+    return [(v, counts[v]) for v in sorted(counts, key=lambda v: rank(VERDICTS, v))]
 
 
 @dataclass(frozen=True)
@@ -336,8 +335,8 @@ def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict
                                 columns, rows))
     everything = [r for t in tables for r in t.rows]
     return Index(tables, judge is not None,
-                 sorted({r.verdict for r in everything}, key=lambda v: rank(VERDICT_ORDER, v)),
-                 sorted({r.run_status for r in everything}, key=lambda v: rank(RUN_STATUS_ORDER, v)))
+                 sorted({r.verdict for r in everything}, key=lambda v: rank(VERDICTS, v)),
+                 sorted({r.run_status for r in everything}, key=lambda v: rank(RUN_STATUSES, v)))
 
 
 # ---------------------------------------------------------------- the diff, by file and hunk

@@ -19,10 +19,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from grader.orchestrate import Graded
+from grader.core.records import VERDICTS
 from grader.core.rubric import all_tasks
 from grader.scorecard import reason
 
-VERDICTS = ("full", "partial", "fail", "no_diff", "error")
 VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "error": "bold red"}
 
 

@@ -17,6 +17,11 @@ Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
 RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
+# The same values as tuples, in the order reports list them (best first): defined once, here.
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+CRITERION_STATUSES: tuple[CriterionStatus, ...] = get_args(CriterionStatus)
+CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
 
 
 class RecordError(ValueError):

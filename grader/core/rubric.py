@@ -14,9 +14,10 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from grader.core.records import CRITERION_IDS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUBRICS_DIR = REPO_ROOT / "rubrics"
-CRITERION_IDS = ("c1", "c2", "c3", "c4", "c5")
 CRITERION_KINDS = ("fix", "preserve", "conditional")
 # Harness files beside the task folder and rubrics/*.py: pytest.ini configures every hidden-test run; the interval
 # statistics are loaded by path by the speed tests of the tasks that have them (a checkout without bench/ has no

@@ -21,7 +21,7 @@ from grader.apply import scratch_root
 from grader.checkout import BaseBuildError, BuiltBase, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
-from grader.core.records import Candidate
+from grader.core.records import CRITERION_STATUSES, Candidate
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
 from grader.run import environment_problem, judge_environment, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
@@ -30,7 +30,6 @@ from grader.taskkit.requirements import import_failures, unmet
 from grader.taskkit.skeleton import BLOB_ABBREVIATION, PLACEHOLDER, TaskPaths
 from grader.validate import check_rules
 
-STATUSES = ("met", "partial", "unmet", "not_evaluated")
 COLLECT_TIMEOUT_S = 600
 
 
@@ -261,9 +260,9 @@ def sample_problems(paths: TaskPaths, expected: dict) -> list[str]:
                             f"not {', '.join(CRITERION_IDS)}")
         gpu = section.get("gpu", {})
         bad = {cid: s for cid, s in {**statuses, **(gpu if isinstance(gpu, dict) else {})}.items()
-               if s not in STATUSES or cid not in CRITERION_IDS}
+               if s not in CRITERION_STATUSES or cid not in CRITERION_IDS}
         if bad:
-            problems.append(f"[{name}] has {bad} (statuses are {', '.join(STATUSES)})")
+            problems.append(f"[{name}] has {bad} (statuses are {', '.join(CRITERION_STATUSES)})")
     diffs = {p.stem for p in paths.candidates_dir.glob("*.diff")}
     sections = set(expected) - {"base", "reference"}
     if not diffs:
