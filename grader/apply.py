@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from grader.checkout import BuiltBase, cache_dir
+from grader.core.paths import cache_dir
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
-from grader.core.records import ApplyReport, FileChange, FileReport, HunkReport
+from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
 from grader.sandbox.tooling import run_tool
 

@@ -17,14 +17,14 @@ import tarfile
 import tempfile
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 import git
 
-from grader.core.identity import recipe_key  # noqa: F401 (the base's key, used here and by callers of checkout)
-from grader.core.paths import cache_dir  # noqa: F401 (re-exported: where bases are built)
+from grader.core.identity import recipe_key
+from grader.core.paths import cache_dir
+from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -38,14 +38,6 @@ COMMIT_ENV = {
 
 class BaseBuildError(Exception):
     """A base could not be built or does not match its recipe."""
-
-
-@dataclass(frozen=True)
-class BuiltBase:
-    task: str
-    path: Path
-    commit: str
-    key: str
 
 
 def configured_index_url() -> str:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
-from grader.checkout import BuiltBase, build_base, cache_dir
+from grader.checkout import build_base
+from grader.core.paths import cache_dir
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.sandbox.launch import ColdLauncher, Launcher
-from grader.core.records import ApplyReport, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
+from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests

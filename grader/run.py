@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 from grader.apply import hidden_roots
-from grader.checkout import cache_dir
+from grader.core.paths import cache_dir
 from grader.core.records import RunReport, TestOutcome, TestStatus
+from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
-from grader.taskkit.requirements import unmet_message
 
 DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20

@@ -23,6 +23,7 @@ from grader.checkout import fetch_sdist, sha256_of
 from grader.core.rubric import (REPO_ROOT, BaseRecipe, Criterion, RubricError, Task, all_base_recipes, criteria_problems,
                                  load_task)
 from grader.run import environment_problem
+from grader.core import environment
 from grader.taskkit import requirements
 from grader.taskkit.checks import sample_problems
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite
@@ -47,24 +48,24 @@ def site_folder(tmp_path) -> list[str]:
 
 def test_satisfied_requirements_are_not_unmet(site_folder):
     # Names compare as PEP 503 normalises them; a pre-release counts as the version it is.
-    assert requirements.unmet(["fake-pkg", "Fake_Pkg>=1.0,<2", "prerel-pkg>=1.5"], site_folder) == []
+    assert environment.unmet(["fake-pkg", "Fake_Pkg>=1.0,<2", "prerel-pkg>=1.5"], site_folder) == []
 
 
 def test_missing_and_too_old_requirements_are_named_with_what_is_installed(site_folder):
-    assert requirements.unmet(["msgspec", "fake-pkg>=3", "fake-pkg"], site_folder) == [
+    assert environment.unmet(["msgspec", "fake-pkg>=3", "fake-pkg"], site_folder) == [
         "msgspec (not installed)", "fake-pkg>=3 (1.2 installed)"]
 
 
 def test_a_requirement_whose_marker_does_not_hold_is_not_needed(site_folder):
-    assert requirements.unmet(['msgspec; python_version < "3"', 'fake-pkg>=9; sys_platform == "nowhere"'],
+    assert environment.unmet(['msgspec; python_version < "3"', 'fake-pkg>=9; sys_platform == "nowhere"'],
                               site_folder) == []
-    assert requirements.unmet(['msgspec; python_version >= "3"'], site_folder) == ["msgspec (not installed)"]
+    assert environment.unmet(['msgspec; python_version >= "3"'], site_folder) == ["msgspec (not installed)"]
 
 
 def test_unmet_message_names_the_task_and_each_problem(site_folder):
-    message = requirements.unmet_message("some-task", ["msgspec", "fake-pkg>=3"], site_folder)
+    message = environment.unmet_message("some-task", ["msgspec", "fake-pkg>=3"], site_folder)
     assert message == "task some-task needs msgspec (not installed), fake-pkg>=3 (1.2 installed)"
-    assert requirements.unmet_message("some-task", ["fake-pkg"], site_folder) is None
+    assert environment.unmet_message("some-task", ["fake-pkg"], site_folder) is None
 
 
 def test_an_installed_requirement_that_does_not_import_is_named(tmp_path):
@@ -76,7 +77,7 @@ def test_an_installed_requirement_that_does_not_import_is_named(tmp_path):
     (folder / "broken_pkg").mkdir()
     (folder / "broken_pkg" / "__init__.py").write_text("raise ImportError('needs a library this machine lacks')\n")
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(folder)}
-    assert requirements.unmet(["broken-pkg"], [str(folder)]) == []
+    assert environment.unmet(["broken-pkg"], [str(folder)]) == []
     assert requirements.import_failures(["broken-pkg"], env, [str(folder)]) == {
         "broken_pkg": "ImportError: needs a library this machine lacks"}
     (folder / "broken_pkg" / "__init__.py").write_text("")
@@ -85,7 +86,7 @@ def test_an_installed_requirement_that_does_not_import_is_named(tmp_path):
 
 def test_the_real_environment_satisfies_every_declared_requirement():
     for task, recipe in all_base_recipes().items():
-        assert requirements.unmet(recipe.requires) == [], task
+        assert environment.unmet(recipe.requires) == [], task
 
 
 def write_base_toml(folder: Path, environment: str) -> Path:

@@ -22,7 +22,8 @@ from functools import cache
 from pathlib import Path
 
 from grader.core.records import SCHEMA_VERSION
-from grader.core.rubric import BaseRecipe, Task, environment_fingerprint, rubric_fingerprint
+from grader.core.environment import environment_fingerprint
+from grader.core.rubric import BaseRecipe, Task, rubric_fingerprint
 
 # The folder that holds the ``grader`` package.
 ENGINE_ROOT = Path(__file__).resolve().parents[2]

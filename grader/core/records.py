@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 SCHEMA_VERSION = "2.2"
@@ -111,6 +112,17 @@ class Candidate:
     bundle_position: int | None = None
     ingest_error: str | None = None
     at_preview_limit: bool = False
+
+
+@dataclass(frozen=True)
+class BuiltBase:
+    """A task's pinned base, built: a git repository whose commit holds the sdist with its overlay."""
+
+    task: str
+    path: Path
+    commit: str
+    # The recipe's key (grader.core.identity.recipe_key).
+    key: str
 
 
 @dataclass(frozen=True)

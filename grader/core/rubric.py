@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import platform
 import re
-import site
 import tomllib
-from importlib import metadata
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -290,19 +287,3 @@ def rubric_fingerprint(task: Task) -> str:
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()[:16]
-
-
-def interpreter_site_folders() -> list[str]:
-    """Where this interpreter's distributions are installed, as a fresh judge or subject sees them: not this
-    process's sys.path, which libraries extend at run time (Ray adds its vendored packages)."""
-    return [*site.getsitepackages(), site.getusersitepackages()]
-
-
-@cache
-def environment_fingerprint() -> str:
-    """Python and every installed distribution (name and version): evidence from another environment, one with
-    a package more or less, is not reused."""
-    installed = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}"
-                        for d in metadata.distributions(path=interpreter_site_folders())})
-    digest = hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
-    return f"python {platform.python_version()}; {len(installed)} distributions {digest}"

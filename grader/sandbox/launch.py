@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from grader.checkout import BuiltBase, cache_dir
+from grader.core.paths import cache_dir
+from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.apply import scratch_root
-from grader.checkout import BaseBuildError, BuiltBase, build_base, file_blobs, obtain_sdist, sha256_of
+from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
+from grader.core.records import BuiltBase
 from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate
@@ -26,7 +27,8 @@ from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, al
 from grader.run import environment_problem, judge_environment, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
-from grader.taskkit.requirements import import_failures, unmet
+from grader.core.environment import unmet
+from grader.taskkit.requirements import import_failures
 from grader.taskkit.skeleton import BLOB_ABBREVIATION, PLACEHOLDER, TaskPaths
 from grader.validate import check_rules
 

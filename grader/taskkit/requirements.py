@@ -13,9 +13,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
-from grader.core.rubric import RUBRICS_DIR, all_base_recipes, interpreter_site_folders
+from grader.core.environment import applies_here, interpreter_site_folders, parse
+from grader.core.rubric import RUBRICS_DIR, all_base_recipes
 
 IMPORT_CHECK = """
 import importlib, json, sys
@@ -27,47 +26,6 @@ for name in sys.argv[1:]:
         failed[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
 print(json.dumps(failed))
 """
-
-
-def parse(text: str) -> Requirement:
-    """One PEP 508 requirement; ``InvalidRequirement`` names what is wrong with it."""
-    return Requirement(text)
-
-
-def applies_here(requirement: Requirement) -> bool:
-    """Whether the requirement's environment marker (if any) holds for this interpreter."""
-    return requirement.marker is None or requirement.marker.evaluate()
-
-
-def installed_version(name: str, path: list[str] | None = None) -> str | None:
-    """The version of the installed distribution ``name`` (names compared as PEP 503 normalises them), looked up in
-    the interpreter's own site folders unless ``path`` is given; None when it is not installed."""
-    found = list(metadata.distributions(name=name, path=interpreter_site_folders() if path is None else path))
-    return found[0].version if found else None
-
-
-def unmet(requires: tuple[str, ...] | list[str], path: list[str] | None = None) -> list[str]:
-    """Each declared requirement this environment does not satisfy, in words: ``msgspec (not installed)``,
-    ``numpy>=3 (1.26.4 installed)``. Requirements whose marker does not hold here are not needed, so never unmet.
-    Extras are not checked (only the distribution and its version)."""
-    problems = []
-    for text in requires:
-        requirement = parse(text)
-        if not applies_here(requirement):
-            continue
-        version = installed_version(requirement.name, path)
-        shown = f"{requirement.name}{requirement.specifier}"
-        if version is None:
-            problems.append(f"{shown} (not installed)")
-        elif requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
-            problems.append(f"{shown} ({version} installed)")
-    return problems
-
-
-def unmet_message(task_id: str, requires: tuple[str, ...] | list[str], path: list[str] | None = None) -> str | None:
-    """``task X needs msgspec (not installed), numpy>=3 (1.26.4 installed)``, or None when all are satisfied."""
-    problems = unmet(requires, path)
-    return f"task {task_id} needs {', '.join(problems)}" if problems else None
 
 
 def union(rubrics_dir: Path = RUBRICS_DIR) -> list[str]:
