@@ -1,7 +1,8 @@
 """Pinned vLLM bases: download the sdist, verify it, unpack, overlay, commit, and prove every expected blob.
 
-A built base is a git repository under the cache dir; candidates get worktrees of it (see ``grader.apply``),
-so the base itself is never modified.
+A built base is a git repository under the cache dir; each candidate gets a private copy of its files, a
+repository of its own that borrows the base's objects (``grader.apply.make_tree``), so the base itself is never
+modified.
 """
 
 from __future__ import annotations

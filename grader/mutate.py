@@ -25,8 +25,8 @@ A mutant id is ``<operator>:<path>[:h<hunk>[:l<line>[:<k>]]]`` with 0-based hunk
 than once: ids depend on the reference diff alone, so they stay stable between runs. Two operators that give the
 same diff text keep the first mutant (operators are tried in the order above).
 
-Grading (``run_mutate``): the reference and each mutant are run through ``pipeline.evaluate`` and
-``score.score_criteria``. Only criteria *met* on the reference count; a mutant is *caught* when at least one of
+Grading (``run_mutate``): the reference and each mutant are graded as ``grade`` grades a candidate, through
+``orchestrate.grade_many`` (CPU evidence, the local backend, no results store). Only criteria *met* on the reference count; a mutant is *caught* when at least one of
 them is no longer met (``partial`` or ``unmet``), *not_applicable* when it does not apply cleanly or every
 evaluated test errors on import, *equivalent* when it is missed but listed in
 ``rubrics/<task>/equivalent-mutants.toml`` (``"<mutant-id>" = "reason"``; a key may be an ``fnmatch`` pattern),

@@ -1,4 +1,6 @@
-"""The thin orchestrator: ingest -> checkout -> apply -> run -> score -> summarize, one candidate at a time."""
+"""Grading one candidate, already ingested: checkout -> apply -> run -> score -> summarize (``grade_candidate``).
+
+Many candidates are graded by ``grader.orchestrate.grade_many``, which calls this once per candidate."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ once per node and reused by every later task on that node. Hidden tests are star
 
 Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into
 the same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
-written by the same code, so the outputs equal a local run's on the same input apart from the timing fields.
+written by the same code, so the outputs equal a local run's on the same input apart from the fields that say how
+the run was made (timings, ``run.backend``, ``run.jobs``).
 
 Failures: a grading error never leaves :func:`grade_candidate` (it is this candidate's ``error`` result), so
 application exceptions are not retried (``retry_exceptions=False``). System failures (the worker process killed,
