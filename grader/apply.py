@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, scratch_root
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
@@ -114,14 +114,6 @@ def _change_of(section: FileSection) -> FileChange:
     return "modified"
 
 
-def scratch_root() -> Path:
-    """Where per-candidate trees are made: ``$GRADER_SCRATCH``, else RAM-backed /dev/shm, else the temp dir."""
-    if os.environ.get("GRADER_SCRATCH"):
-        return Path(os.environ["GRADER_SCRATCH"])
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-
-
 def make_tree(base: BuiltBase, parent: Path) -> Path:
     """A private copy of the base's files (not its git data), so nothing a candidate does reaches the base.
 
@@ -139,16 +131,6 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
         (tree / ".git" / "index").write_bytes((base_git / "index").read_bytes())
         subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], check=True, capture_output=True)
     return tree
-
-
-def make_import_root(tree: Path, scratch: Path) -> Path:
-    """A folder holding only links to the tree's ``vllm`` package and metadata, for the front of sys.path."""
-    root = scratch / "import-root"
-    root.mkdir()
-    for name in ("vllm", "vllm.egg-info"):
-        if (tree / name).exists():
-            os.symlink(tree / name, root / name)
-    return root
 
 
 def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool,

@@ -300,7 +300,7 @@ def run_tests(args) -> int:
     import shutil
     import tempfile
 
-    from grader.apply import make_import_root, scratch_root
+    from grader.core.paths import make_import_root, scratch_root
     from grader.run import run_hidden_tests
 
     if not (args.tree / "vllm").is_dir():
@@ -318,7 +318,8 @@ def run_tests(args) -> int:
         # platform, its custom ops land on the CPU dispatch key), as it would not in grading
         if (args.tree / "vllm.egg-info").is_dir():
             shutil.copytree(args.tree / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
-        run = run_hidden_tests(task, tree, make_import_root(tree, scratch), base.path, scratch, gpu, ColdLauncher(),
+        import_root = make_import_root(tree, scratch / "import-root")
+        run = run_hidden_tests(task, tree, import_root, base.path, scratch, gpu, ColdLauncher(),
                                args.timeout, select=args.select)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

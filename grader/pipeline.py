@@ -16,9 +16,9 @@ import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.apply import applied_tree, apply_diff, make_import_root, make_tree, scratch_root
+from grader.apply import applied_tree, apply_diff, make_tree
 from grader.checkout import build_base
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
@@ -142,7 +142,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         key = tree_key(identity, apply)
         run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
-            import_root = make_import_root(tree, scratch)
+            import_root = make_import_root(tree, scratch / "import-root")
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
                                    also_pass=options.also_pass)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from grader.apply import hidden_roots
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, make_import_root
 from grader.core.records import RunReport, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
@@ -209,11 +209,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
-    base_root = scratch / "base-import-root"
-    base_root.mkdir()
-    for name in ("vllm", "vllm.egg-info"):
-        if (base_tree / name).exists():
-            os.symlink(base_tree / name, base_root / name)
+    base_root = make_import_root(base_tree, scratch / "base-import-root")
     boxes = []
     specs = {}
     for name, root, source in (("candidate", import_root, tree), ("base", base_root, base_tree)):

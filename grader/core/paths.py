@@ -26,6 +26,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
 
 
+def scratch_root() -> Path:
+    """Where per-candidate trees are made: ``$GRADER_SCRATCH``, else RAM-backed /dev/shm, else the temp dir."""
+    if os.environ.get("GRADER_SCRATCH"):
+        return Path(os.environ["GRADER_SCRATCH"])
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
 def output_folder(path: Path) -> Path:
     """``path`` created (with its parents) and opened to readers."""
     path.mkdir(parents=True, exist_ok=True)
@@ -49,6 +57,16 @@ def atomic_write(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def make_import_root(tree: Path, root: Path) -> Path:
+    """``root``, a new folder holding only links to ``tree``'s ``vllm`` package and its metadata: what goes at the
+    front of a subject's (or a probe's) sys.path, so that nothing else of the tree is importable."""
+    root.mkdir()
+    for name in ("vllm", "vllm.egg-info"):
+        if (tree / name).exists():
+            os.symlink(tree / name, root / name)
+    return root
 
 
 def page_name(candidate_id: str) -> str:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, make_import_root
 from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
@@ -202,14 +202,11 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
     """Warm workers preloaded with what the vLLM of ``base`` imports from third parties. ``starting(name)``, when
     given, wraps each worker's start-up (the terminal shows it as a phase)."""
     env = base_environment(gpu)
-    root = Path(tempfile.mkdtemp(prefix="grader-probe-"))
+    folder = Path(tempfile.mkdtemp(prefix="grader-probe-"))
     try:
-        os.symlink(base.path / "vllm", root / "vllm")
-        if (base.path / "vllm.egg-info").exists():
-            os.symlink(base.path / "vllm.egg-info", root / "vllm.egg-info")
-        modules = third_party_modules(root, base.path, env)
+        modules = third_party_modules(make_import_root(base.path, folder / "import-root"), base.path, env)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return WarmPool(size, env, modules, starting)
 
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grader.apply import scratch_root
 from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.core.records import BuiltBase
 from grader.diffparse import parse_diff
@@ -28,6 +27,7 @@ from grader.run import environment_problem, judge_environment, parse_evidence, p
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
 from grader.core.environment import unmet
+from grader.core.paths import scratch_root
 from grader.taskkit.requirements import import_failures
 from grader.taskkit.skeleton import BLOB_ABBREVIATION, PLACEHOLDER, TaskPaths
 from grader.validate import check_rules
