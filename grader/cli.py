@@ -24,19 +24,20 @@ from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts,
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs
-from grader.ingest import IngestError, ingest, is_bundle
+from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
-from grader.report import grader_revision, markdown_summary, started_at, write_html, write_junit, write_results_json
+from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
+                           write_results_json)
 from grader.core.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore
 from grader.terminal import observer_for, print_closing
 from grader.validate import validate_rubrics
 
-COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests", *TASK_COMMANDS)
+COMMANDS = ("grade", "bases", "validate-rubrics", "calibrate", "mutate", "run-tests", "merge", *TASK_COMMANDS)
 
 
 def task_id(value: str) -> str:
@@ -61,6 +62,17 @@ def positive(kind):
             raise argparse.ArgumentTypeError(f"{value} is not positive")
         return number
     return parse
+
+
+def shard_spec(value: str) -> tuple[int, int]:
+    """An argparse type: ``K/N``, shard K (1-based) of N."""
+    try:
+        index, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not K/N (e.g. 2/4)") from None
+    if not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{value}: K must be between 1 and N")
+    return index, count
 
 
 def _grade_parser(sub) -> None:
@@ -88,6 +100,11 @@ def _grade_parser(sub) -> None:
                                      "else a local cluster of --jobs CPUs)")
     p.add_argument("--labels", type=Path, help="a judge's labels for the bundles given (the format of "
                                                "judge-labels.json): the scorecards show its verdict beside ours")
+    p.add_argument("--shard", type=shard_spec, metavar="K/N",
+                   help="grade only shard K of N (every N-th candidate in input order, from the K-th); the shards' "
+                        "outputs join with `grade merge` (default: every candidate)")
+    p.add_argument("--limit", type=positive(int), metavar="N",
+                   help="grade only the first N candidates (of the shard, with --shard; default: all)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_parser(sub)
     add_mutate_parser(sub)
     add_task_parser(sub)
+    m = sub.add_parser("merge", help="join the outputs of several gradings (shards) into one output folder")
+    m.add_argument("outputs", nargs="+", type=Path, help="output folders of gradings by the same grader")
+    m.add_argument("--out", type=Path, required=True, help="where the merged output is written")
+    m.add_argument("--junit", type=Path, help="also write the merged JUnit XML here (default: none)")
+    m.add_argument("--fail-under", type=unit_interval,
+                   help="exit 1 when a candidate scores below this, as for grade (default: no threshold)")
     b = sub.add_parser("bases", help="build the pinned vLLM bases")
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", type=task_id, help="only this task")
@@ -189,6 +212,9 @@ def _run_grade(args) -> int:
     if not candidates:
         print("error: no candidates found in " + ", ".join(map(str, args.paths)), file=sys.stderr)
         return 2
+    if args.shard:
+        candidates = shard(candidates, *args.shard)
+    candidates = candidates[:args.limit] if args.limit else candidates
     try:
         judge = judge_for(args.labels, args.paths)
     except (OSError, ValueError, KeyError) as exc:
@@ -274,6 +300,38 @@ def exit_code(results: list[dict], fail_under: float | None) -> int:
     return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
+def run_merge(args) -> int:
+    """Merge ``args.outputs`` into ``args.out``: results.json, the index and the candidate pages, JUnit."""
+    from grader.merge import MergeError, copy_pages, merge_outputs
+
+    try:
+        merged = merge_outputs(args.outputs)
+    except MergeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        lock = lock_output(args.out)
+    except OutputLocked as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        interrupted = merged.run_info.get("incomplete", {}).get("reason")
+        code = 130 if interrupted else exit_code(merged.results, args.fail_under)
+        why = exit_reason(merged.results, args.fail_under, interrupted)
+        run_info = merged.run_info | {"fail_under": args.fail_under, "exit_code": code, "exit_reason": why}
+        write_results_json(args.out, merged.results, run_info)
+        copy_pages(merged, args.out)
+        write_index(args.out, merged.results, run_info)
+        if args.junit:
+            write_junit(args.junit, merged.results)
+    finally:
+        lock.close()
+    print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
+          file=sys.stderr)
+    print_closing(merged.results, why, sys.stderr)
+    return code
+
+
 def run_bases(args) -> int:
     recipes = all_base_recipes()
     selected = {args.task: recipes[args.task]} if args.task else recipes
@@ -354,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_task_command(args)
         if args.command == "run-tests":
             return run_tests(args)
+        if args.command == "merge":
+            return run_merge(args)
         return validate_rubrics(args)
     except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -187,3 +187,11 @@ def ingest(paths: list[Path], task: str | None = None) -> list[Candidate]:
         unique.append(replace(candidate, id=f"{candidate.id}~{seen[candidate.id]}") if seen[candidate.id] > 1
                       else candidate)
     return unique
+
+
+def shard(candidates: list[Candidate], index: int, count: int) -> list[Candidate]:
+    """Shard ``index`` (1-based) of ``count``: every ``count``-th candidate in input order, starting at ``index``.
+    The shards of one input are disjoint and together hold every candidate, so their outputs merge whole."""
+    if not 1 <= index <= count:
+        raise IngestError(f"shard {index}/{count}: the shard must be between 1 and {count}")
+    return candidates[index - 1::count]

@@ -68,6 +68,8 @@ class Observer(Protocol):
 
     def phase(self, name: str) -> AbstractContextManager[None]: ...
 
+    def started(self, candidate: Candidate) -> None: ...
+
     def graded(self, item: Graded, done: int, total: int) -> None: ...
 
 
@@ -77,6 +79,9 @@ class QuietObserver:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         yield
+
+    def started(self, candidate: Candidate) -> None:
+        return None
 
     def graded(self, item: Graded, done: int, total: int) -> None:
         return None
@@ -166,7 +171,7 @@ class LocalBackend:
             builders.submit(self.prepare_base, tasks[task_id], observer)
         try:
             launcher = self.launcher(needing, tasks, options, observer)
-            self.grade_with(launcher, pending, options, deliver)
+            self.grade_with(launcher, pending, options, observer, deliver)
         finally:
             builders.shutdown(wait=True, cancel_futures=True)
 
@@ -178,7 +183,7 @@ class LocalBackend:
         with observer.phase(f"base {task.id}"):
             self.bases.get(task)
 
-    def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions,
+    def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
                    deliver: Callable[[Graded], None]) -> None:
         grade_options = GradeOptions(gpu=options.gpu, timeout=options.timeout, keep_trees=options.keep_trees,
                                      launcher=launcher,
@@ -197,6 +202,7 @@ class LocalBackend:
         def work(candidate: Candidate) -> Graded | None:
             if stopping.is_set():
                 return None
+            observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, grade_options)
             return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)
 

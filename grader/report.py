@@ -104,13 +104,18 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     """The scorecards: ``index.html`` and one page per candidate under ``candidates/`` (view model:
     ``grader.scorecard``). ``judge`` maps candidate ids to a judge's overall verdict, shown beside the grader's."""
     tasks = scorecard.known_tasks()
-    copy_static(out)
     pages = out / "candidates"
     for r in results:
         view = scorecard.build_candidate(r, diffs.get(r["id"], ""), judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
         atomic_write(pages / page_name(r["id"]), html)
-    index = scorecard.build_index(results, page_name, judge, tasks)
+    return write_index(out, results, run_info, judge)
+
+
+def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str, str] | None = None) -> Path:
+    """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
+    copy_static(out)
+    index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
     atomic_write(out / "index.html", TEMPLATES.get_template("index.html.j2").render(index=index, run=run_info,
                                                                                    static="static/"))
     return out / "index.html"

@@ -7,7 +7,9 @@ same information comes as plain lines, one event per line, with no control chara
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,9 +17,12 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn)
 from rich.table import Table
+from rich.text import Text
 
+from grader.core.records import Candidate
 from grader.orchestrate import Graded
 from grader.core.records import VERDICTS
 from grader.core.rubric import all_tasks
@@ -38,11 +43,82 @@ def candidate_line(item: Graded, done: int, total: int) -> str:
     return f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{state}{timing}{note}"
 
 
-class ProgressLines:
-    """Plain lines: a phase when it starts and ends, and one line per graded candidate."""
+def clock_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+
+class Pace:
+    """How a long run goes: candidates per minute graded in this run (stored ones are not counted: they cost
+    nothing), the time left at that rate, and the candidate that has been running longest."""
+
+    def __init__(self, total: int, clock=time.monotonic) -> None:
+        self.total = total
+        self.clock = clock
+        self.first_start: float | None = None
+        self.running: dict[str, float] = {}
+        self.done = 0
+        self.graded_here = 0
+        self.lock = threading.Lock()
+
+    def started(self, candidate: Candidate) -> None:
+        with self.lock:
+            now = self.clock()
+            self.first_start = now if self.first_start is None else self.first_start
+            self.running[candidate.id] = now
+
+    def finished(self, item: Graded, done: int) -> None:
+        with self.lock:
+            self.running.pop(item.candidate.id, None)
+            self.done = done
+            self.graded_here += not item.stored
+
+    def text(self) -> str:
+        """``12/1000 graded, 31.4/min, ETA 31m28s, slowest running: ID (48s)``."""
+        with self.lock:
+            now = self.clock()
+            parts = [f"{self.done}/{self.total} graded"]
+            elapsed = now - self.first_start if self.first_start is not None else 0.0
+            if self.graded_here and elapsed > 0:
+                per_second = self.graded_here / elapsed
+                parts += [f"{per_second * 60:.1f}/min", f"ETA {clock_text((self.total - self.done) / per_second)}"]
+            if self.running:
+                slowest, since = min(self.running.items(), key=lambda kv: kv[1])
+                parts.append(f"slowest running: {slowest} ({clock_text(now - since)})")
+            return ", ".join(parts)
+
+
+# Seconds between two progress lines in a log (GRADER_PROGRESS_EVERY overrides).
+PROGRESS_EVERY_S = 30.0
+
+
+class ProgressLines:
+    """Plain lines: a phase when it starts and ends, one line per graded candidate, and every
+    ``PROGRESS_EVERY_S`` seconds a progress line (rate, ETA, slowest running candidate)."""
+
+    def __init__(self, stream: TextIO | None = None, total: int = 0, every: float | None = None) -> None:
         self.stream = stream or sys.stderr
+        self.pace = Pace(total)
+        self.every = every if every is not None else float(os.environ.get("GRADER_PROGRESS_EVERY", PROGRESS_EVERY_S))
+        self.stopped = threading.Event()
+        self.ticker = threading.Thread(target=self.tick, name="progress-lines", daemon=True)
+
+    def __enter__(self) -> ProgressLines:
+        self.ticker.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.ticker.join()
+
+    def tick(self) -> None:
+        while not self.stopped.wait(self.every):
+            if self.pace.first_start is not None:
+                print(f"progress: {self.pace.text()}", file=self.stream, flush=True)
+
+    def started(self, candidate: Candidate) -> None:
+        self.pace.started(candidate)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -52,7 +128,19 @@ class ProgressLines:
         print(f"{name}: ready in {time.monotonic() - started:.1f}s", file=self.stream, flush=True)
 
     def graded(self, item: Graded, done: int, total: int) -> None:
+        self.pace.finished(item, done)
         print(candidate_line(item, done, total), file=self.stream, flush=True)
+
+
+class PaceColumn(ProgressColumn):
+    """The overall bar's rate, ETA and slowest running candidate, read at every refresh."""
+
+    def __init__(self, pace: Pace) -> None:
+        super().__init__()
+        self.pace = pace
+
+    def render(self, task) -> Text:
+        return Text(self.pace.text().partition(", ")[2] if task.description == "grading" else "", style="dim")
 
 
 class LiveProgress:
@@ -60,8 +148,10 @@ class LiveProgress:
 
     def __init__(self, console: Console, total: int) -> None:
         self.console = console
+        self.pace = Pace(total)
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+                                 MofNCompleteColumn(), TimeElapsedColumn(), PaceColumn(self.pace), console=console,
+                                 transient=True)
         self.overall = self.progress.add_task("grading", total=total)
 
     def __enter__(self) -> LiveProgress:
@@ -81,7 +171,11 @@ class LiveProgress:
             self.progress.remove_task(phase)
         self.console.print(f"[dim]{name}: ready in {time.monotonic() - started:.1f}s[/dim]", highlight=False)
 
+    def started(self, candidate: Candidate) -> None:
+        self.pace.started(candidate)
+
     def graded(self, item: Graded, done: int, total: int) -> None:
+        self.pace.finished(item, done)
         style = VERDICT_STYLE.get(item.record["verdict"], "")
         self.console.print(f"[{style}]{candidate_line(item, done, total)}[/{style}]" if style else
                            candidate_line(item, done, total), highlight=False, markup=bool(style))
@@ -95,7 +189,8 @@ def observer_for(stream: TextIO, total: int) -> Iterator[ProgressLines | LivePro
         with LiveProgress(Console(file=stream), total) as live:
             yield live
     else:
-        yield ProgressLines(stream)
+        with ProgressLines(stream, total) as lines:
+            yield lines
 
 
 def verdict_counts(records: list[dict]) -> dict[str, Counter]:

@@ -1,0 +1,127 @@
+"""Grading at scale: the synthetic corpus, shards that merge back whole, and progress for long runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.core.records import Candidate
+from grader.ingest import IngestError, shard
+from grader.merge import MergeError, merge_documents
+from grader.orchestrate import Graded
+from grader.terminal import Pace, ProgressLines
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from corpus import build_corpus, write_corpus  # noqa: E402
+
+TASK = "int8-kv-rounding"
+
+
+def test_corpus_is_distinct_deterministic_and_covers_every_task(tmp_path):
+    first = build_corpus(400, seed=3, bundle=None)
+    again = build_corpus(400, seed=3, bundle=None)
+    other = build_corpus(400, seed=4, bundle=None)
+    assert [e.diff for e in first] == [e.diff for e in again]
+    assert len(first) == 400 and len({e.diff for e in first}) == 400
+    assert {e.task for e in first} == {p.name for p in (REPO / "rubrics").iterdir() if (p / "rubric.toml").is_file()}
+    assert {e.origin for e in first} == {"sample", "reference", "mutant", "combined"}
+    fixed = [e.diff for e in first if e.origin != "combined"]
+    assert fixed == [e.diff for e in other if e.origin != "combined"]  # the fixed part does not depend on the seed
+    assert [e.diff for e in first if e.origin == "combined"] != [e.diff for e in other if e.origin == "combined"]
+    manifest = json.loads(write_corpus(tmp_path, first).read_text())
+    assert len(manifest) == 400 and all((tmp_path / m["task"] / f"{m['name']}.diff").is_file() for m in manifest)
+
+
+def candidates(n: int) -> list[Candidate]:
+    return [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(n)]
+
+
+def test_shards_are_disjoint_and_cover_the_input():
+    every = candidates(10)
+    parts = [shard(every, k, 3) for k in (1, 2, 3)]
+    assert sorted(c.id for part in parts for c in part) == sorted(c.id for c in every)
+    assert not set(c.id for c in parts[0]) & set(c.id for c in parts[1])
+    with pytest.raises(IngestError):
+        shard(every, 4, 3)
+
+
+def document(ids: list[str], commit: str = "abc", verdict: str = "full", **run) -> dict:
+    return {"schema_version": "2.1", "run": {"grader": {"commit": commit}, "gpu": "no CUDA GPU", "containment": "x",
+                                             "started_at": "2026-12-01T00:00:00+00:00", "timings": {"wall_s": 1.0},
+                                             **run},
+            "candidates": [{"id": i, "task": TASK, "verdict": verdict, "score": 1.0, "run_status": "complete",
+                            "criteria": {}, "timings": {"tests_s": 1.0}} for i in ids]}
+
+
+def test_merge_joins_shards_and_refuses_mixed_graders_or_disagreeing_results():
+    merged = merge_documents({Path("a"): document(["x", "y"]), Path("b"): document(["z", "y"])})
+    assert [r["id"] for r in merged.results] == ["x", "y", "z"]
+    assert merged.origin["z"] == Path("b") and len(merged.run_info["merged_from"]) == 2
+    with pytest.raises(MergeError, match="another grader"):
+        merge_documents({Path("a"): document(["x"]), Path("b"): document(["z"], commit="def")})
+    with pytest.raises(MergeError, match="'y'"):
+        merge_documents({Path("a"): document(["y"]), Path("b"): document(["y"], verdict="fail")})
+    cut = merge_documents({Path("a"): document(["x"]),
+                           Path("b"): document(["z"], incomplete={"reason": "SIGINT", "not_graded": ["w"]})})
+    assert cut.run_info["incomplete"]["not_graded"] == ["w"] and cut.run_info["candidates"] == 3
+
+
+def test_pace_counts_only_candidates_graded_in_this_run():
+    now = [100.0]
+    pace = Pace(10, clock=lambda: now[0])
+    every = candidates(3)
+    pace.finished(Graded(every[0], {}, stored=True), 1)
+    pace.started(every[1])
+    pace.started(every[2])
+    now[0] = 130.0
+    pace.finished(Graded(every[1], {}), 2)
+    text = pace.text()
+    assert text.startswith("2/10 graded, 2.0/min, ETA 4m00s")
+    assert text.endswith("slowest running: c2 (30s)")
+
+
+def test_a_log_gets_a_progress_line_every_interval():
+    stream = io.StringIO()
+    with ProgressLines(stream, total=2, every=0.05) as lines:
+        lines.started(candidates(1)[0])
+        import time
+        time.sleep(0.3)
+    assert any(line.startswith("progress: 0/2 graded") and "slowest running: c0" in line
+               for line in stream.getvalue().splitlines())
+
+
+def grade(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "grade.py"), *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_sharded_gradings_merge_into_the_whole_run(tmp_path):
+    """Two shards of three cheap samples, merged, equal the unsharded run (apart from run circumstances)."""
+    from grader.report import comparable
+
+    folder = tmp_path / "in" / "xpu-kv-cache-dtypes"
+    folder.mkdir(parents=True)
+    for sample in sorted((REPO / "candidates" / "xpu-kv-cache-dtypes").glob("*.diff"))[:3]:
+        (folder / sample.name).write_text(sample.read_text())
+    common = ["--gpu", "off", "--jobs", "1"]
+    whole = grade(str(tmp_path / "in"), "--out", str(tmp_path / "whole"), *common, cwd=tmp_path)
+    assert whole.returncode in (0, 1), whole.stderr
+    for k in (1, 2):
+        done = grade(str(tmp_path / "in"), "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}"), *common,
+                     cwd=tmp_path)
+        assert done.returncode in (0, 1), done.stderr
+    merged = grade("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"),
+                   "--junit", str(tmp_path / "m" / "junit.xml"), cwd=tmp_path)
+    assert merged.returncode == whole.returncode, merged.stderr
+    a = comparable(json.loads((tmp_path / "whole" / "results.json").read_text()))["candidates"]
+    b = comparable(json.loads((tmp_path / "m" / "results.json").read_text()))["candidates"]
+    assert a == b
+    assert len(list((tmp_path / "m" / "candidates").glob("*.html"))) == 3
+    assert (tmp_path / "m" / "index.html").is_file() and (tmp_path / "m" / "junit.xml").is_file()
