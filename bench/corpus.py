@@ -49,9 +49,8 @@ class Entry:
         return hashlib.sha256(self.diff.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def fixed_sources(bundle: Path | None) -> list[Entry]:
+def fixed_sources(bundle: Path | None, tasks: list[str]) -> list[Entry]:
     """Samples, reference fixes and the bundle's whole diffs, in a stable order."""
-    tasks = sorted(all_tasks())
     found = [Entry(f"sample-{path.stem}", path.parent.name, "sample", path.read_text(encoding="utf-8"))
              for task in tasks for path in sorted((REPO / "candidates" / task).glob("*.diff"))]
     found += [Entry("reference", task, "reference", (REPO / "reference_impl" / f"{task}.diff").read_text())
@@ -77,10 +76,11 @@ def combined(pool: list[Entry], rng: random.Random) -> Entry | None:
     return Entry("", parent.task, "combined", child.diff)
 
 
-def build_corpus(size: int, seed: int, bundle: Path | None) -> list[Entry]:
-    """``size`` distinct candidates (fewer only when the sources and their mutants run out)."""
+def build_corpus(size: int, seed: int, bundle: Path | None, tasks: list[str] | None = None) -> list[Entry]:
+    """``size`` distinct candidates of ``tasks`` (default: every task; fewer candidates only when the sources and
+    their mutants run out)."""
     rng = random.Random(seed)
-    tasks = sorted(all_tasks())
+    tasks = sorted(tasks or all_tasks())
     chosen: list[Entry] = []
     seen: set[str] = set()
 
@@ -89,7 +89,7 @@ def build_corpus(size: int, seed: int, bundle: Path | None) -> list[Entry]:
             seen.add(entry.diff)
             chosen.append(entry)
 
-    for entry in fixed_sources(bundle) + first_order(tasks):
+    for entry in fixed_sources(bundle, tasks) + first_order(tasks):
         take(entry)
     parents = [e for e in chosen if e.origin in ("mutant", "sample")]
     misses = 0
