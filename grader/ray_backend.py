@@ -1,13 +1,14 @@
-"""Grading on a Ray cluster (``grade --backend ray [--address ADDR]``): one Ray task per candidate.
+"""Grading on a Ray cluster (``grade --backend ray [--address ADDR]``): long-lived actors with warm workers.
 
 The driver (the ``grade`` process) runs :func:`grader.orchestrate.grade_many`, which ingests, looks each candidate
-up in the results store, and hands the rest to :class:`RayBackend`. That submits every candidate still to grade
-as a Ray task asking for what its rubric needs (1 CPU; 1 GPU as well when GPU
-evidence is on and the task's hidden tests carry ``mark.gpu``). Each task grades its candidate with
-:func:`grader.pipeline.grade_candidate` on whichever node Ray picked, building the task's base there through
-:func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a base is built
-once per node and reused by every later task on that node. Hidden tests are started by a
-:class:`~grader.sandbox.launch.ColdLauncher` inside the task (no warm workers in Ray tasks).
+up in the results store, and hands the rest to :class:`RayBackend`. That starts ``--jobs`` actors of 1 CPU (and,
+when GPU evidence is on, actors of 1 CPU and 1 GPU for the candidates whose task's hidden tests carry
+``mark.gpu``, as many as the cluster has GPUs) and feeds each actor one candidate at a time. An actor grades its
+candidate with :func:`grader.pipeline.grade_candidate` on whichever node Ray placed it, building the task's base
+there through :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a
+base is built once per node and reused by every later candidate on that node. Hidden tests run in the actor's
+warm worker (:func:`grader.sandbox.launch.start_warm_pool`, started for its first candidate that needs tests and
+kept for the rest), as in a local run, instead of a fresh interpreter per candidate.
 
 Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into
 the same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
@@ -15,10 +16,10 @@ written by the same code, so the outputs equal a local run's on the same input a
 the run was made (timings, ``run.backend``, ``run.jobs``).
 
 Failures: a grading error never leaves :func:`grade_candidate` (it is this candidate's ``error`` result), so
-application exceptions are not retried (``retry_exceptions=False``). System failures (the worker process killed,
-its node lost) are retried by Ray up to ``MAX_RETRIES`` times; when they are exhausted, or Ray fails for that
-task in any other way (:class:`ray.exceptions.RayError`), the candidate gets an ``error`` result built by
-:func:`grader.pipeline.error_result`, and only that candidate.
+it is never retried. An actor whose process dies (killed, its node lost) is restarted by Ray and its candidate
+retried, up to ``MAX_RETRIES`` times; when they are exhausted, or Ray fails for that candidate in any other way
+(:class:`ray.exceptions.RayError`), the candidate gets an ``error`` result built by
+:func:`grader.pipeline.error_result`, and only that candidate: a fresh actor takes the dead one's place.
 
 ``ray`` is an optional dependency (``pip install -e ".[ray]"``); it is imported only here, and only when the
 Ray backend is used.
@@ -139,50 +140,70 @@ def _node_bases():
     return _NODE_BASES
 
 
+_WARM: dict = {}
+
+
+def warm_launcher(base, gpu: bool):
+    """This process's warm worker, started when its first candidate needs tests and reused by every later one:
+    an actor's process lives for the whole run, so what the warm worker preloads is paid for once per actor."""
+    from contextlib import nullcontext
+
+    from grader.sandbox.launch import start_warm_pool
+
+    if gpu not in _WARM:
+        _WARM[gpu] = start_warm_pool(1, base, gpu, lambda name: nullcontext())
+    return _WARM[gpu]
+
+
+def close_warm() -> None:
+    for launcher in _WARM.values():
+        launcher.close()
+    _WARM.clear()
+
+
 def grade_on_node(candidate, gpu: bool, timeout: float, keep_trees: bool, contained: bool,
                   evidence_cache: bool, gpu_assigned: bool) -> dict:
-    """The body of one Ray task: grade ``candidate`` here, with a cold launcher, and return its JSON result."""
-    from grader.sandbox import launch
+    """What an actor runs for one candidate: grade it here, with this process's warm worker, and return its JSON
+    result."""
     from grader.evidence_cache import EvidenceCache
+    from grader.orchestrate import RunOptions, gradable
     from grader.pipeline import GradeOptions, grade_candidate
+    from grader.core.rubric import all_tasks
+    from grader.sandbox.launch import ColdLauncher
 
-    # Ray narrows CUDA_VISIBLE_DEVICES to the GPU it gave a task: that task's hidden tests must see only that one.
-    # Other tasks (the same worker process may run both kinds) pass on exactly what a local run passes on.
-    options = GradeOptions(gpu=gpu, timeout=timeout, keep_trees=keep_trees, launcher=launch.ColdLauncher(),
+    tasks = all_tasks()
+    bases = _node_bases()
+    needs_tests = gradable(candidate, tasks, RunOptions())
+    launcher = warm_launcher(bases.get(tasks[candidate.task]), gpu) if needs_tests else ColdLauncher()
+    # Ray narrows CUDA_VISIBLE_DEVICES to the GPU it gave an actor: that actor's hidden tests must see only that
+    # one. Other actors pass on exactly what a local run passes on.
+    options = GradeOptions(gpu=gpu, timeout=timeout, keep_trees=keep_trees, launcher=launcher,
                            evidence_cache=EvidenceCache() if evidence_cache else None, contained=contained,
                            also_pass=("CUDA_VISIBLE_DEVICES",) if gpu_assigned else ())
-    result, _ = grade_candidate(candidate, _node_bases(), options)
+    result, _ = grade_candidate(candidate, bases, options)
     return result.to_json()
+
+
+class CandidateGrader:
+    """A Ray actor's body: grades candidates one at a time in one long-lived process (``work`` per candidate;
+    tests put a crashing stand-in there), and ends its warm worker when the run closes it."""
+
+    def __init__(self, work: Callable[..., dict]) -> None:
+        self.work = work
+
+    def grade(self, *args) -> dict:
+        return self.work(*args)
+
+    def close(self) -> None:
+        close_warm()
 
 
 # ---------------------------------------------------------------------------------- submit and stream back
 
-def remote(fn: Callable, **resources: Any):
-    """``fn`` as a Ray task with the backend's retry policy: system failures (a killed worker, a lost node) are
-    retried ``MAX_RETRIES`` times; exceptions raised by ``fn`` are not (grading errors are results already)."""
-    return _ray().remote(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)(fn)
-
-
-def stream(refs: dict, on_result: Callable[[Any, Any], None], on_failure: Callable[[Any, BaseException], None]) -> None:
-    """Wait on ``refs`` ({object ref: key}) and hand each finished one to ``on_result(key, value)`` as it
-    completes; a task that Ray gave up on (retries exhausted, or any other Ray error) goes to
-    ``on_failure(key, exc)`` instead, and the others carry on."""
-    ray = _ray()
-    left = list(refs)
-    while left:
-        done, left = ray.wait(left, num_returns=1)
-        for ref in done:
-            try:
-                value = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                on_failure(refs[ref], exc)
-            else:
-                on_result(refs[ref], value)
-
-
 def failure_message(exc: BaseException) -> str:
     ray = _ray()
-    if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError)):
+    if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                        ray.exceptions.RayActorError)):
         what = "the Ray worker grading this candidate died"
     else:
         what = "Ray could not run this candidate's task"
@@ -190,10 +211,51 @@ def failure_message(exc: BaseException) -> str:
     return f"{what} ({type(exc).__name__}, {MAX_RETRIES} retries exhausted where retryable): {first}"
 
 
+class ActorPool:
+    """Actors of one resource shape, at most ``limit`` of them, each grading one candidate at a time from the
+    shape's queue. An actor whose process dies is restarted by Ray and its candidate retried, ``MAX_RETRIES``
+    times; after that the candidate is an error and a fresh actor takes the actor's place."""
+
+    def __init__(self, work: Callable[..., dict], resources: dict[str, float], limit: int, args) -> None:
+        self.make = lambda: _ray().remote(CandidateGrader).options(
+            max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES, **resources).remote(work)
+        self.limit = limit
+        self.args = args
+        self.queue: list = []
+        self.actors: list = []
+
+    def start(self, in_flight: dict) -> None:
+        self.queue.reverse()  # popped from the end: input order
+        for _ in range(min(self.limit, len(self.queue))):
+            self.actors.append(self.make())
+            self.submit(self.actors[-1], in_flight)
+
+    def submit(self, actor, in_flight: dict) -> None:
+        if self.queue:
+            candidate = self.queue.pop()
+            in_flight[actor.grade.remote(candidate, *self.args(candidate))] = (candidate.id, actor, self)
+
+    def replace(self, actor):
+        self.actors.remove(actor)
+        _ray().kill(actor, no_restart=True)
+        self.actors.append(self.make())
+        return self.actors[-1]
+
+    def close(self) -> None:
+        ray = _ray()
+        try:
+            ray.get([actor.close.remote() for actor in self.actors], timeout=60)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass  # a dead actor's warm worker died with it
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+
 class RayBackend:
-    """The orchestrator's backend for ``--backend ray``: one Ray task per pending candidate, results handed back
-    in completion order. ``work`` is what each task runs (:func:`grade_on_node`; tests put a crashing stand-in
-    there). The cluster is joined by :func:`connect` before the run."""
+    """The orchestrator's backend for ``--backend ray``: long-lived actors, each with a warm worker, grade the
+    pending candidates (``--jobs`` CPU actors; GPU candidates on actors holding a GPU each, as many as the cluster
+    has GPUs), and results are handed back in completion order. ``work`` is what an actor runs per candidate
+    (:func:`grade_on_node`). The cluster is joined by :func:`connect` before the run."""
 
     def __init__(self, work: Callable[..., dict] = grade_on_node) -> None:
         self.work = work
@@ -203,25 +265,38 @@ class RayBackend:
         from grader.pipeline import error_result
         from grader.core.rubric import all_tasks
 
+        ray = _ray()
         tasks = all_tasks()
         by_id = {candidate.id: candidate for candidate in pending}
-        refs, task_fns = {}, {}
+        pools: dict[tuple, ActorPool] = {}
+        gpus = int(ray.cluster_resources().get("GPU", 0))
         for candidate in pending:
             resources = resources_for(candidate.task if candidate.task in tasks else None, options.gpu)
             shape = tuple(sorted(resources.items()))
-            task_fn = task_fns.get(shape) or task_fns.setdefault(shape, remote(self.work, **resources))
-            ref = task_fn.remote(candidate, options.gpu, options.timeout, options.keep_trees, options.contained,
-                                 options.use_evidence_cache, bool(resources["num_gpus"]))
-            refs[ref] = candidate.id
-
-        def finished(candidate_id: str, record: dict) -> None:
-            deliver(Graded(by_id[candidate_id], record))
-
-        def failed(candidate_id: str, exc: BaseException) -> None:
-            # Reported like any error result (and, being an error, never stored): a lost node says nothing about
-            # the candidate, so a rerun grades it again.
-            candidate = by_id[candidate_id]
-            deliver(Graded(candidate, error_result(candidate, failure_message(exc),
-                                                   tasks.get(candidate.task or "")).to_json()))
-
-        stream(refs, finished, failed)
+            if shape not in pools:
+                gpu_assigned = bool(resources["num_gpus"])
+                pools[shape] = ActorPool(self.work, resources, max(1, gpus) if gpu_assigned else max(1, options.jobs),
+                                         lambda c, g=gpu_assigned: (options.gpu, options.timeout, options.keep_trees,
+                                                                    options.contained, options.use_evidence_cache, g))
+            pools[shape].queue.append(candidate)
+        in_flight: dict = {}
+        try:
+            for pool in pools.values():
+                pool.start(in_flight)
+            while in_flight:
+                done, _ = ray.wait(list(in_flight), num_returns=1)
+                for ref in done:
+                    candidate_id, actor, pool = in_flight.pop(ref)
+                    try:
+                        record = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        # Reported like any error result (and, being an error, never stored): a lost worker says
+                        # nothing about the candidate, so a rerun grades it again.
+                        candidate = by_id[candidate_id]
+                        record = error_result(candidate, failure_message(exc), tasks.get(candidate.task or "")).to_json()
+                        actor = pool.replace(actor)
+                    deliver(Graded(by_id[candidate_id], record))
+                    pool.submit(actor, in_flight)
+        finally:
+            for pool in pools.values():
+                pool.close()

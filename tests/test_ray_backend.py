@@ -113,18 +113,29 @@ def local_cluster():
 def test_killed_worker_is_retried(local_cluster, tmp_path):
     marker = tmp_path / "attempts"
 
-    def dies_once(path: str) -> str:
-        with open(path, "a") as f:
+    def dies_once(candidate, *_args):
+        with open(marker, "a") as f:
             f.write("attempt\n")
-        if open(path).read().count("attempt") == 1:
-            os._exit(1)  # the worker process dies mid-task, as on an OOM kill or a lost node
-        return "graded"
+        if marker.read_text().count("attempt") == 1:
+            os._exit(1)  # the actor's process dies mid-candidate, as on an OOM kill or a lost node
+        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
+                "run_status": "complete"}
 
-    got, failures = {}, {}
-    task = ray_backend.remote(dies_once, num_cpus=1)
-    ray_backend.stream({task.remote(str(marker)): "only"}, got.__setitem__, failures.__setitem__)
-    assert got == {"only": "graded"} and not failures
+    run = grade_many([Candidate("only", "only.diff", "+x\n", TASK)],
+                     RunOptions(timeout=60, backend=ray_backend.RayBackend(dies_once)))
+    assert [g.record["verdict"] for g in run.graded] == ["partial"]
     assert marker.read_text().count("attempt") == 2
+
+
+def test_actors_keep_their_process_between_candidates(local_cluster):
+    """One actor (--jobs 1) grades every candidate in the same process: what it warmed up stays warm."""
+    def which_process(candidate, *_args):
+        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
+                "run_status": "complete", "pid": os.getpid()}
+
+    candidates = [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(3)]
+    run = grade_many(candidates, RunOptions(timeout=60, jobs=1, backend=ray_backend.RayBackend(which_process)))
+    assert len({g.record["pid"] for g in run.graded}) == 1 and len(run.graded) == 3
 
 
 def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, tmp_path):
@@ -152,7 +163,7 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
     assert results["fine"]["verdict"] == "partial" and store.load("fine", keys["fine"]) == results["fine"]
     crashed = results["crashes"]
     assert crashed["verdict"] == "error" and crashed["score"] is None
-    assert "died" in crashed["error"] and "WorkerCrashedError" in crashed["error"]
+    assert "died" in crashed["error"] and "ActorDiedError" in crashed["error"]
     assert {c["status"] for c in crashed["criteria"].values()} == {"not_evaluated"}
     assert store.load("crashes", keys["crashes"]) is None  # not stored: a rerun grades it again
     assert (attempts / "crashes").read_text().count("attempt") == 1 + ray_backend.MAX_RETRIES
