@@ -32,7 +32,6 @@ import os
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from grader.core.rubric import REPO_ROOT, Task
 
@@ -125,7 +124,8 @@ def _node_bases():
     file lock so that two worker processes of one node never build the same base at once."""
     global _NODE_BASES
     if _NODE_BASES is None:
-        from grader.checkout import build_base, cache_dir
+        from grader.checkout import build_base
+        from grader.core.paths import cache_dir
         from grader.pipeline import BaseCache
 
         class NodeBaseCache(BaseCache):
