@@ -50,6 +50,8 @@ class GradeOptions:
     also_pass: tuple[str, ...] = ()
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
+    # Record which of the patch's added lines run in each check (for the scorecard; never for the verdict).
+    trace_lines: bool = True
 
 
 class BaseCache:
@@ -120,6 +122,8 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
 def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
     """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
     base = bases.get(task)
+    if not options.trace_lines:  # evidence without the lines that ran is neither cached nor taken from the cache
+        options = replace(options, evidence_cache=None)
     identity = grading_identity(task, options.gpu, options.contained)
     shortcut = diff_key(identity, diff) if options.evidence_cache else None
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
@@ -145,7 +149,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
             import_root = make_import_root(tree, scratch / "import-root")
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
-                                   also_pass=options.also_pass)
+                                   also_pass=options.also_pass,
+                                   traced=[f.path for f in apply.files] if options.trace_lines else None)
             if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)

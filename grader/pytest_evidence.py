@@ -3,13 +3,16 @@
 It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, in the judge's own
 folder, which no subject can see or reach. A ``start`` line is written before each test runs, so a test that
 hangs or kills the judge is still known by name. A test whose probe did not answer in time is marked
-``timeout``; a skip says who decided it. Log parsing stays in ``grader.run``.
+``timeout``; a skip says who decided it. Where the subject traces the patch's lines (``GRADER_ADDED_LINES``), a
+test's last phase also records which added lines ran in the candidate's subject during the test (``ran``: the
+diff's path -> tree line numbers), as the judge bounded them. Log parsing stays in ``grader.run``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -55,8 +58,14 @@ def pytest_collection_finish(session):
         _emit({"event": "collected", **_describe(item)})
 
 
+def _lines_ran() -> dict[str, set[int]]:
+    client = sys.modules.get("grader.sandbox.client")
+    return client.LINES_RAN if client is not None else {}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
+    _lines_ran().clear()
     _emit({"event": "start", **_describe(item)})
 
 
@@ -80,6 +89,8 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo is not None and _is_probe_timeout(call.excinfo.value):
             record["timeout"] = True
             record["message"] = f"timeout: {call.excinfo.value}"
+    if report.when == "teardown" and os.environ.get("GRADER_ADDED_LINES"):
+        record["ran"] = {path: sorted(lines) for path, lines in sorted(_lines_ran().items()) if lines}
     _emit(record)
 
 

@@ -8,6 +8,7 @@ from scoring.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -202,10 +203,39 @@ def pytest_args(task: Task, select: str | None = None) -> list[str]:
     return args + (["-k", select] if select else [])
 
 
+def added_lines(base_tree: Path, tree: Path, paths: list[str]) -> dict[str, list[int]]:
+    """The lines of the patched tree that the patch added (or rewrote), by path, for the Python files of vLLM it
+    changed: the lines a subject can trace. Read off the two trees, so offsets and fuzz are already in them."""
+    found = {}
+    for path in sorted(set(paths)):
+        new_file = tree / path
+        if not (path.startswith("vllm/") and path.endswith(".py") and new_file.is_file()):
+            continue
+        old_file = base_tree / path
+        old = old_file.read_text(errors="replace").splitlines() if old_file.is_file() else []
+        new = new_file.read_text(errors="replace").splitlines()
+        matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+        lines = [j + 1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("replace", "insert")
+                 for j in range(j1, j2)]
+        if lines:
+            found[path] = lines
+    return found
+
+
+def trace_request(judge: Path, import_root: Path, lines: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Write the judge's record of what the candidate's subject traces (``GRADER_ADDED_LINES``); the subject's
+    share of it: each file as its code objects name it, with its added lines."""
+    by_name = {str(import_root / path): {"path": path, "lines": numbers} for path, numbers in lines.items()}
+    (judge / "added-lines.json").write_text(json.dumps(by_name))
+    return {name: entry["lines"] for name, entry in by_name.items()}
+
+
 def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path, scratch: Path, gpu: bool,
                      launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
                      select: str | None = None, memory_bytes: int | None = None,
-                     also_pass: tuple[str, ...] = ()) -> RunReport:
+                     also_pass: tuple[str, ...] = (), traced: list[str] | None = None) -> RunReport:
+    """Run the task's hidden tests against ``tree``; with ``traced`` (the diff's paths), each test also records
+    which of the patch's added lines in them ran (``TestOutcome.ran``)."""
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -217,12 +247,15 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
                                  memory_bytes, also_pass)
         specs[name] = spec
         boxes += [box] if box else []
+    env = judge_environment(judge, tree, base_tree, gpu, timeout, also_pass)
+    if traced is not None:
+        specs["candidate"]["added_lines"] = trace_request(judge, import_root, added_lines(base_tree, tree, traced))
+        env["GRADER_ADDED_LINES"] = str(judge / "added-lines.json")
     (judge / "subjects.json").write_text(json.dumps(specs))
     evidence = judge / "evidence.jsonl"
     evidence.write_text("")
     log = judge / "pytest.log"
-    job = JudgeRun(pytest_args(task, select), judge_environment(judge, tree, base_tree, gpu, timeout, also_pass), [],
-                   str(RUBRICS_DIR), str(log), timeout)
+    job = JudgeRun(pytest_args(task, select), env, [], str(RUBRICS_DIR), str(log), timeout)
     started = time.monotonic()
     try:
         returncode, timed_out = launcher.run(job)
@@ -234,7 +267,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     text = scrub(_tail(log, 200_000))
     outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
     outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
-                            o.skipped_by) for o in outcomes]
+                            o.skipped_by, o.ran) for o in outcomes]
     env_error = None
     if collect_errors:
         env_error = "hidden tests could not be collected: " + scrub("; ".join(collect_errors))
@@ -317,7 +350,8 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
         criteria = {c["id"]: c["weight"] for c in first["criteria"]}
         skipped_by = next((p.get("skipped_by", "") for p in by_phase.values() if p.get("skipped_by")), "")
         outcomes.append(TestOutcome(nodeid, status, criteria, first.get("kinds", []), first.get("doc", ""),
-                                    message, sum(p.get("duration", 0.0) for p in by_phase.values()), skipped_by))
+                                    message, sum(p.get("duration", 0.0) for p in by_phase.values()), skipped_by,
+                                    lines_ran(by_phase.get("teardown"))))
     for nodeid, start in {**collected, **started}.items():
         if nodeid not in phases:
             status, message = _unfinished(timed_out) if nodeid in started else _never_started(timed_out)
@@ -325,6 +359,15 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
             outcomes.append(TestOutcome(nodeid, status, criteria, start.get("kinds", []), start.get("doc", ""),
                                         message))
     return outcomes, collect_errors
+
+
+def lines_ran(record: dict | None) -> dict[str, list[int]] | None:
+    """A test's ``ran`` field, as its last phase recorded it; None where lines were not traced."""
+    ran = record.get("ran") if record else None
+    if not isinstance(ran, dict):
+        return None
+    return {str(path): sorted({n for n in lines if type(n) is int})
+            for path, lines in ran.items() if isinstance(lines, list)}
 
 
 def _never_started(timed_out: bool) -> tuple[str, str]:

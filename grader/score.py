@@ -32,6 +32,8 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
              "kinds": outcome.kinds, "duration_s": round(outcome.duration, 3)}
     if outcome.message:
         entry["message"] = outcome.message[-1500:]
+    if outcome.ran is not None:  # shown on the scorecard; nothing here or in the verdict reads it
+        entry["ran"] = outcome.ran
     return entry
 
 

@@ -183,6 +183,9 @@ class TestOutcome(JsonRecord):
     # For a skipped test: "marker" (the judge's collection-time markers: GPU, platform) or "judge" (a hidden test
     # decided at run time, from the environment, that it cannot run here). Subjects can never skip.
     skipped_by: str = ""
+    # The patch's added lines that ran in the candidate's subject during this test (the diff's path -> line
+    # numbers of the graded tree); None where lines were not traced. Shown on the scorecard, never scored.
+    ran: dict[str, list[int]] | None = None
 
 
 @dataclass(frozen=True)

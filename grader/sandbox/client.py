@@ -75,6 +75,8 @@ class Subject:
             send_frame(sock, {"probe": probe, "value": obj}, blobs)
             header, reply = receive_frame(sock, started + budget, limits)
             elapsed = time.monotonic() - started
+            if self.name == "candidate":
+                note_lines_ran(header.get("ran"))
             if header.get("ok") is True:
                 return decode(header.get("value"), reply, limits), elapsed
             if header.get("ok") is False and isinstance(header.get("error"), dict):
@@ -123,6 +125,34 @@ class Subject:
                 pass
             kill_contained(self.spec.get("box"))
             self.pid = None
+
+
+# The patch's added lines that ran in the candidate's subject since the current test started (path -> lines),
+# for the evidence plugin to record with the test; None where this judge run traces no lines.
+LINES_RAN: dict[str, set[int]] = {}
+
+
+@cache
+def added_lines() -> dict[str, tuple[str, frozenset[int]]]:
+    """The files the subject traces, as its code objects name them: (the path in the diff, the added lines)."""
+    path = os.environ.get("GRADER_ADDED_LINES")
+    if not path:
+        return {}
+    with open(path) as handle:
+        return {name: (entry["path"], frozenset(entry["lines"])) for name, entry in json.load(handle).items()}
+
+
+def note_lines_ran(reported) -> None:
+    """Add what a subject says ran to ``LINES_RAN``, keeping only files and added lines the judge gave it: the
+    report is the subject's word, so anything else in it is dropped. It feeds the scorecard only."""
+    if not isinstance(reported, dict):
+        return
+    known = added_lines()
+    for name, lines in reported.items():
+        if name not in known or not isinstance(lines, list):
+            continue
+        path, allowed = known[name]
+        LINES_RAN.setdefault(path, set()).update(n for n in lines if type(n) is int and n in allowed)
 
 
 @cache

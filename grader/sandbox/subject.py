@@ -18,6 +18,7 @@ import sys
 import traceback
 
 from grader.sandbox.channel import ChannelError, receive_value, send_frame, send_value
+from grader.sandbox.linetrace import LineTrace
 
 MESSAGE_CAP = 4000
 TRACEBACK_CAP = 8000
@@ -49,17 +50,26 @@ def resolve(name: str):
     return found
 
 
-def answer(sock: socket.socket, header: dict, args: dict) -> None:
+def answer(sock: socket.socket, header: dict, args: dict, trace: LineTrace | None = None) -> None:
+    """Call the probe and send what came of it; with ``trace``, also the patch's lines that ran (``ran``)."""
     reseed()
+    if trace is not None:
+        trace.start()
     try:
         value = resolve(header["probe"])(**args)
     except BaseException as exc:  # noqa: BLE001 - every outcome of candidate code is reported, none decided here
-        send_frame(sock, {"ok": False, "error": describe_exception(exc)})
+        send_frame(sock, {"ok": False, "error": describe_exception(exc), **lines_ran(trace)})
         return
+    ran = lines_ran(trace)
     try:
-        send_value(sock, {"ok": True}, value)
+        send_value(sock, {"ok": True, **ran}, value)
     except (TypeError, ValueError) as exc:
-        send_frame(sock, {"ok": False, "error": describe_exception(exc), "unencodable": True})
+        send_frame(sock, {"ok": False, "error": describe_exception(exc), "unencodable": True, **ran})
+
+
+def lines_ran(trace: LineTrace | None) -> dict:
+    """The header field for the lines a traced call ran (none without tracing)."""
+    return {"ran": trace.stop()} if trace is not None else {}
 
 
 def setup_error() -> dict | None:
@@ -72,8 +82,10 @@ def setup_error() -> dict | None:
     return None
 
 
-def serve(sock: socket.socket) -> None:
-    """Answer probe calls until the judge closes the channel."""
+def serve(sock: socket.socket, added_lines: dict[str, list[int]] | None = None) -> None:
+    """Answer probe calls until the judge closes the channel; with ``added_lines`` (file -> the patch's line
+    numbers), each answer says which of them ran."""
+    trace = LineTrace(added_lines) if added_lines else None
     failed_setup = setup_error()
     while True:
         try:
@@ -88,4 +100,4 @@ def serve(sock: socket.socket) -> None:
         if failed_setup:
             send_frame(sock, {"ok": False, "error": failed_setup, "setup": True})
             continue
-        answer(sock, header, args)
+        answer(sock, header, args, trace)

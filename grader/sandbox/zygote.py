@@ -106,7 +106,7 @@ def _become_subject(spec: dict, channel: socket.socket) -> None:
         # Only the interpreter's own folders stay on the path, behind the patched tree and the probes.
         keep = [p for p in sys.path if p and p.startswith(tuple(spec["interpreter_paths"]))]
         sys.path[:] = [*spec["sys_path"], *keep]
-        subject.serve(sock)
+        subject.serve(sock, spec.get("added_lines"))
     except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
         try:
             os.write(2, f"subject failed to start: {type(exc).__name__}: {exc}\n".encode())
