@@ -33,6 +33,13 @@ Linking evidence to the diff
     does not list holds no known line). A line that no shown
     hunk holds (a preview shows a cut hunk only in part) links the check to the file alone. Every check that
     names a file, with a line or without, also links that file to the check's criterion.
+
+Which hunks ran in a check
+    Where the patch's added lines were traced (an evidence entry's ``ran``: the diff's path -> lines of the
+    graded tree that ran during the check), a failing check links to every hunk that holds one of those lines
+    (the same tree numbering as above), and each such hunk back to the check. A traced check none of whose
+    added lines ran says so: "none of the diff's lines ran in this check", or, where the diff also changes
+    files that cannot be traced (anything but vLLM's Python files), that none of its Python lines ran.
 """
 
 from __future__ import annotations
@@ -360,6 +367,8 @@ class DiffHunk:
     detail: str
     evidence: list[EvidenceRef] = field(default_factory=list)
     named_lines: set[int] = field(default_factory=set)  # tree lines a failing check names
+    ran_in: list[EvidenceRef] = field(default_factory=list)  # failing checks in which its added lines ran
+    number: int = 0  # its place in its file, from 1
 
     @property
     def landed(self) -> bool:
@@ -484,7 +493,8 @@ def build_diff(diff: str, apply: dict | None) -> DiffView:
                 report_hunks.remove(entry)
             status = entry.get("status", "unknown") if entry else ("not_applied" if path in neutralized else "unknown")
             outcomes.append((hunk.header, hunk.lines, status, entry.get("detail", "") if entry else ""))
-        hunks = [DiffHunk(anchor_for(f"hunk-{index + 1}-{number}", used), header, lines, status, detail)
+        hunks = [DiffHunk(anchor_for(f"hunk-{index + 1}-{number}", used), header, lines, status, detail,
+                          number=number)
                  for number, ((header, _, status, detail), lines) in
                  enumerate(zip(outcomes, numbered_hunks(outcomes)), start=1)]
         shown += len(section.header) + sum(1 + len(h.lines) for h in section.hunks)
@@ -552,6 +562,43 @@ def link_evidence(view: DiffView, criteria: list[CriterionView], task_ids: set[s
                         diff_file.criteria.append(crit.id)
     for diff_file in view.files:
         diff_file.criteria.sort()
+    link_lines_ran(view, criteria)
+
+
+def traceable(path: str) -> bool:
+    """Whether a subject traces this file's added lines (``grader.run.added_lines``): vLLM's Python files."""
+    return path.startswith("vllm/") and path.endswith(".py")
+
+
+def link_lines_ran(view: DiffView, criteria: list[CriterionView]) -> None:
+    """Link each traced failing check to the hunks whose added lines ran in it (rule: module docstring)."""
+    by_path = {f.path: f for f in view.files}
+    for crit in criteria:
+        for ev in crit.evidence:
+            if ev.status not in FAILING or ev.ran is None:
+                continue
+            for path, lines in sorted(ev.ran.items()):
+                diff_file = by_path.get(path)
+                if diff_file is None:
+                    continue
+                for hunk in diff_file.hunks:
+                    if any(hunk.holds(line) for line in lines):
+                        ref = EvidenceRef(crit.id, ev.anchor, ev.test, hunk.anchor, None,
+                                          f"{path.rsplit('/', 1)[-1]} hunk {hunk.number}")
+                        ev.ran_hunks.append(ref)
+                        hunk.ran_in.append(ref)
+            if not ev.ran_hunks:
+                ev.none_ran = none_ran_sentence(view)
+
+
+def none_ran_sentence(view: DiffView) -> str:
+    untraced = [f.path.rsplit("/", 1)[-1] for f in view.files if f.hunks and not traceable(f.path)]
+    if not untraced:
+        return "none of the diff's lines ran in this check"
+    if len(untraced) == len([f for f in view.files if f.hunks]):
+        return "no line of this diff can be traced (it changes no Python file of vLLM)"
+    return (f"none of the diff's Python lines ran in this check (its changes to {', '.join(untraced[:3])} "
+            "cannot be traced)")
 
 
 # ---------------------------------------------------------------- a candidate's page
@@ -569,6 +616,9 @@ class EvidenceView:
     message: str
     assertion: str  # what the failure says, in one line
     places: list[EvidenceRef] = field(default_factory=list)
+    ran: dict[str, list[int]] | None = None  # the patch's added lines that ran in it; None: not traced
+    ran_hunks: list[EvidenceRef] = field(default_factory=list)
+    none_ran: str = ""  # the sentence for a traced failing check in which no hunk's added line ran
 
 
 @dataclass(frozen=True)
@@ -635,7 +685,16 @@ def evidence_view(e: dict, anchor: str) -> EvidenceView:
     failing = e.get("status") in FAILING
     return EvidenceView(anchor, e.get("test", ""), e.get("test", "").rsplit("::", 1)[-1], e.get("claim") or "",
                         e.get("status", ""), e.get("weight", 0.0), list(e.get("kinds") or []),
-                        e.get("message") or "", assertion_line(e.get("message") or "") if failing else "")
+                        e.get("message") or "", assertion_line(e.get("message") or "") if failing else "",
+                        ran=ran_of(e))
+
+
+def ran_of(evidence: dict) -> dict[str, list[int]] | None:
+    """An evidence entry's ``ran`` field as data of the expected shape (results.json is read back from disk)."""
+    ran = evidence.get("ran")
+    if not isinstance(ran, dict):
+        return None
+    return {str(p): [n for n in lines if type(n) is int] for p, lines in ran.items() if isinstance(lines, list)}
 
 
 def criterion_view(cid: str, crit: dict, column: Column | None) -> CriterionView:
@@ -688,7 +747,25 @@ class CandidatePage:
 
     @property
     def unlinked_evidence(self) -> int:
-        return sum(not ev.places for c in self.criteria for ev in c.evidence if ev.status in FAILING)
+        return sum(not ev.places and not ev.ran_hunks and not ev.none_ran
+                   for c in self.criteria for ev in c.evidence if ev.status in FAILING)
+
+    @property
+    def failing_checks(self) -> int:
+        return sum(ev.status in FAILING for c in self.criteria for ev in c.evidence)
+
+    @property
+    def hunk_linked_checks(self) -> int:
+        """Failing checks linked to a hunk: one in which a hunk's added lines ran, or whose message names a line
+        a hunk holds."""
+        return sum(bool(ev.ran_hunks) or any(ref.line is not None and ref.target.startswith("hunk-")
+                                             for ref in ev.places)
+                   for c in self.criteria for ev in c.evidence if ev.status in FAILING)
+
+    @property
+    def none_ran_checks(self) -> int:
+        return sum(bool(ev.none_ran) and not ev.places
+                   for c in self.criteria for ev in c.evidence if ev.status in FAILING)
 
 
 def build_candidate(result: dict, diff: str, judge: dict[str, str] | None = None,
