@@ -326,6 +326,53 @@ def test_without_an_apply_report_for_a_hunk_only_the_file_is_linked():
     assert [ref.target for ref in ev.places] == [page.diff.files[0].anchor]
 
 
+def traced(ran, diff: str = DIFF, message: str = "E   AssertionError: value cache truncates"):
+    entry = dict(check("test_v", "failed", "Values round", message), **({"ran": ran} if ran is not None else {}))
+    page = build_candidate(result(criteria={"c3": criterion("c3", "unmet", 0.0, [entry])}), diff)
+    return page, page.criteria[0].evidence[0]
+
+
+def test_a_failing_check_links_to_every_hunk_whose_added_lines_ran_in_it():
+    # Hunk 1 adds tree lines 11 and 12; hunk 2 adds line 43. Line 11 ran; line 10 is context, not added.
+    page, ev = traced({FILE: [11, 43]})
+    first, second = page.diff.files[0].hunks
+    assert [(ref.target, ref.label) for ref in ev.ran_hunks] == [
+        (first.anchor, "triton_reshape_and_cache_flash.py hunk 1"),
+        (second.anchor, "triton_reshape_and_cache_flash.py hunk 2")]
+    assert [ref.evidence_anchor for ref in first.ran_in] == [ev.anchor] and ev.none_ran == ""
+    assert page.unlinked_evidence == 0 and page.hunk_linked_checks == 1
+
+
+def test_a_traced_check_where_no_added_line_ran_says_so_and_an_untraced_one_says_nothing():
+    page, ev = traced({})
+    assert ev.ran_hunks == [] and ev.none_ran == "none of the diff's lines ran in this check"
+    assert page.unlinked_evidence == 0 and page.none_ran_checks == 1
+    # Lines of another file, or of no hunk, are not a hunk of this diff either.
+    assert traced({"vllm/other.py": [11]})[1].none_ran and traced({FILE: [300]})[1].none_ran
+    page, ev = traced(None)
+    assert ev.ran_hunks == [] and ev.none_ran == "" and page.unlinked_evidence == 1
+
+
+def test_where_the_diff_also_changes_untraceable_files_none_ran_says_which_lines_were_traced():
+    cuda = "csrc/k.cu"
+    diff = DIFF + f"diff --git a/{cuda} b/{cuda}\n--- a/{cuda}\n+++ b/{cuda}\n@@ -1,1 +1,1 @@\n-int a;\n+int b;\n"
+    assert traced({}, diff)[1].none_ran == ("none of the diff's Python lines ran in this check "
+                                            "(its changes to k.cu cannot be traced)")
+    only_cuda = diff[diff.index(f"diff --git a/{cuda}"):]
+    assert "no line of this diff can be traced" in traced({}, only_cuda)[1].none_ran
+
+
+def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(tmp_path):
+    ran = dict(check("test_v", "failed", "Values round"), ran={FILE: [43]})
+    idle = dict(check("test_w", "failed", "Keys round"), ran={})
+    r = result("ran", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [ran, idle])})
+    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": DIFF})
+    html = (tmp_path / "candidates" / page_name("ran")).read_text()
+    assert '<a class="place ran-link" href="#hunk-1-2">triton_reshape_and_cache_flash.py hunk 2</a>' in html
+    assert 'its added lines ran in failing <a href="#ev-c3-1">c3 test_v</a>' in html
+    assert "none of the diff&#39;s lines ran in this check" in html
+
+
 def test_the_diff_view_keeps_stray_lines_and_hunks_the_preview_cut_inside_the_header():
     apply = {"status": "partial", "truncated": True, "files": [
         {"path": FILE, "change": "modified", "hunks": [
