@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_CODE = 70
 MAX_FUNCTIONS = 2
+SHOWN_PHRASES = 2  # the summary's first sentence names at most this many changes, and counts the rest
 
 
 @dataclass
@@ -125,30 +127,84 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
     return change
 
 
+def fits(text: str) -> bool:
+    """Whether a code fragment is short enough to quote whole in prose."""
+    return len(" ".join(text.split())) <= MAX_CODE
+
+
+def _conditions_phrase(verb: str, conditions: list[str]) -> str:
+    """``adds the condition `x``` for short ones; a long one is counted, not cut off."""
+    shown = [c for c in conditions if fits(c)][:2]
+    if len(shown) == len(conditions):
+        return f"{verb} the condition{'s' if len(shown) > 1 else ''} " + " and ".join(code(c) for c in shown)
+    if not shown:
+        return f"{verb} {len(conditions)} condition{'s' if len(conditions) > 1 else ''}"
+    return f"{verb} the condition {code(shown[0])} and {len(conditions) - 1} more"
+
+
+def rewritten_condition(before: str, after: str) -> str:
+    """A long condition rewritten, told by the words it gained and lost (when they are short enough to quote)."""
+    old, new = " ".join(before.split()), " ".join(after.split())
+    gained, lost = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            gained.append(new[j1:j2])
+        if tag in ("replace", "delete"):
+            lost.append(old[i1:i2])
+    gained, lost = _words(gained), _words(lost)
+    parts = []
+    if gained and len(gained) <= 2 and fits(" ".join(gained)):
+        parts.append("adding " + " and ".join(code(g) for g in gained))
+    if lost and len(lost) <= 2 and fits(" ".join(lost)):
+        parts.append("dropping " + " and ".join(code(g) for g in lost))
+    return "rewrites a condition" + (f", {' and '.join(parts)}," if parts else "")
+
+
+def _words(pieces: list[str]) -> list[str]:
+    """Changed stretches of a condition that say something: stray brackets and spaces dropped."""
+    kept = []
+    for piece in pieces:
+        piece = piece.strip()
+        while piece[:1] == "(" and piece.count("(") > piece.count(")"):
+            piece = piece[1:].strip()
+        while piece[-1:] == "(" or (piece[-1:] == ")" and piece.count(")") > piece.count("(")):
+            piece = piece[:-1].strip()
+        if re.search(r"[A-Za-z0-9]", piece):
+            kept.append(piece)
+    return kept
+
+
 def _sentence_for(change: FunctionChange) -> str:
     parts = []
     if change.conditions_added and change.conditions_removed and len(change.conditions_added) == 1 \
             and len(change.conditions_removed) == 1:
-        before, after = code_pair(change.conditions_removed[0], change.conditions_added[0])
-        parts.append(f"rewrites the condition {before} as {after}")
+        before, after = change.conditions_removed[0], change.conditions_added[0]
+        parts.append(f"rewrites the condition {code(before)} as {code(after)}" if fits(before) and fits(after)
+                     else rewritten_condition(before, after))
     else:
         if change.conditions_added:
-            parts.append("adds the condition" + ("s " if len(change.conditions_added) > 1 else " ")
-                         + " and ".join(code(c) for c in change.conditions_added[:2]))
+            parts.append(_conditions_phrase("adds", change.conditions_added))
         if change.conditions_removed:
-            parts.append("removes the condition" + ("s " if len(change.conditions_removed) > 1 else " ")
-                         + " and ".join(code(c) for c in change.conditions_removed[:2]))
+            parts.append(_conditions_phrase("removes", change.conditions_removed))
     if change.numbers and len(change.numbers) <= 2:  # more is code moved around, not a constant changed
         parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in change.numbers))
-    if change.calls_added and len(parts) < 2:
-        parts.append("adds calls to " + ", ".join(code(c + "()") for c in change.calls_added[:3]))
-    if change.calls_removed and len(parts) < 2:
-        parts.append("removes calls to " + ", ".join(code(c + "()") for c in change.calls_removed[:3]))
-    if change.strings and not parts:
+    # A call that an added condition makes is told by the condition already.
+    calls_added = [c for c in change.calls_added if fits(c) and not any(c in t for t in change.conditions_added)]
+    calls_removed = [c for c in change.calls_removed if fits(c)]
+    if calls_added and len(parts) < 2:
+        parts.append("adds calls to " + _join_code([c + "()" for c in calls_added[:3]]))
+    if calls_removed and len(parts) < 2:
+        parts.append("removes calls to " + _join_code([c + "()" for c in calls_removed[:3]]))
+    if change.strings and not parts and fits(repr(change.strings[0])):
         parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
     if not parts:
         parts.append(f"edits {change.lines} line{'s' if change.lines != 1 else ''}")
     return " and ".join(parts) + f" in {code(change.name + '()')}"
+
+
+def _join_code(fragments: list[str]) -> str:
+    quoted = [code(f) for f in fragments]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def describe_file(path: str, old_text: str | None, new_text: str | None) -> list[str]:
@@ -205,7 +261,7 @@ def _describe_tests(path: str, before: dict, after: dict, new_file: bool) -> lis
     if added:
         parts.append(f"adds {len(added)} test{'s' if len(added) != 1 else ''}")
     if edited:
-        parts.append(f"edits {len(edited)}")
+        parts.append(f"edits {len(edited)}" if added else f"edits {len(edited)} test{'s' if len(edited) != 1 else ''}")
     where = code(Path(path).name)
     if not parts:
         return [f"{'adds' if new_file else 'edits'} the test file {where}"]
@@ -230,4 +286,6 @@ def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
         except Exception as exc:  # noqa: BLE001 - ast.parse can raise SystemError/RecursionError on odd input
             # A pathological file: say so rather than fail the grading.
             phrases.append(f"changes {code(Path(path).name)} (not described: {type(exc).__name__})")
-    return "; ".join(phrases[:3]) + ("; and more" if len(phrases) > 3 else "")
+    more = len(phrases) - SHOWN_PHRASES
+    return "; ".join(phrases[:SHOWN_PHRASES]) + \
+        (f"; and makes {more} further change{'s' if more != 1 else ''}" if more > 0 else "")

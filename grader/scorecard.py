@@ -56,6 +56,7 @@ from grader.core.records import RUN_STATUSES, VERDICTS
 from grader.core.rubric import RubricError, Task, all_tasks
 from grader.score import FULL_AT
 from grader.summarize import assertion_line
+from grader.wording import DECIDING, all_met_where_evaluated, claim_of, deciding_failure, verdict_phrase
 
 NO_TASK = "(no task)"
 FAILING = ("failed", "error", "timeout")
@@ -103,10 +104,6 @@ def columns_for(task_id: str | None, results: list[dict], tasks: dict[str, Task]
 # ---------------------------------------------------------------- reasons and agreement
 
 
-def first_failure(criterion: dict) -> dict | None:
-    return next((e for e in criterion.get("evidence", []) if e.get("status") in FAILING), None)
-
-
 def failing_criteria(result: dict, core: set[str]) -> list[tuple[str, dict]]:
     """Criteria below met that count against the patch, in the summary's order: core first, unmet before partial.
     A conditional criterion that only lost to its anchor is left out: its anchor is the reason."""
@@ -115,14 +112,10 @@ def failing_criteria(result: dict, core: set[str]) -> list[tuple[str, dict]]:
     return sorted(failing, key=lambda item: (item[0] not in core, item[1].get("status") != "unmet", item[0]))
 
 
-def claim_of(evidence: dict) -> str:
-    return (evidence.get("claim") or evidence.get("test", "").rsplit("::", 1)[-1]).strip().rstrip(".")
-
-
 def failing_claim(cid: str, criterion: dict) -> str:
     """``c1: "claim" does not hold``, or the criterion's rationale when none of its checks failed (the assertion
     itself is on the candidate's page)."""
-    entry = first_failure(criterion)
+    entry = deciding_failure(criterion.get("evidence", []))
     if entry is None:
         return f"{cid}: {criterion.get('rationale') or criterion.get('status', '')}"
     return f"{cid}: \u201c{claim_of(entry)}\u201d does not hold"
@@ -176,6 +169,8 @@ def reason(result: dict, core: set[str]) -> str:
     failing = failing_criteria(result, core)
     if failing:
         parts.append(failing_claim(*failing[0]))
+    elif all_met_where_evaluated(result):
+        parts.append(verdict_phrase(result))
     elif result.get("verdict") == "partial":
         parts.append(short_of_full(result.get("criteria", {})))
     return "; ".join(p for p in dict.fromkeys(parts) if p)
@@ -235,6 +230,8 @@ class Row:
     reason: str
     judge: str | None
     agreement: str | None
+    # How the verdict reads where the bare verdict and score would mislead ("all met where evaluated; ..."), or "".
+    phrase: str = ""
 
     @property
     def agreement_mark(self) -> str:
@@ -320,7 +317,8 @@ def build_row(result: dict, columns: list[Column], core: set[str], page: str, ju
     judged = (judge or {}).get(result["id"])
     return Row(result["id"], page, result.get("verdict", "error"), result.get("score"),
                result.get("run_status") or "complete", [cell_for(result, c.id) for c in columns],
-               reason(result, core), judged, agreement(result.get("verdict", "error"), judged))
+               reason(result, core), judged, agreement(result.get("verdict", "error"), judged),
+               verdict_phrase(result) if all_met_where_evaluated(result) else "")
 
 
 def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict[str, str] | None = None,
@@ -704,7 +702,7 @@ def criterion_view(cid: str, crit: dict, column: Column | None) -> CriterionView
         cid, f"crit-{cid}", crit.get("title") or (column.title if column else ""), column.requires if column else "",
         bool(column and column.core), crit.get("status", "not_evaluated"), crit.get("score"), crit.get("coverage"),
         sorted((crit.get("not_run") or {}).items()), crit.get("rationale", ""), evidence,
-        collapse_skips(crit.get("evidence", [])), next((e for e in evidence if e.status in FAILING), None))
+        collapse_skips(crit.get("evidence", [])), next((e for e in evidence if e.status in DECIDING), None))
 
 
 def verdict_sentence(summary: str) -> str:
@@ -744,6 +742,10 @@ class CandidatePage:
     @property
     def agreement_mark(self) -> str:
         return agreement_mark(self.agreement)
+
+    @property
+    def verdict_phrase(self) -> str:
+        return verdict_phrase(self.result) if all_met_where_evaluated(self.result) else ""
 
     @property
     def unlinked_evidence(self) -> int:

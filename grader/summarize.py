@@ -9,15 +9,21 @@ what was not evaluated and why, and what is met only on part of its checks. The 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections import defaultdict
+from functools import cache
+from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from grader.core.records import ApplyReport, CandidateResult, CriterionResult, RunReport
+from grader.wording import all_met_where_evaluated, claim_of, deciding_failure, verdict_phrase
 
 _env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
 ASSERTION_CAP = 220
+# The observation quoted for a criterion after the first one below met: shorter, so the paragraph stays short.
+SECONDARY_CAP = 90
 # pytest's own prefixes of an assertion message, not part of the claim.
 NOISE = re.compile(r"^(?:AssertionError|assert|grader\.sandbox\.client\.\w+|E)\s*:?\s*")
 
@@ -38,10 +44,6 @@ def _join(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _first_failure(criterion: CriterionResult) -> dict | None:
-    return next((e for e in criterion.evidence if e["status"] in ("failed", "error")), None)
 
 
 def quote_assertion(message: str) -> str:
@@ -75,10 +77,10 @@ def assertion_line(message: str) -> str:
 
 
 def failure_sentence(criterion: CriterionResult) -> str:
-    entry = _first_failure(criterion)
+    entry = deciding_failure(criterion.evidence)
     if entry is None:
         return criterion.rationale
-    claim = (entry.get("claim") or entry["test"].rsplit("::", 1)[-1]).rstrip(".")
+    claim = claim_of(entry)
     said = assertion_line(entry.get("message") or "")
     return f"\"{claim}\" does not hold" + (f" ({said.rstrip('.')})" if said else "")
 
@@ -112,55 +114,140 @@ def fuzz_sentence(apply: ApplyReport | None) -> str:
             f"match ({'; '.join(fuzzed[:3])}{'; ...' if len(fuzzed) > 3 else ''}).")
 
 
-def _named(criteria: list[CriterionResult]) -> str:
-    return _join([f"{c.id} ({c.title})" for c in criteria])
+def observed_clause(message: str, cap: int = ASSERTION_CAP) -> str:
+    """What a failure observed, as one whole clause for prose: the assertion line, cut only at a clause boundary
+    (never mid-word, never with a truncation mark); empty when no such clause fits in ``cap``."""
+    said = assertion_line(message).removesuffix(" ...").strip().rstrip(".")
+    if len(said) <= cap and said == assertion_line(message).strip().rstrip("."):
+        return said
+    cut = said[:cap]
+    end = max(cut.rfind(boundary) for boundary in (". ", "; ", ": ", ", "))
+    return cut[:end].rstrip(".,;:") if end > 15 else ""
+
+
+def case_of(test: str) -> str:
+    """The case a parametrized check ran (``test_x[sm75-fp8]`` -> ``sm75-fp8``), or empty."""
+    name = test.rsplit("::", 1)[-1]
+    return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else ""
+
+
+def evaluated(criterion: CriterionResult) -> list[dict]:
+    return [e for e in criterion.evidence if e.get("status") in ("passed", "failed", "error")]
+
+
+def none_ran_in(failing: list[dict]) -> bool:
+    """Whether the patch's lines were traced in these failing checks and none of them ran in any."""
+    return bool(failing) and all(e.get("ran") == {} for e in failing)
+
+
+def unmet_sentence(criterion: CriterionResult, core: bool, first: bool) -> str:
+    """The evidence that decided a criterion below met, one clause each: the claim, the case, what was observed."""
+    checks = evaluated(criterion)
+    failing = [e for e in checks if e["status"] != "passed"]
+    entry = deciding_failure(criterion.evidence)
+    state = "is not met" if criterion.status == "unmet" else "is only partly met"
+    count = f"{len(checks) - len(failing)} of {len(checks)} checks pass"
+    head = f"{'Core criterion ' if core else ''}{criterion.id} ({criterion.title}) {state}"
+    if entry is None:
+        return f"{head}: {count}."
+    case = case_of(entry["test"])
+    observed = observed_clause(entry.get("message") or "", ASSERTION_CAP if first else SECONDARY_CAP)
+    claim = f"\"{claim_of(entry)}\" does not hold" + (f" for {case}" if case else "")
+    tail = f" ({observed})" if observed else ""
+    where = "; none of the diff's lines ran in the failing checks" if none_ran_in(failing) else ""
+    return f"{head}, {count}: {claim}{tail}{where}."
+
+
+def verified_sentence(task, result: CandidateResult, met: list[CriterionResult]) -> str:
+    """What was verified, in the rubric's words (the titles of the criteria met)."""
+    if not met:
+        return ""
+    titles = [c.title for c in met]
+    total = len(result.criteria)
+    if len(met) == total and not any(c.not_run for c in met):
+        return f"Every criterion is verified: {'; '.join(titles)}."
+    partly = [c.id for c in met if c.not_run]
+    where = f" ({_join(partly)} on the checks that ran)" if partly else ""
+    return f"Verified{where}: {'; '.join(titles)}."
 
 
 def reason_sentences(task, result: CandidateResult) -> list[str]:
-    """One sentence per reason for the verdict, repeated reasons merged."""
+    """What was verified, then one sentence per reason for the verdict, repeated reasons merged."""
     criteria = [result.criteria[c] for c in sorted(result.criteria)]
     core = set(task.core_criteria) if task else set()
     anchored: dict[str, list[CriterionResult]] = defaultdict(list)
-    failing, not_evaluated, thin = [], defaultdict(list), []
+    failing, not_evaluated, met = [], defaultdict(list), []
     for c in criteria:
         if c.status == "unmet" and c.rationale.startswith("anchor "):
             anchored[c.rationale.split()[1]].append(c)
         elif c.status in ("unmet", "partial"):
             failing.append(c)
         elif c.status == "not_evaluated":
-            not_evaluated[c.rationale.split(";")[0]].append(c)
-        elif c.not_run:
-            thin.append(c)
-    sentences = []
+            not_evaluated[not_evaluated_reason(c.rationale)].append(c)
+        else:
+            met.append(c)
+    sentences = [verified_sentence(task, result, met)]
     failing.sort(key=lambda c: (c.id not in core, c.status != "unmet", c.id))
-    if failing:
-        first = failing[0]
-        kind = "Core criterion " if first.id in core else ""
-        state = "is not met" if first.status == "unmet" else f"is only partly met ({first.score:.2f})"
-        sentences.append(f"{kind}{first.id} ({first.title}) {state}: {failure_sentence(first)}.")
-    rest = failing[1:]
-    if rest:
-        sentences.append(_join([f"{c.id} ({c.title}, {c.score:.2f})" for c in rest]) + " "
-                         + ("are" if len(rest) > 1 else "is") + " also below met.")
+    sentences += [unmet_sentence(c, c.id in core, n == 0) for n, c in enumerate(failing)]
     for anchor, dependants in anchored.items():
         sentences.append(f"{_join([c.id for c in dependants])} get{'s' if len(dependants) == 1 else ''} no credit "
                          f"while their anchor {anchor} is unmet.")
     for why, group in not_evaluated.items():
-        sentences.append(f"Not evaluated here: {_join([c.id for c in group])} ({why.rstrip('.')}).")
-    for c in thin[:2]:
-        runs = ", ".join(f"{n} {kind} check{'s' if n != 1 else ''}" for kind, n in sorted(c.not_run.items()))
-        sentences.append(f"{c.id} is met on {c.coverage:.0%} of its weighted checks ({runs} not run).")
-    if result.verdict == "partial" and not failing and not anchored and not not_evaluated:
-        why = "the run did not complete" if result.run_status != "complete" else \
-            "some checks did not run here" if thin else "a criterion is below 0.9"
-        sentences.append(f"Every criterion is met, but not full: {why}.")
-    return sentences
+        sentences.append(f"Not evaluated: {_join([f'{c.id} ({c.title})' for c in group])}, because {why}.")
+    return [s for s in sentences if s]
+
+
+def not_evaluated_reason(rationale: str) -> str:
+    """Why a criterion was not evaluated, as a clause: the first reason, without pytest's "Skipped:" prefix."""
+    first = rationale.split(";")[0].strip().removeprefix("Skipped:").strip().rstrip(".")
+    first = first.removeprefix("not evaluated:").strip()
+    return first[:1].lower() + first[1:] if first else "no check of it ran"
+
+
+def verdict_closing(result: CandidateResult) -> str:
+    """The last sentence: the verdict as it should be read (``grader.wording``)."""
+    data = result.to_json()
+    if all_met_where_evaluated(data):
+        return f"Verdict partial: {verdict_phrase(data)}."
+    if result.score is None:
+        return f"Verdict {result.verdict.replace('_', ' ')}."
+    return f"Verdict {result.verdict}, weighted score {result.score:.2f}."
+
+
+def places_of(task) -> dict[str, str]:
+    """The task's words for the files a patch may touch (``[summary.places]`` of its rubric.toml)."""
+    if task is None:
+        return {}
+    return rubric_places(task.folder / "rubric.toml")
+
+
+@cache
+def rubric_places(path: Path) -> dict[str, str]:
+    try:
+        places = tomllib.loads(path.read_text()).get("summary", {}).get("places", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {str(k): str(v) for k, v in places.items()} if isinstance(places, dict) else {}
+
+
+def change_sentence(task, apply: ApplyReport | None, change: str) -> str:
+    """What the patch changes, in the task's words where its rubric has them, then how (``grader.describe``)."""
+    places = places_of(task)
+    paths = [f.path for f in (apply.files if apply else [])]
+    if not any(p in places for p in paths):
+        return f"The patch {change or describe_files(apply)}."
+    ordered = sorted(dict.fromkeys(paths), key=lambda p: (p.startswith(("tests/", "docs/")), p))
+    named = list(dict.fromkeys(places.get(p) or f"`{p.rsplit('/', 1)[-1]}`" for p in ordered))
+    where = _join(named[:3] + ([f"{len(named) - 3} other files"] if len(named) > 3 else []))
+    return f"The patch changes {where}" + (f": it {change}." if change else ".")
 
 
 def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:
     text = _env.get_template("summary.txt.j2").render(
         result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
+        opening=change_sentence(task, result.apply, change),
         lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
         reasons=reason_sentences(task, result) if result.verdict not in ("no_diff",) else [],
+        closing=verdict_closing(result),
     )
     return " ".join(text.split())

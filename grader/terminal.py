@@ -27,20 +27,22 @@ from grader.orchestrate import Graded
 from grader.core.records import VERDICTS
 from grader.core.rubric import all_tasks
 from grader.scorecard import reason
+from grader.wording import verdict_line
 
 VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "error": "bold red"}
 
 
 def candidate_line(item: Graded, done: int, total: int) -> str:
-    """``[3/5] id: task verdict score [run status] in 12.3s (cached)``."""
+    """``[3/5] id: task verdict score [run status] in 12.3s (cached)``; a partial short of full only by checks that
+    did not run reads ``partial (all met where evaluated; 5 GPU checks not run)`` instead of its score."""
     result = item.record
-    score = "-" if result["score"] is None else f"{result['score']:.2f}"
     timings = result.get("timings", {})
     note = " (cached)" if item.stored else " (evidence cached)" if timings.get("evidence_cached") else ""
     state = "" if result.get("run_status", "complete") == "complete" else f" [{result['run_status']}]"
     elapsed = sum(timings.get(k, 0.0) for k in ("apply_s", "tests_s"))
     timing = f" in {elapsed:.1f}s" if elapsed and not item.stored else ""
-    return f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {result['verdict']} {score}{state}{timing}{note}"
+    verdict = verdict_line(result) if result["score"] is not None else f"{result['verdict'].replace('_', ' ')} -"
+    return f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {verdict}{state}{timing}{note}"
 
 
 def clock_text(seconds: float) -> str:
