@@ -83,8 +83,8 @@ def verdict_phrase(result: dict) -> str:
             parts.append(missing)
         if unevaluated:
             parts.append(f"{', '.join(unevaluated)} not evaluated")
-        if len(parts) == 1:
-            parts.append(short_of_full_otherwise(result))
+        if len(parts) == 1:  # everything ran: "where evaluated" would say nothing
+            parts = ["all met", short_of_full_otherwise(result)]
         return "; ".join(parts)
     score = result.get("score")
     return verdict.replace("_", " ") + (f" {score:.2f}" if score is not None else "")

@@ -12,11 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from grader.core.records import Candidate
 from grader.sandbox.launch import start_warm_pool
-from grader.pipeline import BaseCache, GradeOptions, detect_gpu, evaluate
+from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
 from grader.core.rubric import REPO_ROOT, all_tasks
-from grader.score import score_criteria
+from grader.scorecard import failing_claim
 from grader.validate import check_rules
+from grader.wording import claim_of, deciding_failure
 
 CANDIDATES = REPO_ROOT / "candidates"
 REFERENCES = REPO_ROOT / "reference_impl"
@@ -46,23 +48,29 @@ TASKS = sorted({task for task, _, _ in SAMPLES})
 
 
 @pytest.fixture(scope="session")
-def graded() -> dict[tuple[str, str], dict]:
-    """Grade every sample once, two at a time; key (task, name) -> criterion results."""
+def results() -> dict[tuple[str, str], dict]:
+    """Grade every sample once, two at a time; key (task, name) -> its result (``CandidateResult.to_json()``)."""
     tasks, bases = all_tasks(), BaseCache()
     launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
-    options = GradeOptions(gpu=GPU, launcher=launcher)
+    options = GradeOptions(gpu=GPU, launcher=launcher, empty_diff_grades_base=True)
 
     def grade(sample):
         task, name, diff = sample
-        apply, run, _ = evaluate(tasks[task], diff, bases, options)
-        assert run is not None, f"{task}/{name} did not apply: {apply.message}"
-        return (task, name), score_criteria(tasks[task], run)
+        result, run = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options)
+        assert run is not None, f"{task}/{name} did not run: {result.summary}"
+        return (task, name), result
 
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             return dict(pool.map(grade, SAMPLES))
     finally:
         launcher.close()
+
+
+@pytest.fixture(scope="session")
+def graded(results) -> dict[tuple[str, str], dict]:
+    """Key (task, name) -> criterion results."""
+    return {key: result.criteria for key, result in results.items()}
 
 
 def _designed(task: str, name: str) -> dict[str, str]:
@@ -89,3 +97,26 @@ def test_rubric_validates(graded, task):
     assert not validation.problems
     if GPU:
         assert not validation.unevaluated
+
+
+# Marks of a list or a sentence cut short, and of a sentence with a hole in it.
+CUT_MARKS = ("...", "\u2026", "and more", " ,", "( ", " )", "edits 1 in", "  ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task,name", [(t, n) for t, n, _ in SAMPLES], ids=[f"{t}/{n}" for t, n, _ in SAMPLES])
+def test_every_summary_is_whole_sentences_naming_each_unmet_claim(results, task, name):
+    result = results[(task, name)].to_json()
+    summary = result["summary"]
+    assert summary.endswith(".") and summary[:1].isupper(), summary
+    assert not [mark for mark in CUT_MARKS if mark in summary], summary
+    assert len(summary.split()) <= 170, summary
+    assert "Verdict " in summary
+    for cid, criterion in result["criteria"].items():
+        if criterion["status"] in ("unmet", "partial") and not criterion["rationale"].startswith("anchor "):
+            entry = deciding_failure(criterion["evidence"])
+            assert entry is None or claim_of(entry) in summary, (cid, summary)
+            # The index names the same claim for the criterion as the summary does.
+            assert entry is None or claim_of(entry) in failing_claim(cid, criterion)
+        if criterion["status"] == "met":
+            assert criterion["title"] in summary, (cid, summary)

@@ -138,10 +138,14 @@ def test_reason_says_what_kept_the_row_from_full(changes, expected):
 def test_reason_of_a_partial_without_failures_names_what_was_not_evaluated_and_full_has_none():
     only_gpu_missing = result(criteria={"c1": criterion("c1", "met", 1.0, []),
                                         "c4": criterion("c4", "not_evaluated", None, [], coverage=0.0)})
-    assert reason(only_gpu_missing, {"c1"}) == "not evaluated: c4"
-    thin = result(criteria={"c1": criterion("c1", "met", 1.0, [], coverage=0.6, not_run={"gpu": 5, "timeout": 1}),
+    assert reason(only_gpu_missing, {"c1"}) == "all met where evaluated; c4 not evaluated"
+    skipped = [dict(check(f"test_gpu[{n}]", "skipped", message=GPU_SKIP), kinds=["gpu"]) for n in range(5)]
+    thin = result(criteria={"c1": criterion("c1", "met", 1.0, [*skipped, check("test_t", "timeout")], coverage=0.6,
+                                            not_run={"gpu": 5, "timeout": 1}),
                             "c4": criterion("c4", "met", 0.77, [])})
-    assert reason(thin, {"c1"}) == "checks not run: c1 (5 gpu, 1 timeout); below 0.9: c4 0.77"
+    assert reason(thin, {"c1"}) == "all met where evaluated; 5 GPU checks not run, 1 check timed out"
+    low = result(criteria={"c1": criterion("c1", "met", 1.0, []), "c4": criterion("c4", "met", 0.77, [])})
+    assert reason(low, {"c1"}) == "all met; below full (0.9) on c4 0.77"
     full = result(verdict="full", criteria={"c1": criterion("c1", "met", 1.0, [])})
     assert reason(full, {"c1"}) == ""
 

@@ -1,0 +1,119 @@
+"""How a result is said: the verdict's wording (the same on the index, the page, the terminal and in the summary),
+the one claim chosen for a failed criterion, and summaries that say what was verified and what decided the rest."""
+
+from __future__ import annotations
+
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.core.rubric import all_tasks
+from grader.describe import describe_file
+from grader.orchestrate import Graded
+from grader.scorecard import build_index, reason
+from grader.summarize import summarize
+from grader.terminal import candidate_line
+from grader.wording import checks_not_run, deciding_failure, verdict_line, verdict_phrase
+
+TASK = "xpu-kv-cache-dtypes"
+FILE = "vllm/v1/attention/backends/triton_attn.py"
+
+
+def entry(test: str, status: str, claim: str = "", message: str = "", kinds=()) -> dict:
+    return {"test": f"{TASK}/tests/test_k.py::{test}", "status": status, "weight": 1.0, "claim": claim,
+            "kinds": list(kinds), **({"message": message} if message else {})}
+
+
+def criterion(cid: str, status: str, score, evidence, rationale: str = "", coverage: float = 1.0,
+              not_run=None) -> CriterionResult:
+    title = all_tasks()[TASK].criteria[cid].title
+    return CriterionResult(cid, title, score, status, rationale or f"{status}", evidence, coverage, not_run or {})
+
+
+GPU_SKIP = "Skipped: needs a CUDA GPU: GPU evidence is switched off for this run"
+
+
+def met(cid: str, skipped: int = 0) -> CriterionResult:
+    evidence = [entry(f"test_{cid}", "passed", f"{cid} holds")]
+    evidence += [entry(f"test_{cid}_gpu[{n}]", "skipped", message=GPU_SKIP, kinds=["gpu"]) for n in range(skipped)]
+    return criterion(cid, "met", 1.0, evidence, coverage=1 / (1 + skipped) if skipped else 1.0,
+                     not_run={"gpu": skipped} if skipped else None)
+
+
+def candidate(verdict: str, score, criteria: dict[str, CriterionResult]) -> CandidateResult:
+    apply = ApplyReport("applied", "git apply", [FileReport(FILE, "modified", [HunkReport("@@ -1 +1 @@", "applied")])])
+    return CandidateResult("cand", TASK, "cand.diff", verdict, score, criteria, apply, "")
+
+
+def summary_of(result: CandidateResult) -> str:
+    return summarize(all_tasks()[TASK], result, None, "adds the condition `x.is_xpu()` in `f()`")
+
+
+def all_met_but_gpu() -> CandidateResult:
+    criteria = {cid: met(cid, skipped=2 if cid in ("c1", "c3") else 0) for cid in ("c1", "c2", "c3", "c4")}
+    criteria["c5"] = criterion("c5", "not_evaluated", None,
+                               [entry("test_c5_gpu", "skipped", message=GPU_SKIP, kinds=["gpu"])],
+                               GPU_SKIP, 0.0, {"gpu": 1})
+    return candidate("partial", 1.0, criteria)
+
+
+def test_a_partial_short_of_full_only_by_checks_not_run_reads_as_all_met_where_evaluated():
+    data = all_met_but_gpu().to_json()
+    assert verdict_phrase(data) == "all met where evaluated; 5 GPU checks not run; c5 not evaluated"
+    assert verdict_line(data) == "partial (all met where evaluated; 5 GPU checks not run; c5 not evaluated)"
+    assert reason(data, {"c1"}) == verdict_phrase(data)
+    (row,) = build_index([data], lambda cid: f"{cid}.html").tables[0].rows
+    assert row.phrase == verdict_phrase(data)
+    line = candidate_line(Graded(None, data), 1, 1)
+    assert "partial (all met where evaluated; 5 GPU checks not run" in line and "1.00" not in line
+    summary = summary_of(all_met_but_gpu())
+    assert summary.endswith("Verdict partial: all met where evaluated; 5 GPU checks not run; c5 not evaluated.")
+    assert "Not evaluated: c5 (Every validation site agrees), because needs a CUDA GPU" in summary
+
+
+def test_a_check_evidencing_two_criteria_counts_once_among_those_not_run():
+    shared = entry("test_both_gpu", "skipped", message=GPU_SKIP, kinds=["gpu"])
+    criteria = {"c1": {"evidence": [shared, entry("a", "passed")]}, "c2": {"evidence": [shared]}}
+    assert checks_not_run(criteria) == {"gpu": 1}
+
+
+def test_other_verdicts_read_as_verdict_and_score():
+    data = candidate("fail", 0.0, {"c1": criterion("c1", "unmet", 0.0, [entry("t", "failed", "claim")])}).to_json()
+    assert verdict_line(data) == "fail 0.00" and build_index([data], str).tables[0].rows[0].phrase == ""
+
+
+def test_a_full_result_says_what_was_verified_in_the_rubrics_words():
+    criteria = {cid: met(cid) for cid in ("c1", "c2", "c3", "c4", "c5")}
+    summary = summary_of(candidate("full", 1.0, criteria))
+    titles = [c.title for c in all_tasks()[TASK].criteria.values()]
+    assert "Every criterion is verified: " + "; ".join(titles) + "." in summary
+    assert summary.startswith("The patch changes the Triton attention backend's KV cache dtype check: it adds")
+    assert summary.endswith("Verdict full, weighted score 1.00.")
+
+
+def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_index_names_the_same_claim():
+    timeout = entry("test_slow", "timeout", "Times out first", "timeout: no answer")
+    c1 = criterion("c1", "unmet", 0.0, [timeout, entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8.",
+                                                       "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU"),
+                                        entry("test_fp8[fp8]", "failed", "The backend accepts fp8.")])
+    c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"), dict(
+        entry("test_b", "failed", "Both sites agree", "E   AssertionError: " + "the store disagrees, " * 12),
+        ran={})])
+    criteria = {"c1": c1, "c2": met("c2"), "c3": met("c3"), "c4": met("c4"), "c5": c5}
+    result = candidate("fail", 0.6, criteria)
+    summary = summary_of(result)
+    assert ('Core criterion c1 (fp8 KV cache accepted on XPU) is not met, 0 of 2 checks pass: "The backend accepts '
+            "fp8\" does not hold for fp8_e5m2 (rejected kv_cache_dtype='fp8_e5m2' on XPU).") in summary
+    assert "c5 (Every validation site agrees) is only partly met, 1 of 2 checks pass: \"Both sites agree\" does not " \
+           "hold (the store disagrees" in summary
+    assert "none of the diff's lines ran in the failing checks" in summary
+    assert "..." not in summary and "Times out first" not in summary
+    data = result.to_json()
+    assert deciding_failure(data["criteria"]["c1"]["evidence"])["test"].endswith("[fp8_e5m2]")
+    assert reason(data, {"c1", "c2"}) == "c1: \u201cThe backend accepts fp8\u201d does not hold"
+
+
+def test_descriptions_never_cut_a_fragment_or_leave_a_count_without_its_noun():
+    before = "def test_a():\n    pass\n"
+    assert describe_file("tests/test_k.py", before, "def test_a():\n    assert 1\n") == ["edits 1 test in `test_k.py`"]
+    long_condition = " and ".join(f"platform.check_{n}()" for n in range(8))
+    (text,) = describe_file("vllm/g.py", "def g():\n    return 1\n",
+                            f"def g():\n    if {long_condition}:\n        return 2\n    return 1\n")
+    assert text == "adds 1 condition in `g()`" and "..." not in text
