@@ -232,6 +232,8 @@ class Row:
     agreement: str | None
     # How the verdict reads where the bare verdict and score would mislead ("all met where evaluated; ..."), or "".
     phrase: str = ""
+    input_kind: str = "whole"  # "cut": a preview cut at the bundle's line limit or with cut-off hunks
+
 
     @property
     def agreement_mark(self) -> str:
@@ -318,7 +320,12 @@ def build_row(result: dict, columns: list[Column], core: set[str], page: str, ju
     return Row(result["id"], page, result.get("verdict", "error"), result.get("score"),
                result.get("run_status") or "complete", [cell_for(result, c.id) for c in columns],
                reason(result, core), judged, agreement(result.get("verdict", "error"), judged),
-               verdict_phrase(result) if all_met_where_evaluated(result) else "")
+               verdict_phrase(result) if all_met_where_evaluated(result) else "", input_kind(result))
+
+
+def input_kind(result: dict) -> str:
+    """``cut`` for a truncated preview (the apply report says so), ``whole`` for any other input."""
+    return "cut" if (result.get("apply") or {}).get("truncated") else "whole"
 
 
 def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict[str, str] | None = None,
@@ -388,6 +395,24 @@ class DiffFile:
     unshown: list[dict] = field(default_factory=list)
     criteria: list[str] = field(default_factory=list)  # criteria whose failing checks name this file
     neutralized: bool = False
+    open: bool = True  # shown open; on a long diff only files a failing check ran or named are
+
+    @property
+    def added(self) -> int:
+        return sum(line.kind == "add" for h in self.hunks for line in h.lines)
+
+    @property
+    def removed(self) -> int:
+        return sum(line.kind == "del" for h in self.hunks for line in h.lines)
+
+    @property
+    def ran_in_failing(self) -> int:
+        """Failing checks in which an added line of this file ran."""
+        return len({ref.evidence_anchor for h in self.hunks for ref in h.ran_in})
+
+    @property
+    def linked(self) -> bool:
+        return bool(self.criteria) or any(h.ran_in or h.evidence for h in self.hunks)
 
 
 @dataclass
@@ -396,6 +421,10 @@ class DiffView:
     # Lines of the diff text outside every file section (a preamble, stray text): shown raw, never dropped.
     stray_lines: int
     raw: str
+
+    @property
+    def collapsed(self) -> bool:
+        return any(not f.open for f in self.files)
 
     @property
     def hunk_statuses(self) -> list[tuple[str, int]]:
@@ -561,6 +590,18 @@ def link_evidence(view: DiffView, criteria: list[CriterionView], task_ids: set[s
     for diff_file in view.files:
         diff_file.criteria.sort()
     link_lines_ran(view, criteria)
+    collapse_long(view)
+
+
+# A diff longer than this many lines shows only the files a failing check ran or named open; the rest collapse.
+LONG_DIFF_LINES = 300
+
+
+def collapse_long(view: DiffView) -> None:
+    shown = sum(len(h.lines) for f in view.files for h in f.hunks)
+    if shown > LONG_DIFF_LINES and len(view.files) > 1:
+        for diff_file in view.files:
+            diff_file.open = diff_file.linked
 
 
 def traceable(path: str) -> bool:

@@ -470,7 +470,11 @@ def test_a_candidate_page_shows_hunk_badges_and_links_evidence_to_its_hunk(tmp_p
     assert '<span class="badge h-applied">applied</span>' in html and '<span class="badge h-fuzz">fuzz</span>' in html
     assert '<a class="place" href="#hunk-1-2">triton_reshape_and_cache_flash.py:43</a>' in html
     assert '<a href="#ev-c3-1">c3 test_v (line 43)</a>' in html
-    assert re.search(r'<span class="add named" data-new="43">\+    f = tl\.extra', html)
+    # Old and new numbers in columns of their own: an added line has only a new one.
+    assert re.search(r'<span class="add named" data-new="43"><span class="ln" aria-hidden="true"></span>'
+                     r'<span class="ln" aria-hidden="true" data-n="43"></span>\+    f = tl\.extra', html)
+    assert re.search(r'data-old="40" data-new="42"><span class="ln" aria-hidden="true" data-n="40"></span>'
+                     r'<span class="ln" aria-hidden="true" data-n="42"></span>     e = 5', html)
     assert 'failing checks of <a href="#crit-c3">c3</a> name this file' in html
     assert all_tasks()[TASK].criteria["c3"].requires in html.replace("&#39;", "'").replace("&#34;", '"')
 
@@ -565,4 +569,123 @@ def test_without_javascript_every_row_shows_and_the_filter_form_stays_hidden(bro
     assert len(visible_ids(page)) == 8 and page.locator("#filters").is_hidden()
     assert page.locator("table.results").first.is_visible()
     assert problems == []
+    page.context.close()
+
+
+# ---------------------------------------------------------------- diff navigation, linked checks, URL state
+
+OTHER = "vllm/v1/attention/ops/other.py"
+
+
+def long_diff(lines: int = 320) -> str:
+    """DIFF and a second file long enough to make the diff long."""
+    body = "".join(f"+    x{n} = {n}\n" for n in range(lines))
+    return DIFF + (f"diff --git a/{OTHER} b/{OTHER}\nindex 3333333..4444444 100644\n--- a/{OTHER}\n+++ b/{OTHER}\n"
+                   f"@@ -1,1 +1,{lines + 1} @@\n def f():\n{body}")
+
+
+def ran_result(cid: str = "ran") -> dict:
+    ran = dict(check("test_v", "failed", "Values round", "E   AssertionError: value cache truncates"),
+               ran={FILE: [43]})
+    idle = dict(check("test_w", "failed", "Keys round", "E   AssertionError: key cache truncates"), ran={})
+    apply = ApplyReport("applied", "git apply", [
+        FileReport(FILE, "modified", [HunkReport("@@ -10,3 +10,5 @@ def store(x):", "applied"),
+                                      HunkReport("@@ -40,4 +42,4 @@ def kernel(x):", "applied")]),
+        FileReport(OTHER, "modified", [HunkReport("@@ -1,1 +1,321 @@", "applied")])])
+    return result(cid, "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [ran, idle])}, apply=apply)
+
+
+def test_a_long_diff_gets_a_file_list_and_collapses_the_files_no_failing_check_touched(tmp_path):
+    page = build_candidate(ran_result(), long_diff())
+    first, second = page.diff.files
+    assert (first.open, second.open) == (True, False) and page.diff.collapsed
+    assert (first.added, first.removed, first.ran_in_failing, second.added) == (3, 1, 1, 320)
+    assert all(f.open for f in build_candidate(ran_result(), long_diff(20)).diff.files)
+    write_html(tmp_path, [ran_result()], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    html = (tmp_path / "candidates" / page_name("ran")).read_text()
+    assert '<nav class="diff-toc"' in html and f'<a href="#{second.anchor}"><code>{OTHER}</code></a>' in html
+    assert html.count('<details class="file-body" open>') == 1 and html.count('<details class="file-body">') == 1
+
+
+def test_the_index_marks_cut_previews_for_the_input_filter(tmp_path):
+    html = write_every_kind(tmp_path).read_text()
+    assert html.count('data-input="cut"') == 1 and 'id="filter-input"' in html
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_failing_check_links_to_the_hunk_that_ran_and_back(browser, tmp_path, width):
+    write_html(tmp_path, [ran_result()], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    page, problems = open_page(browser, tmp_path / "candidates" / page_name("ran"), width)
+    link = page.locator("a.ran-link")
+    assert link.text_content() == "triton_reshape_and_cache_flash.py hunk 2"
+    link.focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate("location.hash") == "#hunk-1-2"
+    assert page.locator("#hunk-1-2").is_visible() and page.locator("#hunk-1-2 .ran-by").is_visible()
+    page.locator('#hunk-1-2 .ran-by a[href="#ev-c3-1"]').click()
+    assert page.evaluate("location.hash") == "#ev-c3-1" and page.locator("#ev-c3-1").is_visible()
+    assert "none of the diff's lines ran in this check" in page.locator("#ev-c3-2").text_content()
+    overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0 and problems == []
+    page.context.close()
+
+
+@pytest.mark.browser
+def test_a_link_into_a_collapsed_file_opens_it(browser, tmp_path):
+    r = ran_result()
+    r["criteria"]["c3"]["evidence"][0]["ran"] = {OTHER: [2]}
+    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    path = tmp_path / "candidates" / page_name("ran")
+    page, problems = open_page(browser, path, 1280)
+    assert page.locator("#hunk-2-1").is_visible()  # the file it ran in is open: a failing check links it
+    page.goto(path.resolve().as_uri() + "#hunk-1-1")
+    page.wait_for_load_state("load")
+    assert page.locator("#hunk-1-1").is_visible() and problems == []
+    page.context.close()
+
+
+@pytest.mark.browser
+def test_filter_and_sort_live_in_the_url_and_come_back_on_load(browser, tmp_path):
+    index = write_every_kind(tmp_path)
+    page, problems = open_page(browser, index, 1280)
+    page.select_option("#filter-verdict", "fail")
+    page.select_option("#sort-key", "score")
+    page.select_option("#sort-order", "descending")
+    query = page.evaluate("location.search")
+    assert query == "?verdict=fail&sort=score&order=descending"
+    page.goto(index.resolve().as_uri() + "?input=cut&text=cut")
+    page.wait_for_load_state("load")
+    assert page.input_value("#filter-input") == "cut" and page.input_value("#filter-text") == "cut"
+    assert visible_ids(page) == ["cut"]
+    page.goto(index.resolve().as_uri() + query)
+    page.wait_for_load_state("load")
+    assert page.input_value("#filter-verdict") == "fail" and page.input_value("#sort-key") == "score"
+    assert visible_ids(page) == [HOSTILE_ID, "cut", "apply-failed"]  # fail rows, best score first
+    page.select_option("#filter-input", "whole")
+    assert "input=whole" in page.evaluate("location.search") and "cut" not in visible_ids(page)
+    assert problems == []
+    page.context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_criterion_headers_never_break_inside_a_word(browser, tmp_path, width):
+    page, problems = open_page(browser, write_every_kind(tmp_path), width)
+    broken = page.evaluate("""() => {
+      const split = [];
+      for (const title of document.querySelectorAll('th.crit .ctitle')) {
+        if (!title.offsetParent) continue;
+        const text = title.firstChild, words = /[^\\s-]+/g;
+        let m;
+        while ((m = words.exec(text.data))) {
+          const range = document.createRange();
+          range.setStart(text, m.index); range.setEnd(text, m.index + m[0].length);
+          const lines = new Set(Array.from(range.getClientRects(), r => Math.round(r.top)));
+          if (lines.size > 1) split.push(m[0]);
+        }
+      }
+      return split;
+    }""")
+    assert broken == [] and problems == []
     page.context.close()

@@ -1,5 +1,7 @@
-// Sorting and filtering for the grader's index page. The page is complete without this script: it only shows
-// the filter form (hidden in the HTML), makes table headers sort buttons, and hides rows that do not match.
+// Sorting and filtering for the grader's index page, and opening collapsed diff files on a candidate page. The
+// pages are complete without this script: it only shows the filter form (hidden in the HTML), makes table headers
+// sort buttons, hides rows that do not match, keeps the filter and sort in the URL's query string (restored on
+// load, so a view can be shared or reloaded), and opens the collapsed file that holds a linked hunk.
 (function () {
   "use strict";
 
@@ -66,12 +68,45 @@
     return element ? element.value : "";
   }
 
+  // Form fields and the query-string names that keep their values.
+  var STATE = { text: "filter-text", task: "filter-task", verdict: "filter-verdict", run: "filter-run",
+                judge: "filter-agreement", input: "filter-input", sort: "sort-key", order: "sort-order" };
+
+  function saveState() {
+    var params = new URLSearchParams();
+    Object.keys(STATE).forEach(function (name) {
+      var element = document.getElementById(STATE[name]);
+      if (element && element.value && !(name === "order" && element.value === "ascending")) {
+        params.set(name, element.value);
+      }
+    });
+    var query = params.toString();
+    try {
+      history.replaceState(null, "", (query ? "?" + query : location.pathname) + location.hash);
+    } catch (error) {
+      // A browser that refuses to rewrite this URL keeps the view, only not in the address.
+    }
+  }
+
+  function restoreState() {
+    var params = new URLSearchParams(location.search);
+    Object.keys(STATE).forEach(function (name) {
+      var element = document.getElementById(STATE[name]);
+      if (!element || !params.has(name)) return;
+      var wanted = params.get(name);
+      if (element.tagName === "SELECT" &&
+          !Array.prototype.some.call(element.options, function (o) { return o.value === wanted; })) return;
+      element.value = wanted;
+    });
+  }
+
   function applyFilters() {
     var text = value("filter-text").trim().toLowerCase();
     var task = value("filter-task");
     var verdict = value("filter-verdict");
     var run = value("filter-run");
     var agreement = value("filter-agreement");
+    var input = value("filter-input");
     var shown = 0, total = 0;
     document.querySelectorAll("section.task").forEach(function (section) {
       var taskMatches = !task || section.getAttribute("data-task") === task;
@@ -82,6 +117,7 @@
           (!verdict || row.getAttribute("data-verdict") === verdict) &&
           (!run || row.getAttribute("data-run") === run) &&
           (!agreement || row.getAttribute("data-agreement") === agreement) &&
+          (!input || row.getAttribute("data-input") === input) &&
           (!text || row.textContent.toLowerCase().indexOf(text) !== -1);
         row.hidden = !match;
         if (match) visible += 1;
@@ -96,19 +132,36 @@
     if (count) count.textContent = shown + " of " + total + " candidates shown";
   }
 
+  // A link to a hunk inside a collapsed file opens the file first (browsers that open it themselves do no harm).
+  function openTarget() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var target = id && document.getElementById(id);
+    if (!target) return;
+    var opened = false;
+    for (var node = target.parentElement; node; node = node.parentElement) {
+      if (node.tagName === "DETAILS" && !node.open) { node.open = true; opened = true; }
+    }
+    if (opened) target.scrollIntoView();
+  }
+
   function start() {
     document.querySelectorAll("table.sortable").forEach(makeSortable);
+    openTarget();
+    window.addEventListener("hashchange", openTarget);
     var form = document.getElementById("filters");
     if (!form) return;
     form.hidden = false;
     form.addEventListener("submit", function (event) { event.preventDefault(); });
-    form.addEventListener("input", applyFilters);
+    form.addEventListener("input", function () { applyFilters(); saveState(); });
     form.addEventListener("change", function (event) {
       if (event.target.id === "sort-key" || event.target.id === "sort-order") {
         sortAll(value("sort-key"), value("sort-order") !== "descending");
       }
       applyFilters();
+      saveState();
     });
+    restoreState();
+    if (value("sort-key")) sortAll(value("sort-key"), value("sort-order") !== "descending");
     applyFilters();
   }
 
