@@ -807,7 +807,9 @@ class CandidatePage:
 
     @property
     def none_ran_checks(self) -> int:
-        return sum(bool(ev.none_ran) and not ev.places
+        """Failing checks that say none of the diff's (Python) lines ran in them and link nowhere else (a diff with
+        nothing traceable says so, which is not counted here)."""
+        return sum(ev.none_ran.startswith("none of") and not ev.places
                    for c in self.criteria for ev in c.evidence if ev.status in FAILING)
 
 

@@ -1,8 +1,9 @@
 """Screenshots of a grading run's scorecards, for docs/scorecards/.
 
 Renders the index and three candidate pages (the first ``full``, ``partial`` and ``fail`` candidate by id, or
-the ids given; each page's top and its diff) of an output folder that ``grade.py --out`` wrote, at 1280 and
-390 px wide, with the system Chromium driven by Playwright. Each page must load without console errors and
+the ids given; each page's top and its diff) of an output folder that ``grade.py --out`` wrote, and a failing
+check linked to the hunk whose added lines ran in it (``linked-check-*``: the first candidate by id with one, or
+``--linked ID``; the check, then the hunk its link leads to, ``linked-hunk-*``), at 1280 and 390 px wide, with the system Chromium driven by Playwright. Each page must load without console errors and
 without scrolling sideways; the script stops with an error otherwise, so a screenshot is never of a broken page.
 
     .venv/bin/python scripts/scorecard_screenshots.py --out /tmp/viewer-out [--dest docs/scorecards]
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-height", type=int, default=2200, help="cut pages taller than this (px)")
     for verdict in VERDICTS:
         parser.add_argument(f"--{verdict}", metavar="ID", help=f"the {verdict} candidate to show")
+    parser.add_argument("--linked", metavar="ID", help="the candidate whose linked failing check to show")
     parser.add_argument("--bundle", type=Path, help="the bundle --out graded (with --judge)")
     parser.add_argument("--judge", type=Path, help="the judge's labels of that bundle: show its verdicts")
     parser.add_argument("--prefix", default="", help="put before each screenshot's name")
@@ -99,7 +101,40 @@ def main(argv: list[str] | None = None) -> int:
             pages[verdict] = pages_at / "candidates" / page_name(cid)
         args.dest.mkdir(parents=True, exist_ok=True)
         shoot_all(chromium, pages, args.dest, args.prefix, args.max_height)
+        linked = args.linked or first_linked(results)
+        if linked:
+            shoot_linked(chromium, pages_at / "candidates" / page_name(linked), args.dest, args.prefix)
     return 0
+
+
+def first_linked(results: list[dict]) -> str | None:
+    """The first candidate by id with a failing check in which some of the patch's added lines ran."""
+    for result in sorted(results, key=lambda r: r["id"]):
+        for criterion in result.get("criteria", {}).values():
+            if any(e.get("status") in ("failed", "error") and e.get("ran") for e in criterion.get("evidence", [])):
+                return result["id"]
+    return None
+
+
+def shoot_linked(chromium: str, html: Path, dest: Path, prefix: str) -> None:
+    """The first failing check with a link to a hunk that ran in it, then (following that link) the hunk."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=list(CHROMIUM_FLAGS))
+        try:
+            for width in WIDTHS:
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(html.resolve().as_uri())
+                page.wait_for_load_state("load")
+                check = page.locator(".ev:has(a.ran-link)").first
+                check.scroll_into_view_if_needed()
+                check.screenshot(path=str(dest / f"{prefix}linked-check-{width}.png"))
+                target = check.locator("a.ran-link").first.get_attribute("href")
+                check.locator("a.ran-link").first.click()
+                page.locator(target).screenshot(path=str(dest / f"{prefix}linked-hunk-{width}.png"))
+                print(f"wrote {dest}/{prefix}linked-*-{width}.png from {html.name}", file=sys.stderr)
+                page.close()
+        finally:
+            browser.close()
 
 
 def shoot_all(chromium: str, pages: dict[str, Path], dest: Path, prefix: str, max_height: int) -> None:
