@@ -373,6 +373,7 @@ class DiffHunk:
     evidence: list[EvidenceRef] = field(default_factory=list)
     named_lines: set[int] = field(default_factory=set)  # tree lines a failing check names
     ran_in: list[EvidenceRef] = field(default_factory=list)  # failing checks in which its added lines ran
+    ran_lines: set[int] = field(default_factory=set)  # tree lines of it that ran in a failing check
     number: int = 0  # its place in its file, from 1
 
     @property
@@ -621,7 +622,9 @@ def link_lines_ran(view: DiffView, criteria: list[CriterionView]) -> None:
                 if diff_file is None:
                     continue
                 for hunk in diff_file.hunks:
-                    if any(hunk.holds(line) for line in lines):
+                    held = {line for line in lines if hunk.holds(line)}
+                    if held:
+                        hunk.ran_lines |= held
                         ref = EvidenceRef(crit.id, ev.anchor, ev.test, hunk.anchor, None,
                                           f"{path.rsplit('/', 1)[-1]} hunk {hunk.number}")
                         ev.ran_hunks.append(ref)

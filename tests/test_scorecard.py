@@ -344,6 +344,7 @@ def test_a_failing_check_links_to_every_hunk_whose_added_lines_ran_in_it():
         (first.anchor, "triton_reshape_and_cache_flash.py hunk 1"),
         (second.anchor, "triton_reshape_and_cache_flash.py hunk 2")]
     assert [ref.evidence_anchor for ref in first.ran_in] == [ev.anchor] and ev.none_ran == ""
+    assert (first.ran_lines, second.ran_lines) == ({11}, {43})
     assert page.unlinked_evidence == 0 and page.hunk_linked_checks == 1
 
 
