@@ -3,9 +3,13 @@ side (alternating, so load on the machine falls on both alike), with the median,
 interval of the ratio.
 
     .venv/bin/python bench/linetrace.py [--task xpu-kv-cache-dtypes --sample backend-only] [--rounds 5] [--out F]
+    .venv/bin/python bench/linetrace.py --micro [--rounds 7]
 
 Each round grades the sample twice through the pipeline (no evidence cache, a cold judge each time), once traced
 and once not, in alternating order; the figure is the hidden tests' wall time (``timings["tests_s"]``).
+
+``--micro`` times the tracer alone, in this process: a function of a "changed" file called many times, and one of
+another file, each with the tracer on and off (what a subject pays per call of changed and of other code).
 """
 
 from __future__ import annotations
@@ -57,15 +61,80 @@ def report(found: dict) -> str:
                       *rows, f"traced / untraced: {found['ratio_of_medians']:.3f} (95% interval {low:.3f}-{high:.3f})"])
 
 
+MICRO_SOURCE = """
+def work(n):
+    total = 0
+    for i in range(n):
+        if i % 3:
+            total += i
+        else:
+            total -= 1
+    return total
+"""
+
+
+def micro(rounds: int, calls: int = 20000) -> dict:
+    """Seconds for ``calls`` calls of a small function, traced as changed, traced as another file, untraced."""
+    import importlib.util
+    import tempfile
+    import time
+
+    from grader.sandbox.linetrace import LineTrace
+
+    folder = Path(tempfile.mkdtemp(prefix="linetrace-bench-"))
+    modules = {}
+    for name in ("changed", "other"):
+        path = folder / f"{name}.py"
+        path.write_text(MICRO_SOURCE)
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    added = {str(folder / "changed.py"): list(range(1, MICRO_SOURCE.count(chr(10)) + 2))}
+
+    def timed(name: str, traced: bool) -> float:
+        trace = LineTrace(added) if traced else None
+        started = time.perf_counter()
+        if trace:
+            trace.start()
+        for _ in range(calls):
+            modules[name].work(30)
+        if trace:
+            trace.stop()
+        return time.perf_counter() - started
+
+    cases = {"changed file, traced": ("changed", True), "other file, tracer on": ("other", True),
+             "untraced": ("changed", False)}
+    found = {case: [] for case in cases}
+    for _ in range(rounds):
+        for case, (name, traced) in cases.items():
+            found[case].append(timed(name, traced))
+    return {"calls": calls, "rounds": rounds, "seconds": found}
+
+
+def micro_report(found: dict) -> str:
+    base = median(found["seconds"]["untraced"])
+    rows = [f"{found['calls']} calls of a 7-line function, {found['rounds']} rounds (median, IQR, x untraced):"]
+    for case, samples in found["seconds"].items():
+        q1, q3 = quartiles(samples)
+        rows.append(f"  {case:24} {median(samples) * 1e3:8.1f} ms  IQR {q1 * 1e3:7.1f}-{q3 * 1e3:7.1f} ms  "
+                    f"x{median(samples) / base:.2f}")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="xpu-kv-cache-dtypes")
     parser.add_argument("--sample", default="backend-only")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--micro", action="store_true", help="time the tracer alone, in this process")
     args = parser.parse_args()
-    found = measure(args.task, args.sample, args.rounds)
-    text = report(found)
+    if args.micro:
+        found = micro(args.rounds)
+        text = micro_report(found)
+    else:
+        found = measure(args.task, args.sample, args.rounds)
+        text = report(found)
     print(text)
     if args.out:
         args.out.write_text(json.dumps(found, indent=1) + "\n")
