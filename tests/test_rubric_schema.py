@@ -61,6 +61,9 @@ def test_load_refuses_each_typo_with_file_key_and_line(tmp_path, typo):
     (('"vllm/v1/attention/ops/triton_reshape_and_cache_flash.py" = "320b7aa"',
       '"vllm/v1/attention/ops/triton_reshape_and_cache_flash.py" = 320'), "base.toml",
      "base.blobs.vllm/v1/attention/ops/triton_reshape_and_cache_flash.py", "must be a git blob hash"),
+    (('[summary.places]', '[summary.place]'), "rubric.toml", "summary.place", "unknown key"),
+    (('"tests/kernels/attention/test_cache.py" = "the repository', '"tests/kernels/attention/test_cache.py" = 3 #'),
+     "rubric.toml", "summary.places", "must map file paths to phrases"),
 ])
 def test_wrong_types_and_rules_are_refused_with_the_key(tmp_path, edit, file, key, words):
     folder = task_copy(tmp_path, edit, file)

@@ -71,10 +71,12 @@ class Task:
 # keys are refused, so a typo (``wieght``) is an error instead of a default.
 Schema = dict[str, tuple[type, bool]]
 RUBRIC_SCHEMA: Schema = {"id": (str, True), "title": (str, True), "problem": (str, False), "version": (int, False),
-                         "criteria": (dict, True), "inference": (dict, False)}
+                         "criteria": (dict, True), "inference": (dict, False), "summary": (dict, False)}
 CRITERION_SCHEMA: Schema = {"title": (str, True), "requires": (str, True), "weight": (float, False),
                             "core": (bool, False), "kind": (str, True), "anchor": (str, False)}
 INFERENCE_SCHEMA: Schema = {"paths": (list, False)}
+# The task's words for the files a patch may touch (path -> phrase), read by the summary (grader.summarize).
+SUMMARY_SCHEMA: Schema = {"places": (dict, False)}
 BASE_DOCUMENT_SCHEMA: Schema = {"base": (dict, True), "environment": (dict, False)}
 BASE_SCHEMA: Schema = {"sdist_version": (str, True), "sdist_sha256": (str, True), "overlay": (str, False),
                        "blobs": (dict, False)}
@@ -241,6 +243,10 @@ def load_task(folder: Path) -> Task:
         paths = toml.check(("inference",), data["inference"], INFERENCE_SCHEMA).get("paths", [])
         if not all(isinstance(p, str) for p in paths):
             toml.problem(("inference",), "paths", "must be a list of file paths (strings)")
+    if "summary" in data:
+        places = toml.check(("summary",), data["summary"], SUMMARY_SCHEMA).get("places", {})
+        if not all(isinstance(v, str) for v in places.values()):
+            toml.problem(("summary",), "places", "must map file paths to phrases (strings)")
     criteria = _load_criteria(toml, data.get("criteria", {}))
     if data.get("version", 1) < 1:
         toml.problem((), "version", f"must be a positive integer, got {data['version']!r}")
