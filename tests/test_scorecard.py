@@ -359,12 +359,14 @@ def test_a_traced_check_where_no_added_line_ran_says_so_and_an_untraced_one_says
 
 
 def test_where_the_diff_also_changes_untraceable_files_none_ran_says_which_lines_were_traced():
-    cuda = "csrc/k.cu"
+    cuda = "vllm/k.cu"
     diff = DIFF + f"diff --git a/{cuda} b/{cuda}\n--- a/{cuda}\n+++ b/{cuda}\n@@ -1,1 +1,1 @@\n-int a;\n+int b;\n"
     assert traced({}, diff)[1].none_ran == ("none of the diff's Python lines ran in this check "
                                             "(its changes to k.cu cannot be traced)")
     only_cuda = diff[diff.index(f"diff --git a/{cuda}"):]
     assert "no line of this diff can be traced" in traced({}, only_cuda)[1].none_ran
+    tests_only = f"diff --git a/tests/t.py b/tests/t.py\n--- a/tests/t.py\n+++ b/tests/t.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert traced({}, tests_only)[1].none_ran == "none of the diff's lines ran in this check"
 
 
 def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(tmp_path):
