@@ -230,7 +230,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         for box in boxes:
             box.cleanup()
     duration = time.monotonic() - started
-    scrub = path_scrubber(tree, scratch, base_tree)
+    scrub = path_scrubber(tree, scratch, base_tree, job.env["GRADER_SECRET"])
     text = scrub(_tail(log, 200_000))
     outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
     outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
@@ -256,11 +256,14 @@ def _head(path: Path, limit: int) -> str:
         return handle.read(limit).decode("utf-8", "replace")
 
 
-def path_scrubber(tree: Path, scratch: Path, base_tree: Path):
+def path_scrubber(tree: Path, scratch: Path, base_tree: Path, secret: str | None = None):
     """Messages name the per-candidate temporary paths; replace them so identical runs give identical text. A repr
     that pytest cut short can end inside a temporary folder's random name: what is left of any ``grader-*`` folder
-    of the scratch area is replaced too. Object addresses and log-line times are replaced for the same reason."""
+    of the scratch area is replaced too. Object addresses and log-line times are replaced for the same reason.
+    The judge's secret, should a message ever carry it, becomes ``<secret>`` (no subject can read it; this is a
+    second wall, so that no report, page or cache holds it)."""
     pairs = [(str(tree), "<tree>"), (str(scratch), "<scratch>"), (str(base_tree), "<base>")]
+    pairs += [(secret, "<secret>")] if secret else []
     cut_short = re.compile(re.escape(os.path.join(str(scratch.parent), "grader-")) + r"[\w-]*")
 
     def scrub(text: str) -> str:

@@ -2,8 +2,10 @@
 
 Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE``. Requests arrive as JSON lines on stdin (the fields
 of ``launch.JudgeRun``); each is run by a forked child that becomes its own session and runs the judge
-(``grader.sandbox.judge.run``), whose zygote forks the subjects. Neither this server nor any judge imports vLLM:
-only subjects do, each in a process of its own. The answer is a JSON line with ``returncode`` and ``timed_out``.
+(``grader.sandbox.judge.run``). The server forks its template zygote before it reads any request; per run, the
+template forks a fresh zygote, which forks that judge's subjects: no subject descends from a process that read a
+request (its secret, deadline, evidence path). Neither this server nor any judge imports vLLM: only subjects do,
+each in a process of its own. The answer is a JSON line with ``returncode`` and ``timed_out``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import signal
 import sys
 import tempfile
 import time
+
+from grader.sandbox import zygote
 
 
 def preimport(names: list[str]) -> int:
@@ -30,7 +34,7 @@ def preimport(names: list[str]) -> int:
     return loaded
 
 
-def _run_child(request: dict) -> None:
+def _run_child(request: dict, control, zygote_pid: int) -> None:
     code = 3
     try:
         os.setsid()
@@ -43,7 +47,7 @@ def _run_child(request: dict) -> None:
         tempfile.tempdir = None
         from grader.sandbox.judge import run
 
-        code = run(request)
+        code = run(request, control, zygote_pid)
     except BaseException:  # noqa: BLE001 - the child reports, never returns into the server loop
         import traceback
 
@@ -78,24 +82,32 @@ def _end_on_sigterm(signum, frame) -> None:
     for pid in _RUNNING:
         try:
             os.killpg(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     os._exit(1)
 
 
-def serve(stdin, stdout) -> None:
+def serve(stdin, stdout, template) -> None:
     signal.signal(signal.SIGTERM, _end_on_sigterm)
     for line in stdin:
         request = json.loads(line)
+        zygote_pid, control = zygote.spawn_zygote(template)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _run_child(request)
-        _RUNNING[:] = [pid]
+            template.close()
+            _run_child(request, control, zygote_pid)
+        control.close()
+        _RUNNING[:] = [pid, zygote_pid]
         returncode, timed_out = _wait(pid, float(request["timeout"]))
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever the run left behind in its group
         except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.kill(zygote_pid, signal.SIGKILL)  # the template's child, not in the judge's group
+        except ProcessLookupError:
             pass
         stdout.write(json.dumps({"returncode": returncode, "timed_out": timed_out}) + "\n")
         stdout.flush()
@@ -108,9 +120,10 @@ def main() -> None:
     # every full collection in the judges and subjects forked from here (pytest alone runs several as it ends),
     # nor are its pages copied into each of them by the collector touching it.
     gc.freeze()
+    template, _ = zygote.start()
     sys.stdout.write(json.dumps({"ready": True, "preimported": loaded}) + "\n")
     sys.stdout.flush()
-    serve(sys.stdin, sys.stdout)
+    serve(sys.stdin, sys.stdout, template)
 
 
 if __name__ == "__main__":

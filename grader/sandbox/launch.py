@@ -90,6 +90,19 @@ def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, st
     return env
 
 
+# What names a run in a judge's environment: its folders (and, through them, its evidence file) and every GRADER_*
+# variable (the secret, the deadline, the evidence path). A cold judge's interpreter starts without them.
+RUN_PATH_VARIABLES = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def starting_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment a cold judge's interpreter starts with: the judge's own less what names its run. The
+    judge forks its zygote in it and only then takes the whole environment from the request; the initial
+    environment block (``/proc/self/environ``) of every subject is this one."""
+    kept = {k: v for k, v in env.items() if not k.startswith("GRADER_") and k not in RUN_PATH_VARIABLES}
+    return dict(kept, PYTHONPATH=str(REPO_ROOT))
+
+
 class ColdLauncher:
     """One new ``python -m grader.sandbox.judge`` process per run: the simple, slow way."""
 
@@ -104,15 +117,19 @@ class ColdLauncher:
                 pass
 
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        request = Path(job.log).with_suffix(".request.json")
-        request.write_text(json.dumps(asdict(job)))
-        command = [sys.executable, "-m", "grader.sandbox.judge", str(request)]
+        command = [sys.executable, "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
-            proc = subprocess.Popen(command, cwd=job.cwd, env=dict(job.env, PYTHONPATH=str(REPO_ROOT)),
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(command, cwd=job.cwd, env=starting_environment(job.env),
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True)
             self.live.add(proc.pid)
             try:
+                try:
+                    # On stdin, read after the judge has forked its zygote: no subject's memory ever held it.
+                    proc.stdin.write(json.dumps(asdict(job)).encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
                 return proc.wait(timeout=job.timeout + JUDGE_GRACE_S), False
             except subprocess.TimeoutExpired:
                 return None, True

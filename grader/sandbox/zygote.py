@@ -1,9 +1,12 @@
-"""The zygote: forked by the judge before it loads any hidden test, it forks one sandboxed subject per request.
+"""The zygote: forked before anything of a judge run is read, it forks one sandboxed subject per request.
 
 Forking from the judge itself would hand each subject a copy of the judge's memory (expectations, the secret
-seed, pytest's state); the zygote was forked while the judge held none of that, so its children inherit only the
-third-party modules already imported (torch, Triton, ... on a warm worker). It answers each spawn request with
-the subject's process id and, passed as a file descriptor, the judge's end of a fresh socket pair.
+seed, the request with its deadline and evidence path, pytest's state). A zygote is forked from a process that
+never held any of it: a cold judge forks its zygote before it reads its request (which comes on stdin, never in
+its argv or environment); a warm worker forks one clean zygote, the template, before it reads any request, and
+asks the template for a fresh zygote per judge (``spawn_zygote``). Subjects inherit only the third-party modules
+already imported (torch, Triton, ... on a warm worker). A zygote answers each spawn request with the child's
+process id and, passed as a file descriptor, the caller's end of a fresh socket pair.
 """
 
 from __future__ import annotations
@@ -28,11 +31,21 @@ def start() -> tuple[socket.socket, int]:
     if pid == 0:
         judge_end.close()
         try:
+            # The caller's stdin may be where its request arrives later, and its stdout a pipe that must see EOF
+            # when the caller ends: the zygote keeps neither.
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)
+            os.dup2(devnull, 1)
             _serve(zygote_end)
         finally:
             os._exit(0)
     zygote_end.close()
     return judge_end, pid
+
+
+def spawn_zygote(template: socket.socket) -> tuple[int, socket.socket]:
+    """Ask a zygote (the warm worker's template) for a fresh zygote of its own: (its pid, its control socket)."""
+    return spawn(template, {"zygote": True})
 
 
 def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
@@ -62,10 +75,19 @@ def _serve(control: socket.socket) -> None:
         if pid == 0:
             control.close()
             judge_side.close()
+            if spec.get("zygote") is True:
+                _serve_fresh(subject_side)
             _become_subject(spec, subject_side)
         subject_side.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
         judge_side.close()
+
+
+def _serve_fresh(control: socket.socket) -> None:
+    try:
+        _serve(control)
+    finally:
+        os._exit(0)
 
 
 def _read(sock: socket.socket, n: int) -> bytes | None:
