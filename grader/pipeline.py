@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
+from grader.call_budgets import ensure_call_times
 from grader.checkout import build_base
 from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
@@ -143,9 +144,11 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
             import_root = make_import_root(tree, scratch / "import-root")
+            budgets = ensure_call_times(task, base, options.gpu, options.launcher, options.contained,
+                                        options.memory_bytes, options.also_pass)
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
-                                   also_pass=options.also_pass)
+                                   also_pass=options.also_pass, call_budgets=budgets)
             if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)

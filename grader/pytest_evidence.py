@@ -2,8 +2,9 @@
 
 It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, in the judge's own
 folder, which no subject can see or reach. A ``start`` line is written before each test runs, so a test that
-hangs or kills the judge is still known by name. A test whose probe did not answer in time is marked
-``timeout``; a skip says who decided it. Log parsing stays in ``grader.run``.
+hangs or kills the judge is still known by name. A test whose probe went over its budget where a control finished
+the same call fails, its message starting ``timeout:``; one whose probe did not answer where no control finished
+either is marked ``timeout`` (not evaluated); a skip says who decided it. Log parsing stays in ``grader.run``.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def pytest_runtest_makereport(item, call):
     elif report.failed:
         record["message"] = report.longreprtext[-4000:]
         if call.excinfo is not None and _is_probe_timeout(call.excinfo.value):
-            record["timeout"] = True
+            record["timeout"] = not _is_over_budget(call.excinfo.value)
             record["message"] = f"timeout: {call.excinfo.value}"
     _emit(record)
 
@@ -87,6 +88,12 @@ def _is_probe_timeout(exc: BaseException) -> bool:
     from grader.sandbox.client import ProbeTimeout
 
     return isinstance(exc, ProbeTimeout)
+
+
+def _is_over_budget(exc: BaseException) -> bool:
+    from grader.sandbox.client import ProbeOverBudget
+
+    return isinstance(exc, ProbeOverBudget)
 
 
 def pytest_collectreport(report):

@@ -205,7 +205,11 @@ def pytest_args(task: Task, select: str | None = None) -> list[str]:
 def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path, scratch: Path, gpu: bool,
                      launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
                      select: str | None = None, memory_bytes: int | None = None,
-                     also_pass: tuple[str, ...] = ()) -> RunReport:
+                     also_pass: tuple[str, ...] = (), call_budgets: Path | None = None,
+                     call_times_out: Path | None = None) -> RunReport:
+    """One judge run over ``tree``. ``call_budgets``: the controls' times its candidate calls are held to
+    (``grader.call_budgets``); ``call_times_out``: a calibration run over a control, whose calls' times are written
+    there."""
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -221,8 +225,12 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     evidence = judge / "evidence.jsonl"
     evidence.write_text("")
     log = judge / "pytest.log"
-    job = JudgeRun(pytest_args(task, select), judge_environment(judge, tree, base_tree, gpu, timeout, also_pass), [],
-                   str(RUBRICS_DIR), str(log), timeout)
+    env = judge_environment(judge, tree, base_tree, gpu, timeout, also_pass)
+    if call_budgets is not None:
+        env["GRADER_CALL_BUDGETS"] = str(call_budgets)
+    if call_times_out is not None:
+        env["GRADER_CALL_TIMES_OUT"] = str(call_times_out)
+    job = JudgeRun(pytest_args(task, select), env, [], str(RUBRICS_DIR), str(log), timeout)
     started = time.monotonic()
     try:
         returncode, timed_out = launcher.run(job)
