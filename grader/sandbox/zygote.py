@@ -119,14 +119,16 @@ def _become_subject(spec: dict, channel: socket.socket) -> None:
         os.dup2(channel.fileno(), CHANNEL_FD)
         os.closerange(CHANNEL_FD + 1, 1 << 16)
         sock = socket.socket(fileno=CHANNEL_FD)
+        # Only the interpreter's own folders stay on the path, behind the patched tree and the probes; resolved
+        # before the view hides the folders a symlinked environment is reached through (a worktree's .venv).
+        resolved = [os.path.realpath(p) for p in sys.path if p]
+        keep = [p for p in dict.fromkeys(resolved) if p.startswith(tuple(spec["interpreter_paths"]))]
         if spec.get("box"):
             contain.enter(spec["box"])
         os.environ.clear()
         os.environ.update(spec["env"])
         tempfile.tempdir = None
         os.chdir(spec["cwd"])
-        # Only the interpreter's own folders stay on the path, behind the patched tree and the probes.
-        keep = [p for p in sys.path if p and p.startswith(tuple(spec["interpreter_paths"]))]
         sys.path[:] = [*spec["sys_path"], *keep]
         subject.serve(sock)
     except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
