@@ -95,6 +95,16 @@ def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, st
 RUN_PATH_VARIABLES = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
 
+def judge_interpreter() -> str:
+    """The interpreter judges and warm workers run: this one, reached through its environment's resolved folder,
+    so that every path on their ``sys.path`` (and on their subjects') is one a subject's view binds back (a
+    symlinked virtual environment would otherwise leave site-packages behind a link the view hides)."""
+    if sys.prefix == sys.base_prefix:
+        return sys.executable
+    resolved = Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name
+    return str(resolved) if resolved.exists() else sys.executable
+
+
 def starting_environment(env: dict[str, str]) -> dict[str, str]:
     """The environment a cold judge's interpreter starts with: the judge's own less what names its run. The
     judge forks its zygote in it and only then takes the whole environment from the request; the initial
@@ -117,7 +127,7 @@ class ColdLauncher:
                 pass
 
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        command = [sys.executable, "-m", "grader.sandbox.judge"]
+        command = [judge_interpreter(), "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
             proc = subprocess.Popen(command, cwd=job.cwd, env=starting_environment(job.env),
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
@@ -182,7 +192,7 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> l
 
 class _Server:
     def __init__(self, env: dict[str, str], preimport_file: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "grader.sandbox.forkserver", str(preimport_file)],
+        self.proc = subprocess.Popen([judge_interpreter(), "-m", "grader.sandbox.forkserver", str(preimport_file)],
                                      cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         hello = self.proc.stdout.readline()
