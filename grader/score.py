@@ -1,8 +1,10 @@
 """Scoring: pure functions from test outcomes and the apply report to criterion results and a verdict.
 
 A real score, an error and "not evaluated" are three different things: a criterion with no evaluated evidence
-has no score at all, and never counts as the candidate's failure. A check that timed out or was skipped is not
-evaluated: it counts neither for nor against the candidate, and the criterion's coverage says how much ran.
+has no score at all, and never counts as the candidate's failure. A check whose probe went over its time budget
+where a control (the base or the reference) finished the same call has failed (``grader.sandbox.budget``); one
+that timed out where no control finished either, or that was skipped, is not evaluated: it counts neither for nor
+against the candidate, and the criterion's coverage says how much ran.
 """
 
 from __future__ import annotations
