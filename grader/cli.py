@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from grader import __version__
@@ -352,12 +353,22 @@ def run_bases(args) -> int:
     return 1 if failed else 0
 
 
+def outcome_counts(outcomes) -> str:
+    """``3 passed, 1 failed (1 over its time budget), 1 timeout (not evaluated)``: the statuses grading scores."""
+    counts = Counter(o.status for o in outcomes)
+    over = sum(o.status == "failed" and o.message.startswith("timeout:") for o in outcomes)
+    named = {"failed": f"failed ({over} over its time budget)" if over else "failed",
+             "timeout": "timeout (not evaluated)", "skipped": "skipped (not evaluated)"}
+    return ", ".join(f"{n} {named.get(status, status)}" for status, n in sorted(counts.items())) or "none"
+
+
 def run_tests(args) -> int:
     """Copy ``--tree`` into a scratch folder, run the task's hidden tests on it (judge and subjects, sandboxed as
     in grading), print the judge's pytest output; pytest's exit code."""
     import shutil
     import tempfile
 
+    from grader.call_budgets import ensure_call_times
     from grader.core.paths import make_import_root, scratch_root
     from grader.run import run_hidden_tests
 
@@ -377,13 +388,16 @@ def run_tests(args) -> int:
         if (args.tree / "vllm.egg-info").is_dir():
             shutil.copytree(args.tree / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
         import_root = make_import_root(tree, scratch / "import-root")
+        # The same budgets as grading: a call over budget where a control finished it fails here too.
+        budgets = ensure_call_times(task, base, gpu, ColdLauncher())
         run = run_hidden_tests(task, tree, import_root, base.path, scratch, gpu, ColdLauncher(),
-                               args.timeout, select=args.select)
+                               args.timeout, select=args.select, call_budgets=budgets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(run.log)
-    print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s"
-          + (f"; {run.environment_error}" if run.environment_error else "") + "]", file=sys.stderr)
+    print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s; as grading reads them: "
+          f"{outcome_counts(run.outcomes)}" + (f"; {run.environment_error}" if run.environment_error else "") + "]",
+          file=sys.stderr)
     return 2 if run.environment_error or run.returncode is None else int(run.returncode)
 
 

@@ -136,3 +136,12 @@ def test_without_a_record_a_time_out_stays_not_evaluated(tmp_path, own_cache):
     seen = judge(tmp_path, "graded", tree_with(tmp_path / "sleeper", SLEEPS_WHERE_WRONG),
                  tree_with(tmp_path / "base", BASE), {})
     assert seen["test_three"].status == "timeout", seen["test_three"]
+
+
+def test_run_tests_counts_outcomes_as_grading_scores_them():
+    from grader.cli import outcome_counts
+    from grader.core.records import TestOutcome
+
+    outcomes = [TestOutcome("a", "passed", {}), TestOutcome("b", "failed", {}, message="timeout: over budget"),
+                TestOutcome("c", "timeout", {}, message="timeout: no control finished")]
+    assert outcome_counts(outcomes) == "1 failed (1 over its time budget), 1 passed, 1 timeout (not evaluated)"
