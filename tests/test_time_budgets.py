@@ -7,16 +7,13 @@ an honest time-out (not evaluated). Each case is a real judge (cold) with real s
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from grader.run import judge_environment, parse_evidence, subject_spec
 from grader.sandbox.budget import CallTimes
-from grader.sandbox.launch import ColdLauncher, JudgeRun
 from grader.score import score_from_outcomes
+from judge_harness import run_judge, tree_with as harness_tree
 
 PROBE = """
 def double(x):
@@ -47,34 +44,12 @@ QUICK = {"GRADER_BUDGET_FACTOR": "3", "GRADER_BUDGET_FLOOR_S": "3"}
 
 
 def tree_with(folder: Path, source: str) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "toylib.py").write_text(source)
-    return folder
+    return harness_tree(folder, toylib=source)
 
 
 def judge(tmp_path: Path, name: str, candidate: Path, base: Path, extra_env: dict[str, str]):
-    """One judge run of the hidden tests above: (the outcomes as grading reads them, whether it was killed)."""
-    root = tmp_path / name
-    probes = root / "probes"
-    probes.mkdir(parents=True)
-    (probes / "toy_probe.py").write_text(PROBE)
-    specs = {side: subject_spec(side, root / f"subject-{side}", tree, tree, probes, gpu=False, contained=False)[0]
-             for side, tree in (("candidate", candidate), ("base", base))}
-    folder = root / "judge"
-    folder.mkdir()
-    (folder / "subjects.json").write_text(json.dumps(specs))
-    tests = root / "tests" / "test_toy.py"
-    tests.parent.mkdir()
-    tests.write_text(textwrap.dedent(HIDDEN_TESTS))
-    env = dict(judge_environment(folder, candidate, base, False, 300), **extra_env)
-    (folder / "evidence.jsonl").write_text("")
-    argv = ["-p", "no:cacheprovider", "-p", "grader.pytest_evidence", "-o", "markers=criterion", "--rootdir",
-            str(tests.parent), str(tests)]
-    returncode, timed_out = ColdLauncher().run(JudgeRun(argv, env, [], str(tests.parent), str(folder / "log"), 300))
-    assert returncode is not None, (folder / "log").read_text()[-3000:]
-    outcomes, errors = parse_evidence((folder / "evidence.jsonl").read_text(), timed_out)
-    assert not errors
-    return {o.nodeid.rsplit("::", 1)[-1]: o for o in outcomes}
+    """One judge run of the hidden tests above: the outcomes as grading reads them, by test name."""
+    return run_judge(tmp_path / name, candidate, base, HIDDEN_TESTS, {"toy_probe": PROBE}, extra_env)
 
 
 def calibrate(tmp_path: Path, reference: Path, base: Path) -> Path:

@@ -171,7 +171,7 @@ def _control() -> socket.socket:
     return socket.socket(fileno=int(fd))
 
 
-_SUBJECTS: dict[str, Subject] = {}
+_SUBJECTS: dict[tuple[str, str], Subject] = {}
 _COUNTER = CallCounter()
 # The controls' times this run's candidate calls are held to (GRADER_CALL_BUDGETS), and, in a calibration run over
 # the reference fix, where the times measured are written (GRADER_CALL_TIMES_OUT).
@@ -214,15 +214,17 @@ def _mirror_on_base(key: str, probe: str, timeout: float | None, max_bytes: int 
     _MEASURED.save(os.environ["GRADER_CALL_TIMES_OUT"])
 
 
-def subject(name: str = "candidate") -> Subject:
-    """The named subject of this judge run ("candidate": the patched tree; "base": the unpatched base)."""
-    if name not in _SUBJECTS:
+def subject(name: str = "candidate", instance: str = "main") -> Subject:
+    """The named subject of this judge run ("candidate": the patched tree; "base": the unpatched base). Another
+    ``instance`` is a process of its own over the same tree (a speed measurement that must not share a process
+    with the correctness probes' settings)."""
+    if (name, instance) not in _SUBJECTS:
         with open(os.environ["GRADER_SUBJECTS"]) as specs:
             spec = json.load(specs).get(name)
         if spec is None:
             raise RuntimeError(f"this judge run has no {name!r} subject")
-        _SUBJECTS[name] = Subject(name, spec, _control())
-    return _SUBJECTS[name]
+        _SUBJECTS[(name, instance)] = Subject(name, spec, _control())
+    return _SUBJECTS[(name, instance)]
 
 
 def end_all() -> None:
