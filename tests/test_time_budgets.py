@@ -40,7 +40,7 @@ BASE = "def double(x):\n    return 7 if x == 3 else 2 * x\n"
 SLEEPS_WHERE_WRONG = "import time\n\ndef double(x):\n    if x == 3:\n        time.sleep(3600)\n    return 2 * x\n"
 HANGS_ON_THREE = SLEEPS_WHERE_WRONG
 SPINS_AT_IMPORT = "while True:\n    pass\n"
-QUICK = {"GRADER_BUDGET_FACTOR": "3", "GRADER_BUDGET_FLOOR_S": "3"}
+QUICK = {"GRADER_BUDGET_FACTOR": "3", "GRADER_BUDGET_FLOOR_S": "3", "GRADER_BUDGET_START_FLOOR_S": "2"}
 
 
 def tree_with(folder: Path, source: str) -> Path:

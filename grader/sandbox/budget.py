@@ -7,7 +7,8 @@ test called it before: ``CallCounter``); a calibration run of the judge over the
 call, the reference's seconds and the base's seconds on the same arguments (``CallTimes``, written under the
 cache). When a candidate is graded, a call's budget is ``FLOOR_S + FACTOR * t``, ``t`` the slowest control that
 finished it (plus that control's start-up when the candidate's subject starts fresh for the call and the
-control's did not). A candidate over that budget fails the check (``ProbeOverBudget``: it did not finish what a
+control's did not); a call that starts the candidate's subject gets ``START_FLOOR_S`` more, since a subject
+forked cold imports what a warm worker's had already imported when the controls were timed. A candidate over that budget fails the check (``ProbeOverBudget``: it did not finish what a
 control finished); where no control finished the call, or none was measured, the call keeps its plain limit and
 a time-out there is the honest ``ProbeTimeout`` (not evaluated).
 """
@@ -21,15 +22,18 @@ from pathlib import Path
 
 FACTOR = 10.0
 FLOOR_S = 30.0
+START_FLOOR_S = 120.0
 CONTROLS = ("reference", "base")
 RECORD_VERSION = 1
 
 
-def factor_and_floor() -> tuple[float, float]:
-    """The budget's factor and floor: the constants, or the judge's own ``GRADER_BUDGET_FACTOR`` and
-    ``GRADER_BUDGET_FLOOR_S`` (set only by the grader's tests; a subject cannot reach a judge's environment)."""
+def budget_constants() -> tuple[float, float, float]:
+    """The factor, the floor and the start-up floor: the constants, or the judge's own ``GRADER_BUDGET_FACTOR``,
+    ``GRADER_BUDGET_FLOOR_S`` and ``GRADER_BUDGET_START_FLOOR_S`` (set only by the grader's tests; a subject cannot
+    reach a judge's environment)."""
     return (float(os.environ.get("GRADER_BUDGET_FACTOR", FACTOR)),
-            float(os.environ.get("GRADER_BUDGET_FLOOR_S", FLOOR_S)))
+            float(os.environ.get("GRADER_BUDGET_FLOOR_S", FLOOR_S)),
+            float(os.environ.get("GRADER_BUDGET_START_FLOOR_S", START_FLOOR_S)))
 
 
 class CallCounter:
@@ -89,7 +93,7 @@ class CallTimes:
     def budget(self, key: str, fresh: bool) -> Budget | None:
         """The candidate's budget on call ``key`` (its subject starting fresh for it or not), or None where no
         control finished the call."""
-        factor, floor = factor_and_floor()
+        factor, floor, start_floor = budget_constants()
         finished = {}
         for control, seen in self.calls.get(key, {}).items():
             if control in CONTROLS and isinstance(seen, dict):
@@ -97,4 +101,4 @@ class CallTimes:
                 finished[control] = float(seen["seconds"]) + start
         if not finished:
             return None
-        return Budget(floor + factor * max(finished.values()), finished)
+        return Budget(floor + (start_floor if fresh else 0.0) + factor * max(finished.values()), finished)
