@@ -2,10 +2,11 @@
 ``run-tests``, and the task tooling: ``new-task``, ``check-task``, ``task-requirements``. Grading goes through
 ``grader.orchestrate.grade_many``; this module turns flags into its options and writes the reports.
 
-Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
-scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
-grader could not run as asked (bad option or task id, ``--gpu on`` without CUDA, another run writing ``--out``),
-or grading of some candidate broke or met an environment fault (verdict ``error``); 130 interrupted.
+Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
+1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
+without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``), or grading of some
+candidate broke or met an environment fault (verdict ``error``); 3 a candidate was not graded completely (timed
+out, input cut off); 4 a candidate's task could not be told; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task
 from grader.checkout import BaseBuildError, build_base, verify_blobs
 from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
+from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
@@ -254,7 +256,7 @@ def _run_grade(args) -> int:
     write_results_json(args.out, ordered, run_info)
     write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
     if args.junit:
-        write_junit(args.junit, ordered)
+        write_junit(args.junit, ordered, args.fail_under, began)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(markdown_summary(ordered))
@@ -266,38 +268,6 @@ def _run_grade(args) -> int:
     print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     print_closing(ordered, why, sys.stderr)
     return code
-
-
-def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
-    """Why the exit code is what it is, in one sentence."""
-    if interrupted:
-        return f"130: interrupted by {interrupted} before every candidate was graded"
-    broken = [r["id"] for r in results if r["verdict"] == "error"]
-    if broken:
-        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
-    if fail_under is None:
-        return "0: every candidate was graded (no --fail-under threshold)"
-    below = [r["id"] for r in results if below_threshold(r, fail_under)]
-    if below:
-        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
-                + ", ".join(below[:5]))
-    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
-
-
-def below_threshold(result: dict, fail_under: float) -> bool:
-    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
-    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
-    return score < fail_under or result.get("run_status", "complete") != "complete"
-
-
-def exit_code(results: list[dict], fail_under: float | None) -> int:
-    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
-    result that is not complete never passes a threshold); else 0."""
-    if any(r["verdict"] == "error" for r in results):
-        return 2
-    if fail_under is None:
-        return 0
-    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
 def run_merge(args) -> int:
@@ -323,7 +293,7 @@ def run_merge(args) -> int:
         copy_pages(merged, args.out)
         write_index(args.out, merged.results, run_info)
         if args.junit:
-            write_junit(args.junit, merged.results)
+            write_junit(args.junit, merged.results, args.fail_under, run_info.get("started_at"))
     finally:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
