@@ -77,8 +77,7 @@ def shard_spec(value: str) -> tuple[int, int]:
     return index, count
 
 
-def _grade_parser(sub) -> None:
-    p = sub.add_parser("grade", help="grade candidate diffs (the default command)")
+def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
     p.add_argument("--task", type=task_id, help="grade every input as this task instead of inferring it")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
@@ -86,14 +85,16 @@ def _grade_parser(sub) -> None:
                    help="candidates graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
     p.add_argument("--timeout", type=positive(float), default=600,
-                   help="seconds allowed for one candidate's hidden tests")
+                   help="seconds allowed for one candidate's hidden tests (default: 600)")
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
     p.add_argument("--fail-under", type=unit_interval,
                    help="exit 1 when a candidate scores below this (in [0, 1])")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
-    p.add_argument("--contain", choices=("on", "off"), default="on",
-                   help="run candidates' tests in a sandbox (own uid, no network, limits; default on)")
+    p.add_argument("--contain", choices=("on", "strict", "off"), default="on",
+                   help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
+                        "machine allows and warns when that is less than the full sandbox, strict refuses to run "
+                        "without it (default: on)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -109,11 +110,41 @@ def _grade_parser(sub) -> None:
                    help="grade only the first N candidates (of the shard, with --shard; default: all)")
 
 
+GRADE_USAGE = "grade.py PATH... [--task ID] [--out DIR] [--junit FILE] [--fail-under SCORE] [options]"
+USAGE = f"""{GRADE_USAGE}
+       grade.py COMMAND [options]   (COMMAND: {", ".join(c for c in ("grade", "bases", "validate-rubrics",
+                                                                     "calibrate", "mutate", "run-tests"))}, ...)"""
+
+
+class ShowDefaults(argparse.HelpFormatter):
+    """Every option's help ends with its default (or says it is required), unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.required:
+            return f"{text} (required)"
+        default = action.default
+        shown = "off" if default is False else "not set" if default is None else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def grade_parser() -> argparse.ArgumentParser:
+    """``grade``'s own parser, which reads options and paths in any order (``parse_intermixed_args``)."""
+    parser = argparse.ArgumentParser(prog="grade.py", usage=GRADE_USAGE, formatter_class=ShowDefaults,
+                                     description="Grade candidate diffs (the default command).")
+    add_grade_arguments(parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grade", description="Rubric-driven grading of vLLM patches.")
+    parser = argparse.ArgumentParser(prog="grade.py", usage=USAGE, formatter_class=ShowDefaults,
+                                     description="Rubric-driven grading of vLLM patches.")
     parser.add_argument("--version", action="version", version=f"grader {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _grade_parser(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_grade_arguments(sub.add_parser("grade", help="grade candidate diffs (the default command)",
+                                       usage=GRADE_USAGE))
     add_calibrate_parser(sub)
     add_mutate_parser(sub)
     add_task_parser(sub)
@@ -127,16 +158,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", type=task_id, help="only this task")
     v = sub.add_parser("validate-rubrics", help="grade base and reference of each task against its rubric")
-    v.add_argument("--task", type=task_id, help="only this task")
-    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    v.add_argument("--out", type=Path, default=Path("out"))
+    v.add_argument("--task", type=task_id, help="only this task (default: every task)")
+    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    v.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     t = sub.add_parser("run-tests", help="run a task's hidden tests against any vLLM tree (the author's loop)")
-    t.add_argument("--task", type=task_id, required=True)
+    t.add_argument("--task", type=task_id, required=True, help="the task whose hidden tests run")
     t.add_argument("--tree", type=Path, required=True, help="a folder holding a vllm/ package")
     t.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
-    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    t.add_argument("--timeout", type=positive(float), default=600)
+    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    t.add_argument("--timeout", type=positive(float), default=600, help="seconds allowed for the hidden tests")
+    for subparser in sub.choices.values():
+        subparser.formatter_class = ShowDefaults
     return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """``grade``'s arguments in any order; every other command's through its subparser."""
+    if argv and argv[0] == "grade":
+        args = grade_parser().parse_intermixed_args(argv[1:])
+        args.command = "grade"
+        return args
+    return build_parser().parse_args(argv)
 
 
 class OutputLocked(Exception):
@@ -362,11 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     # inherited from the caller would break both, so the grader sets its own.
     os.umask(0o022)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        build_parser().print_help(sys.stderr)
+        return 2
     # No command named first means ``grade``, whatever order its options and paths come in.
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+    if argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "grade")
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_arguments(argv)
     except SystemExit as exc:  # argparse has printed its one-line error (or the help)
         return 2 if exc.code else 0
     try:

@@ -199,6 +199,7 @@ def write_junit(path: Path, results: list[dict], fail_under: float | None = None
             outcome = ci_outcome(r, fail_under)
             evidence = [e for c in r["criteria"].values() for e in c.get("evidence", [])]
             verdict = case(classname, "verdict", measured_seconds(evidence))
+            counts["measured"] += measured_seconds(evidence)
             message = verdict_message(r, outcome, fail_under)
             if outcome == "error":
                 mark(verdict, "error", r.get("error") or "not graded", r.get("summary", ""))
@@ -223,8 +224,9 @@ def write_junit(path: Path, results: list[dict], fail_under: float | None = None
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(int(counts[key])))
             totals[key] += counts[key]
-        suite.set("time", f"{counts['time']:.3f}")
-        totals["time"] += counts["time"]
+        # The suite's time is what its candidates' tests took (the verdict and criterion cases share those tests).
+        suite.set("time", f"{counts['measured']:.3f}")
+        totals["time"] += counts["measured"]
     for key in ("tests", "failures", "errors", "skipped"):
         suites.set(key, str(int(totals[key])))
     suites.set("time", f"{totals['time']:.3f}")
