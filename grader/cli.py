@@ -30,6 +30,7 @@ from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
+from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -243,11 +244,25 @@ def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
     else:
         backend = LocalBackend()
     return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
-                      contained=getattr(args, "contain", "on") == "on", keep_trees=getattr(args, "keep_trees", False),
+                      contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
                       use_evidence_cache=not args.no_cache, store=store, backend=backend)
 
 
+def containment_shortfalls(mode: str) -> list[str]:
+    """What subjects lack of the full sandbox in this run (``--contain off``: all of it)."""
+    if mode == "off":
+        return ["--contain off: candidates' tests run without a sandbox"]
+    return shortfalls(contain.probe())
+
+
 def _run_grade(args) -> int:
+    degraded = containment_shortfalls(args.contain)
+    if degraded and args.contain == "strict":
+        print("error: --contain strict: this machine does not give subjects the full sandbox: " + "; ".join(degraded),
+              file=sys.stderr)
+        return 2
+    if degraded:
+        print(warning_line(degraded), file=sys.stderr)
     try:
         candidates = ingest(args.paths, args.task)
     except IngestError as exc:
@@ -289,7 +304,8 @@ def _run_grade(args) -> int:
     why = exit_reason(ordered, args.fail_under, run.interrupted)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
-                "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
+                "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
+                "containment_degraded": bool(degraded), "containment_warning": "; ".join(degraded) or None,
                 "backend": args.backend, "jobs": args.jobs, "timeout_s": args.timeout,
                 "fail_under": args.fail_under, "exit_code": code, "exit_reason": why,
                 "timings": {"wall_s": run.wall_s}}
