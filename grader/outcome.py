@@ -72,15 +72,16 @@ def exit_reason(results: list[dict], fail_under: float | None, interrupted: str 
     below = [r for r in results if fail_under is not None and ci_outcome(r, fail_under) == "failed"]
     cut = [r for r in results if unfinished(r) not in (None, "no task")]
     untold = [r for r in results if unfinished(r) == "no task"]
-    also = "; also " + ", ".join(f"{len(group)} {what}" for group, what in ((cut, "not graded completely"),
-                                                                          (untold, "with no task")) if group)
-    also = also if cut or untold else ""
+    # The groups behind the lower codes, named after the one that decided.
+    later = [f"{len(group)} {what}" for group, what in ((cut, "not graded completely"), (untold, "with no task"))
+             if group]
     if below:
+        also = f"; also {', '.join(later)}" if later else ""
         return f"{EXIT_BELOW}: {len(below)} candidate(s) below --fail-under {fail_under:g}: {_ids(below)}{also}"
     if cut:
         causes = ", ".join(sorted({unfinished(r) for r in cut}))
-        tail = f"; also {len(untold)} with no task" if untold else ""
-        return f"{EXIT_INCOMPLETE}: {len(cut)} candidate(s) not graded completely ({causes}): {_ids(cut)}{tail}"
+        also = f"; also {len(untold)} with no task" if untold else ""
+        return f"{EXIT_INCOMPLETE}: {len(cut)} candidate(s) not graded completely ({causes}): {_ids(cut)}{also}"
     if untold:
         return (f"{EXIT_NO_TASK}: the task of {len(untold)} candidate(s) could not be told (pass --task): "
                 f"{_ids(untold)}")
