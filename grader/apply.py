@@ -1,7 +1,9 @@
 """Application: give each candidate a fresh worktree of its base and apply its diff with per-hunk diagnostics.
 
 Methods are tried from strict to lenient (git apply; git apply -C1 --recount; GNU patch --fuzz) and the one
-that worked is recorded. Truncated hunks (cut previews) are dropped before applying and reported.
+that worked is recorded. Truncated hunks are dropped before applying and reported: in a cut preview they are
+where the preview stops; in a whole diff they are a corrupt patch (git apply refuses it), so a whole diff whose
+every hunk ends early is not applied at all.
 """
 
 from __future__ import annotations
@@ -249,9 +251,10 @@ def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection]
     return kept, [s.path for s in dropped]
 
 
-def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> ApplyReport:
+def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True, cut_preview: bool = True) -> ApplyReport:
     """Apply ``diff`` (read once by ``parse_diff``; text is read here) inside ``tree`` and report per file and
-    hunk; raises nothing for bad diffs."""
+    hunk; raises nothing for bad diffs. ``cut_preview``: the diff is a preview that may stop anywhere (else it is
+    a whole diff, and hunks that end early are corruption)."""
     parsed = diff if isinstance(diff, ParsedDiff) else parse_diff(diff)
     diff = parsed.text
     if not diff.strip():
@@ -271,7 +274,7 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
     if binary and not sections:
         return ApplyReport("failed", message="the diff changes only binary files, which the grader does not apply: "
                            + ", ".join(binary), neutralized=neutralized, binary=binary)
-    report = apply_text(sections, neutralized, tree, contained)
+    report = apply_text(sections, neutralized, tree, contained, cut_preview)
     if not binary:
         return report
     note = "binary files are not applied: " + ", ".join(binary)
@@ -279,7 +282,8 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
                    message="; ".join(m for m in (report.message, note) if m))
 
 
-def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, contained: bool) -> ApplyReport:
+def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, contained: bool,
+               cut_preview: bool = True) -> ApplyReport:
     """Apply the text sections of a diff that passed the safety checks."""
     # A preview cut inside the last file's header shows no hunk of it: that is truncation too.
     truncated = any(not h.complete for s in sections for h in s.hunks) or is_cut_header(sections[-1]) \
@@ -287,8 +291,11 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
     patch_text = render(sections)
     if not patch_text:
         files = _file_reports(sections, "", False)
+        if truncated and not cut_preview:
+            return ApplyReport("failed", None, files, True, "every hunk ends before the line counts its header "
+                               "gives: the diff is corrupt and git apply refuses it", neutralized)
         if truncated:
-            # What the preview shows is graded, and here that is nothing: the tree stays the base.
+            # What the preview shows is applied, and here that is nothing: the tree stays the base.
             return _identified(ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
                                            neutralized), tree, set())
         return ApplyReport("failed", None, files, False, "every file it touches is one the grader does not apply"
@@ -300,7 +307,8 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
         if ok:
             files = _file_reports(sections, output, True)
             status = "partial" if truncated else "applied"
-            message = "truncated hunks were dropped" if truncated else ""
+            message = ("truncated hunks were dropped" if cut_preview else
+                       "hunks that end early (a corrupt diff, which git apply refuses) were dropped") if truncated else ""
             return _identified(ApplyReport(status, name, files, truncated, message, neutralized), tree, named)
     # The last method (patch) applies what it can; see whether anything landed.
     files = _file_reports(sections, output, True)

@@ -2,10 +2,11 @@
 ``run-tests``, and the task tooling: ``new-task``, ``check-task``, ``task-requirements``. Grading goes through
 ``grader.orchestrate.grade_many``; this module turns flags into its options and writes the reports.
 
-Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
-scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
-grader could not run as asked (bad option or task id, ``--gpu on`` without CUDA, another run writing ``--out``),
-or grading of some candidate broke or met an environment fault (verdict ``error``); 130 interrupted.
+Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
+1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
+without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``), or grading of some
+candidate broke or met an environment fault (verdict ``error``); 3 a candidate was not graded completely (timed
+out, input cut off); 4 a candidate's task could not be told; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task
 from grader.checkout import BaseBuildError, build_base, verify_blobs
 from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
+from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
+from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -76,8 +79,7 @@ def shard_spec(value: str) -> tuple[int, int]:
     return index, count
 
 
-def _grade_parser(sub) -> None:
-    p = sub.add_parser("grade", help="grade candidate diffs (the default command)")
+def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
     p.add_argument("--task", type=task_id, help="grade every input as this task instead of inferring it")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
@@ -85,14 +87,16 @@ def _grade_parser(sub) -> None:
                    help="candidates graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
     p.add_argument("--timeout", type=positive(float), default=600,
-                   help="seconds allowed for one candidate's hidden tests")
+                   help="seconds allowed for one candidate's hidden tests (default: 600)")
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
     p.add_argument("--fail-under", type=unit_interval,
                    help="exit 1 when a candidate scores below this (in [0, 1])")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
-    p.add_argument("--contain", choices=("on", "off"), default="on",
-                   help="run candidates' tests in a sandbox (own uid, no network, limits; default on)")
+    p.add_argument("--contain", choices=("on", "strict", "off"), default="on",
+                   help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
+                        "machine allows and warns when that is less than the full sandbox, strict refuses to run "
+                        "without it (default: on)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -108,11 +112,41 @@ def _grade_parser(sub) -> None:
                    help="grade only the first N candidates (of the shard, with --shard; default: all)")
 
 
+GRADE_USAGE = "grade.py PATH... [--task ID] [--out DIR] [--junit FILE] [--fail-under SCORE] [options]"
+USAGE = f"""{GRADE_USAGE}
+       grade.py COMMAND [options]   (COMMAND: {", ".join(c for c in ("grade", "bases", "validate-rubrics",
+                                                                     "calibrate", "mutate", "run-tests"))}, ...)"""
+
+
+class ShowDefaults(argparse.HelpFormatter):
+    """Every option's help ends with its default (or says it is required), unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.required:
+            return f"{text} (required)"
+        default = action.default
+        shown = "off" if default is False else "not set" if default is None else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def grade_parser() -> argparse.ArgumentParser:
+    """``grade``'s own parser, which reads options and paths in any order (``parse_intermixed_args``)."""
+    parser = argparse.ArgumentParser(prog="grade.py", usage=GRADE_USAGE, formatter_class=ShowDefaults,
+                                     description="Grade candidate diffs (the default command).")
+    add_grade_arguments(parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grade", description="Rubric-driven grading of vLLM patches.")
+    parser = argparse.ArgumentParser(prog="grade.py", usage=USAGE, formatter_class=ShowDefaults,
+                                     description="Rubric-driven grading of vLLM patches.")
     parser.add_argument("--version", action="version", version=f"grader {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _grade_parser(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_grade_arguments(sub.add_parser("grade", help="grade candidate diffs (the default command)",
+                                       usage=GRADE_USAGE))
     add_calibrate_parser(sub)
     add_mutate_parser(sub)
     add_task_parser(sub)
@@ -126,16 +160,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", type=task_id, help="only this task")
     v = sub.add_parser("validate-rubrics", help="grade base and reference of each task against its rubric")
-    v.add_argument("--task", type=task_id, help="only this task")
-    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    v.add_argument("--out", type=Path, default=Path("out"))
+    v.add_argument("--task", type=task_id, help="only this task (default: every task)")
+    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    v.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     t = sub.add_parser("run-tests", help="run a task's hidden tests against any vLLM tree (the author's loop)")
-    t.add_argument("--task", type=task_id, required=True)
+    t.add_argument("--task", type=task_id, required=True, help="the task whose hidden tests run")
     t.add_argument("--tree", type=Path, required=True, help="a folder holding a vllm/ package")
     t.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
-    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    t.add_argument("--timeout", type=positive(float), default=600)
+    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    t.add_argument("--timeout", type=positive(float), default=600, help="seconds allowed for the hidden tests")
+    for subparser in sub.choices.values():
+        subparser.formatter_class = ShowDefaults
     return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """``grade``'s arguments in any order; every other command's through its subparser."""
+    if argv and argv[0] == "grade":
+        args = grade_parser().parse_intermixed_args(argv[1:])
+        args.command = "grade"
+        return args
+    return build_parser().parse_args(argv)
 
 
 class OutputLocked(Exception):
@@ -200,11 +245,25 @@ def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
     else:
         backend = LocalBackend()
     return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
-                      contained=getattr(args, "contain", "on") == "on", keep_trees=getattr(args, "keep_trees", False),
+                      contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
                       use_evidence_cache=not args.no_cache, store=store, backend=backend)
 
 
+def containment_shortfalls(mode: str) -> list[str]:
+    """What subjects lack of the full sandbox in this run (``--contain off``: all of it)."""
+    if mode == "off":
+        return ["--contain off: candidates' tests run without a sandbox"]
+    return shortfalls(contain.probe())
+
+
 def _run_grade(args) -> int:
+    degraded = containment_shortfalls(args.contain)
+    if degraded and args.contain == "strict":
+        print("error: --contain strict: this machine does not give subjects the full sandbox: " + "; ".join(degraded),
+              file=sys.stderr)
+        return 2
+    if degraded:
+        print(warning_line(degraded), file=sys.stderr)
     try:
         candidates = ingest(args.paths, args.task)
     except IngestError as exc:
@@ -246,7 +305,8 @@ def _run_grade(args) -> int:
     why = exit_reason(ordered, args.fail_under, run.interrupted)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
-                "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
+                "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
+                "containment_degraded": bool(degraded), "containment_warning": "; ".join(degraded) or None,
                 "backend": args.backend, "jobs": args.jobs, "timeout_s": args.timeout,
                 "fail_under": args.fail_under, "exit_code": code, "exit_reason": why,
                 "timings": {"wall_s": run.wall_s}}
@@ -255,7 +315,7 @@ def _run_grade(args) -> int:
     write_results_json(args.out, ordered, run_info)
     write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
     if args.junit:
-        write_junit(args.junit, ordered)
+        write_junit(args.junit, ordered, args.fail_under, began)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(markdown_summary(ordered))
@@ -267,38 +327,6 @@ def _run_grade(args) -> int:
     print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     print_closing(ordered, why, sys.stderr)
     return code
-
-
-def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
-    """Why the exit code is what it is, in one sentence."""
-    if interrupted:
-        return f"130: interrupted by {interrupted} before every candidate was graded"
-    broken = [r["id"] for r in results if r["verdict"] == "error"]
-    if broken:
-        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
-    if fail_under is None:
-        return "0: every candidate was graded (no --fail-under threshold)"
-    below = [r["id"] for r in results if below_threshold(r, fail_under)]
-    if below:
-        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
-                + ", ".join(below[:5]))
-    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
-
-
-def below_threshold(result: dict, fail_under: float) -> bool:
-    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
-    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
-    return score < fail_under or result.get("run_status", "complete") != "complete"
-
-
-def exit_code(results: list[dict], fail_under: float | None) -> int:
-    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
-    result that is not complete never passes a threshold); else 0."""
-    if any(r["verdict"] == "error" for r in results):
-        return 2
-    if fail_under is None:
-        return 0
-    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
 def run_merge(args) -> int:
@@ -324,7 +352,7 @@ def run_merge(args) -> int:
         copy_pages(merged, args.out)
         write_index(args.out, merged.results, run_info)
         if args.junit:
-            write_junit(args.junit, merged.results)
+            write_junit(args.junit, merged.results, args.fail_under, run_info.get("started_at"))
     finally:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
@@ -406,11 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     # inherited from the caller would break both, so the grader sets its own.
     os.umask(0o022)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        build_parser().print_help(sys.stderr)
+        return 2
     # No command named first means ``grade``, whatever order its options and paths come in.
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+    if argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "grade")
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_arguments(argv)
     except SystemExit as exc:  # argparse has printed its one-line error (or the help)
         return 2 if exc.code else 0
     try:

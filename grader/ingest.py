@@ -42,6 +42,11 @@ def _path_hints() -> dict[str, frozenset[str]]:
     return {task: frozenset(paths) for task, paths in hints.items()}
 
 
+def task_files(task: str) -> frozenset[str]:
+    """The files a task's candidates are known to touch: its ``[base.blobs]`` and its rubric's inference paths."""
+    return _path_hints().get(task, frozenset())
+
+
 MODULE_REF = re.compile(r"\b(vllm(?:\.\w+)+)")
 FROM_IMPORT = re.compile(r"^\+\s*from (vllm(?:\.\w+)*) import \(?\s*([\w, ]+)", re.M)
 

@@ -23,6 +23,8 @@ from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
+from grader.ingest import task_files
+from grader.preview import cut_reason, is_cut, unseen_evidence
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
@@ -118,24 +120,39 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
                            rubric=rubric_identity(task) if task else None)
 
 
-def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
-    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
+def always(apply: ApplyReport) -> bool:
+    return True
+
+
+def no_task_result(candidate: Candidate) -> CandidateResult:
+    """A diff whose task cannot be told: not graded, and not a grader error (the caller can name the task)."""
+    why = candidate.task_reason.rstrip(".") or "nothing in it names a known task"
+    return CandidateResult(candidate.id, None, candidate.source, "no_task", None, {}, None,
+                           f"Not graded: the task could not be told from the diff ({why}); pass --task ID to grade "
+                           "it as that task.", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
+
+
+def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut_preview: bool = False,
+             may_run=always) -> tuple[ApplyReport, RunReport | None, dict]:
+    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty),
+    unless ``may_run`` says of the apply report that no evidence can be graded (a cut preview)."""
     base = bases.get(task)
     identity = grading_identity(task, options.gpu, options.contained)
     shortcut = diff_key(identity, diff) if options.evidence_cache else None
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
-        return found[0], found[1], {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
+        return found[0], found[1] if may_run(found[0]) else None, \
+            {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
     scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
     timings = {}
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(parse_diff(diff), tree, options.contained) if diff.strip() else \
+        apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
             ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
         timings["apply_s"] = round(time.monotonic() - started, 2)
-        if apply.status in ("failed", "rejected"):
+        if apply.status in ("failed", "rejected") or not may_run(apply):
             return apply, None, timings
         problem = environment_problem(task, base.path, base.key, options.gpu)
         if problem:
@@ -175,13 +192,17 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
-    """What happened, beside the verdict: an environment fault, a time-out, a whole diff applied only in part."""
+    """What happened, beside the verdict: an environment fault, a time-out, a cut preview (the input was not seen
+    whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
+    applied: the tree is not the one git builds from the diff)."""
     if run is not None and run.environment_error:
         return "environment_error"
     if run is not None and (run.timed_out or any(o.status == "timeout" for o in run.outcomes)):
         return "timed_out"
-    failed_hunks = any(h.status == "failed" for f in apply.files for h in f.hunks)
-    if apply.status == "partial" and failed_hunks and not apply.truncated and not cut_preview:
+    if cut_preview:
+        return "input_truncated"
+    failed_hunks = any(h.status in ("failed", "truncated") for f in apply.files for h in f.hunks)
+    if apply.status == "partial" and (failed_hunks or apply.truncated or apply.binary):
         return "apply_partial"
     return "complete"
 
@@ -216,24 +237,32 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
                                  rubric=rubric_identity(task) if task else None)
         return summarized(task, result, None), None
     if candidate.task is None:
-        return error_result(candidate, f"task could not be told: {candidate.task_reason}"), None
+        return no_task_result(candidate), None
     if task is None:
         return error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})"), None
-    apply, run, timings = evaluate(task, candidate.diff, bases, options)
-    if candidate.at_preview_limit and apply.status == "applied":
+    parsed = parse_diff(candidate.diff)
+    # Only a bundle shows previews; a diff given whole whose hunks end early is a corrupt diff, not a cut one.
+    cut = candidate.bundle_position is not None and is_cut(parsed, candidate.at_preview_limit)
+    scope = task_files(task.id)
+    apply, run, timings = evaluate(task, candidate.diff, bases, options, cut,
+                                   lambda report: not cut or not unseen_evidence(scope, parsed, report))
+    if cut and candidate.at_preview_limit and apply.status == "applied":
         apply = replace(apply, status="partial", truncated=True,
                         message="the preview reaches the bundle's line limit: later hunks or files may be missing")
-    if run is None:
+    unseen = unseen_evidence(scope, parsed, apply) if cut else []
+    if unseen:
+        criteria = not_evaluated_all(task, cut_reason(unseen, candidate.at_preview_limit))
+    elif run is None:
         criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
     else:
         criteria = score_criteria(task, run)
-    status = run_status(apply, run, candidate.at_preview_limit)
+    status = run_status(apply, run, cut)
     if status == "environment_error":
         criteria = not_evaluated_all(task, f"environment problem, not the candidate's: {run.environment_error}")
     elif status == "timed_out" and run is not None and not run.outcomes:
         criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
                                            "any hidden test ran")
-    verdict = verdict_for(task, apply, criteria, status)
+    verdict = verdict_for(task, apply, criteria, status, cut_input=cut)
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,

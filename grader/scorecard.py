@@ -164,6 +164,8 @@ def reason(result: dict, core: set[str]) -> str:
     parts.append(run_reason(result))
     if result.get("verdict") == "no_diff":
         parts.append("no diff to grade")
+    elif result.get("verdict") == "no_task":
+        parts.append("the task could not be told: pass --task")
     else:
         parts.append(apply_reason(result.get("apply")))
     failing = failing_criteria(result, core)

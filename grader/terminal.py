@@ -25,10 +25,12 @@ from rich.text import Text
 from grader.core.records import Candidate
 from grader.orchestrate import Graded
 from grader.core.records import VERDICTS
+from grader.outcome import unfinished
 from grader.core.rubric import all_tasks
 from grader.scorecard import reason
 
-VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "error": "bold red"}
+VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "input_truncated": "magenta",
+                 "no_task": "magenta", "error": "bold red"}
 
 
 def candidate_line(item: Graded, done: int, total: int) -> str:
@@ -201,10 +203,10 @@ def verdict_counts(records: list[dict]) -> dict[str, Counter]:
 
 
 def closing_reasons(records: list[dict]) -> list[tuple[str, str, str]]:
-    """(id, verdict, why) for every candidate that is an error or a fail."""
+    """(id, verdict, why) for every candidate that is an error or a fail, or was not graded completely."""
     tasks = all_tasks()
     return [(r["id"], r["verdict"], reason(r, set(tasks[r["task"]].core_criteria) if r.get("task") in tasks else set()))
-            for r in records if r["verdict"] in ("error", "fail")]
+            for r in records if r["verdict"] in ("error", "fail") or unfinished(r)]
 
 
 def print_closing(records: list[dict], exit_reason: str, stream: TextIO) -> None:
@@ -212,18 +214,21 @@ def print_closing(records: list[dict], exit_reason: str, stream: TextIO) -> None
     counts = verdict_counts(records)
     if stream.isatty():
         console = Console(file=stream)
-        table = Table("task", *VERDICTS, "total", title="verdicts", title_justify="left")
+        table = Table(title="verdicts", title_justify="left")
+        table.add_column("task", no_wrap=True)
+        for heading in (*VERDICTS, "total"):
+            table.add_column(heading.replace("_", " "), justify="right")
         for task, by_verdict in counts.items():
             table.add_row(task, *(str(by_verdict[v]) for v in VERDICTS), str(sum(by_verdict.values())))
         console.print(table)
         for cid, verdict, why in closing_reasons(records):
-            console.print(f"[{VERDICT_STYLE[verdict]}]{verdict}[/] {cid}: {why}", highlight=False)
+            console.print(f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/] {cid}: {why}", highlight=False)
         console.print(f"exit {exit_reason}", highlight=False)
         return
     width = max([len("task"), *map(len, counts)])
-    print(f"{'task':<{width}}  " + "  ".join(f"{v:>7}" for v in (*VERDICTS, "total")), file=stream)
+    print(f"{'task':<{width}}  " + "  ".join(f"{v:>{max(7, len(v))}}" for v in (*VERDICTS, "total")), file=stream)
     for task, by_verdict in counts.items():
-        print(f"{task:<{width}}  " + "  ".join(f"{by_verdict[v]:>7}" for v in VERDICTS)
+        print(f"{task:<{width}}  " + "  ".join(f"{by_verdict[v]:>{max(7, len(v))}}" for v in VERDICTS)
               + f"  {sum(by_verdict.values()):>7}", file=stream)
     for cid, verdict, why in closing_reasons(records):
         print(f"{verdict} {cid}: {why}", file=stream)

@@ -14,10 +14,12 @@ ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
 FileChange = Literal["modified", "added", "deleted", "renamed"]
 CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
-Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
+# ``input_truncated`` (a cut preview) and ``no_task`` (no task could be told) are neither pass nor fail: the
+# candidate was not seen whole, or not graded at all, and is counted apart like ``no_diff``.
+Verdict = Literal["full", "partial", "fail", "no_diff", "input_truncated", "no_task", "error"]
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
-RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
+RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial", "input_truncated"]
 # The same values as tuples, in the order reports list them (best first): defined once, here.
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
@@ -244,6 +246,12 @@ class CandidateResult(JsonRecord):
     timings: dict[str, float] = field(default_factory=dict)
     run_status: RunStatus = "complete"
     rubric: RubricIdentity | None = None
+    # The version of the task's rubric that produced the verdict (rubric.toml's ``version``), read off ``rubric``.
+    rubric_version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rubric is not None and self.rubric_version is None:
+            object.__setattr__(self, "rubric_version", self.rubric.task_version)
 
 
 @dataclass(frozen=True)
