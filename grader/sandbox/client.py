@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import time
 from functools import cache
@@ -21,7 +20,7 @@ from functools import cache
 from grader.sandbox import zygote
 from grader.sandbox.budget import Budget, CallCounter, CallTimes
 from grader.sandbox.channel import ChannelError, ChannelTimeout, Limits, decode, encode, receive_frame, send_frame
-from grader.sandbox.contain import kill_contained
+from grader.sandbox.contain import end_subject
 
 DEFAULT_PROBE_S = 300.0
 MAX_STARTS = 20
@@ -103,7 +102,8 @@ class Subject:
         limits = Limits(frame_bytes=max_bytes) if max_bytes else Limits()
         started = time.monotonic()
         try:
-            send_frame(sock, {"probe": probe, "value": obj}, blobs)
+            # A subject that does not read its request within the probe's time is broken, not waited for.
+            send_frame(sock, {"probe": probe, "value": obj}, blobs, deadline=started + limit)
             header, reply = receive_frame(sock, started + limit, limits)
             elapsed = time.monotonic() - started
             self.answered = True
@@ -155,11 +155,7 @@ class Subject:
             self.sock.close()
             self.sock = None
         if self.pid is not None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            kill_contained(self.spec.get("box"))
+            end_subject(self.pid, self.spec.get("box"))
             self.pid = None
 
 

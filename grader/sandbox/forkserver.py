@@ -14,12 +14,14 @@ import gc
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import tempfile
 import time
 
 from grader.sandbox import zygote
+from grader.sandbox.contain import die_with_parent
 
 
 def preimport(names: list[str]) -> int:
@@ -34,9 +36,10 @@ def preimport(names: list[str]) -> int:
     return loaded
 
 
-def _run_child(request: dict, control, zygote_pid: int) -> None:
+def _run_child(request: dict, control, zygote_pid: int, server: int) -> None:
     code = 3
     try:
+        die_with_parent(server)
         os.setsid()
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -58,20 +61,28 @@ def _run_child(request: dict, control, zygote_pid: int) -> None:
         os._exit(code)
 
 
-def _wait(pid: int, timeout: float) -> tuple[int, bool]:
+def _wait(pid: int, timeout: float, grader) -> tuple[int, bool]:
+    """Wait for the judge ``pid``: its exit code, and whether it was killed at ``timeout``. While a judge runs the
+    grader sends nothing, so its pipe (``grader``) turning readable means it closed: the grader is gone, and the
+    judge is killed and this server exits, rather than running on for no one."""
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status), False
         if time.monotonic() > deadline:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(pid)
             _, status = os.waitpid(pid, 0)
             return os.waitstatus_to_exitcode(status), True
-        time.sleep(0.02)
+        if select.select([grader], [], [], 0.02)[0] and not grader.buffer.peek(1):
+            _end_running()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 _RUNNING: list[int] = []
@@ -79,6 +90,11 @@ _RUNNING: list[int] = []
 
 def _end_on_sigterm(signum, frame) -> None:
     """The grader is stopping: kill the judge being run (its subjects are killed by the grader) and exit."""
+    _end_running()
+
+
+def _end_running() -> None:
+    """Kill the judge being run and its zygote (whose subjects die with it), and exit."""
     for pid in _RUNNING:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -90,17 +106,18 @@ def _end_on_sigterm(signum, frame) -> None:
 
 def serve(stdin, stdout, template) -> None:
     signal.signal(signal.SIGTERM, _end_on_sigterm)
-    for line in stdin:
+    me = os.getpid()
+    for line in iter(stdin.readline, ""):
         request = json.loads(line)
         zygote_pid, control = zygote.spawn_zygote(template)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             template.close()
-            _run_child(request, control, zygote_pid)
+            _run_child(request, control, zygote_pid, me)
         control.close()
         _RUNNING[:] = [pid, zygote_pid]
-        returncode, timed_out = _wait(pid, float(request["timeout"]))
+        returncode, timed_out = _wait(pid, float(request["timeout"]), stdin)
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever the run left behind in its group
         except (ProcessLookupError, PermissionError):

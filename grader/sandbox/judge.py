@@ -17,6 +17,7 @@ import socket
 import sys
 
 from grader.sandbox import zygote
+from grader.sandbox.contain import die_with_parent
 
 
 class RefuseVllm:
@@ -68,6 +69,10 @@ def _end_subjects() -> None:
 
 
 def main() -> None:
+    # Started by a grader thread that waits for it (its pid in argv): the judge, and through it its zygote and
+    # subjects, die with it.
+    if len(sys.argv) > 1:
+        die_with_parent(int(sys.argv[1]))
     control, zygote_pid = zygote.start()
     code = 3
     try:

@@ -129,7 +129,8 @@ class ColdLauncher:
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
         command = [judge_interpreter(), "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
-            proc = subprocess.Popen(command, cwd=job.cwd, env=starting_environment(job.env),
+            # Its own parent's pid in argv (not the environment, which names nothing of a run): it dies with it.
+            proc = subprocess.Popen([*command, str(os.getpid())], cwd=job.cwd, env=starting_environment(job.env),
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True)
             self.live.add(proc.pid)

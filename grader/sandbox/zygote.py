@@ -27,6 +27,7 @@ SPAWN_MESSAGE_CAP = 1 << 20
 def start() -> tuple[socket.socket, int]:
     """Fork the zygote; returns the judge's control socket and the zygote's pid."""
     judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    caller = os.getpid()
     pid = os.fork()
     if pid == 0:
         judge_end.close()
@@ -36,6 +37,7 @@ def start() -> tuple[socket.socket, int]:
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
             os.dup2(devnull, 1)
+            contain.die_with_parent(caller)
             _serve(zygote_end)
         finally:
             os._exit(0)
@@ -59,8 +61,10 @@ def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
 
 
 def _serve(control: socket.socket) -> None:
-    # Subjects are reaped by the kernel: the zygote never waits on them, the judge kills them by pid and uid.
+    # Subjects are reaped by the kernel: the zygote never waits on them, the judge ends them by pid namespace and
+    # cgroup (``contain.end_subject``).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    me = os.getpid()
     while True:
         head = _read(control, 4)
         if head is None:
@@ -76,8 +80,9 @@ def _serve(control: socket.socket) -> None:
             control.close()
             judge_side.close()
             if spec.get("zygote") is True:
+                contain.die_with_parent(me)
                 _serve_fresh(subject_side)
-            _become_subject(spec, subject_side)
+            _become_subject(spec, subject_side, me)
         subject_side.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
         judge_side.close()
@@ -103,10 +108,11 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
 CHANNEL_FD = 3
 
 
-def _become_subject(spec: dict, channel: socket.socket) -> None:
+def _become_subject(spec: dict, channel: socket.socket, zygote: int) -> None:
     """In the forked child: own session, only the channel and the log open, contained, then serve probes."""
     code = 0
     try:
+        contain.die_with_parent(zygote)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
