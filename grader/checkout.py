@@ -27,6 +27,7 @@ from grader.core.identity import recipe_key
 from grader.core.paths import cache_dir
 from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
+from grader.sandbox.leftovers import owned_name
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 STAMP = ".grader-base.json"
@@ -153,7 +154,7 @@ def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
 
 def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
     tarball = fetch_sdist(recipe.sdist_version, recipe.sdist_sha256)
-    staging = Path(tempfile.mkdtemp(prefix=f".{task}-", dir=dest.parent))
+    staging = Path(tempfile.mkdtemp(prefix=owned_name(f".{task}"), dir=dest.parent))
     try:
         _unpack(tarball, recipe.sdist_version, staging)
         repo = git.Repo.init(staging)

@@ -32,6 +32,7 @@ from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
+from grader.sandbox.leftovers import owned_name
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -406,7 +407,7 @@ def run_tests(args) -> int:
     task = all_tasks()[args.task]
     gpu, reason = detect_gpu(args.gpu)
     base = BaseCache().get(task)
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-run-tests-{task.id}-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-run-tests-{task.id}"), dir=scratch_root()))
     try:
         tree = scratch / "tree"
         tree.mkdir(mode=0o755)

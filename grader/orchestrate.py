@@ -27,6 +27,7 @@ from grader.run import DEFAULT_TIMEOUT_S
 from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
+from grader.sandbox.leftovers import reclaim as reclaim_leftovers
 from grader.store import ResultStore, cache_key
 
 
@@ -118,6 +119,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
     """Grade ``candidates`` (stored results first), returning them in input order."""
     observer = observer or QuietObserver()
     started = time.monotonic()
+    reclaim_leftovers()  # what a killed grader before this one left (scratch trees, homes, cgroups, staging)
     tasks = all_tasks()
     finished: dict[str, Graded] = {}
     keys: dict[str, str] = {}

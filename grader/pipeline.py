@@ -29,6 +29,7 @@ from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
+from grader.sandbox.leftovers import owned_name
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -142,7 +143,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
         return found[0], found[1] if may_run(found[0]) else None, \
             {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-{task.id}"), dir=scratch_root()))
     timings = {}
     try:
         started = time.monotonic()

@@ -28,6 +28,7 @@ from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
+from grader.sandbox.leftovers import owned_name
 
 DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20
@@ -168,7 +169,7 @@ def _check_environment(task: Task, base_tree: Path, gpu: bool) -> str | None:
     modules = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
     modules = [m.removesuffix(".__init__") for m in modules if (base_tree / (m.replace(".", "/") + ".py")).exists()
                or m.endswith(".__init__")]
-    root = Path(tempfile.mkdtemp(prefix="grader-env-"))
+    root = Path(tempfile.mkdtemp(prefix=owned_name("grader-env")))
     try:
         os.symlink(base_tree / "vllm", root / "vllm")
         env = dict(base_environment(gpu), HOME=str(root), TMPDIR=str(root), GRADER_GPU="1" if gpu else "0",

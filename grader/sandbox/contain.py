@@ -125,15 +125,19 @@ CANDIDATE_MEMORY_FLOOR = 6 << 30
 CANDIDATE_MEMORY_CAP = 32 << 30
 
 
-def default_jobs() -> int:
-    """Candidates graded at once by default: the cores, but never more than the memory holds at the floor."""
-    return max(1, min(os.cpu_count() or 1, machine_memory_bytes() * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
+def default_jobs(memory: int | None = None) -> int:
+    """Candidates graded at once by default: the cores, but never more than the memory (``machine_memory_bytes``
+    unless given) holds at the floor."""
+    memory = machine_memory_bytes() if memory is None else memory
+    return max(1, min(os.cpu_count() or 1, memory * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
 
 
-def memory_per_subject(jobs: int) -> int:
-    """A subject's memory cgroup limit with ``jobs`` candidates at once: three quarters of the machine shared
-    among them (so the limits together never overcommit it), within the floor and the cap."""
-    share = machine_memory_bytes() * 3 // 4 // max(1, jobs)
+def memory_per_subject(jobs: int, memory: int | None = None) -> int:
+    """A subject's memory limit with ``jobs`` candidates at once: three quarters of the memory this grader may use
+    (``machine_memory_bytes`` unless given) shared among them (so the limits together never overcommit it), within
+    the floor and the cap."""
+    memory = machine_memory_bytes() if memory is None else memory
+    share = memory * 3 // 4 // max(1, jobs)
     return max(1 << 30, min(CANDIDATE_MEMORY_CAP, share))
 
 
@@ -670,7 +674,7 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
         spec["scratch"] = {"path": str(home.resolve()), "uid": spec.get("uid", 0),  # 0: itself, in a user ns
                            "bytes": SCRATCH_BYTES, "inodes": SCRATCH_INODES}
     box = Sandbox(spec, caps, uid_lease=lease)
-    name = f"grader-{os.getpid()}-{home.parent.name}-{home.name}"
+    name = f"grader-pid{os.getpid()}-{home.parent.name}-{home.name}"  # see leftovers.reclaim
     if caps.cgroup:
         box.cgroup_path = _new_cgroup(Path(caps.cgroup) / name, "pids.max", max_tasks)
         if box.cgroup_path is not None:

@@ -26,6 +26,7 @@ from grader.core.paths import cache_dir, make_import_root
 from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
+from grader.sandbox.leftovers import owned_name
 
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
                       "CUDA_HOME", "LD_LIBRARY_PATH")
@@ -230,7 +231,7 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
     """Warm workers preloaded with what the vLLM of ``base`` imports from third parties. ``starting(name)``, when
     given, wraps each worker's start-up (the terminal shows it as a phase)."""
     env = base_environment(gpu)
-    folder = Path(tempfile.mkdtemp(prefix="grader-probe-"))
+    folder = Path(tempfile.mkdtemp(prefix=owned_name("grader-probe")))
     try:
         modules = third_party_modules(make_import_root(base.path, folder / "import-root"), base.path, env)
     finally:
@@ -245,7 +246,7 @@ class WarmPool:
     def __init__(self, size: int, env: dict[str, str], preimport: list[str],
                  starting: Callable[[str], AbstractContextManager] | None = None) -> None:
         self.starting_phase = starting or (lambda name: nullcontext())
-        self.home = Path(tempfile.mkdtemp(prefix="grader-warm-"))
+        self.home = Path(tempfile.mkdtemp(prefix=owned_name("grader-warm")))
         self.env = dict(env, HOME=str(self.home), TMPDIR=str(self.home), PYTHONPATH=str(REPO_ROOT))
         self.preimport_file = self.home / "preimport.txt"
         self.preimport_file.write_text("\n".join(preimport) + "\n")

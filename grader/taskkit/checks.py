@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.core.records import BuiltBase
+from grader.sandbox.leftovers import owned_name
 from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate
@@ -183,7 +184,7 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
 def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], list[str], int | None]:
     """The task's hidden tests as the judge collects them (``pytest --collect-only`` with the evidence plugin):
     each test's node id with the criteria it names, the collection errors, and pytest's exit code."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-collect-{task.id}-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-collect-{task.id}"), dir=scratch_root()))
     try:
         judge = scratch / "judge"
         judge.mkdir(mode=0o700)
