@@ -371,3 +371,147 @@ def test_leftovers_of_a_dead_owner_are_reclaimed_and_a_live_owners_are_kept(tmp_
     assert removed == [tmp_path / f"grader-int8-kv-rounding-pid{dead}-abc"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"grader-int8-kv-rounding-pid{live}-abc",
                                                                  "grader-no-owner-abc"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 2: real grader processes on one machine.
+
+TASK = "int8-kv-rounding"
+REFERENCE = REPO / "reference_impl" / f"{TASK}.diff"
+KEY_ONLY = REPO / "candidates" / TASK / "key-only.diff"
+HOSTILE = Path(__file__).resolve().parent / "isolation" / "neighbour-hostile.diff"
+HANGS_AT_IMPORT = Path(__file__).resolve().parent / "adversarial" / "import-loop.diff"
+REJECTED_AT_ONCE = Path(__file__).resolve().parent / "adversarial" / "path-traversal.diff"
+
+
+def start_grader(out: Path, diffs: list[Path], env: dict | None = None, *extra: str) -> subprocess.Popen:
+    log = open(out.with_suffix(".log"), "wb")
+    return subprocess.Popen([sys.executable, "grade.py", "grade", "--task", TASK, "--jobs", "1", "--no-cache",
+                             "--timeout", "400", "--out", str(out), *extra, *map(str, diffs)],
+                            cwd=REPO, env=dict(os.environ, **(env or {})), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+def verdicts(out: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    import json
+
+    records = json.loads((out / "results.json").read_text())["candidates"]
+    return {r["id"]: (r["verdict"], {c: v["status"] for c, v in r["criteria"].items()}) for r in records}
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] not in ("Z", "X"):
+                table[int(entry.name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root``: pid -> start time (so a reused pid is not taken for a survivor)."""
+    table = process_table()
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, started) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = started
+                frontier.append(pid)
+    return found
+
+
+def in_own_pid_namespace(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return any(line.startswith("NSpid:") and len(line.split()) > 2 for line in status.splitlines())
+
+
+def subject_running(grader: int) -> bool:
+    """Whether a subject (a process in a PID namespace of its own, below a warm worker or judge) runs."""
+    for pid in descendants(grader):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"grader.sandbox.forkserver" in command or b"grader.sandbox.judge" in command:
+            return any(map(in_own_pid_namespace, descendants(pid)))
+    return False
+
+
+def survivors(snapshot: dict[int, str]) -> dict[int, str]:
+    table = process_table()
+    return {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+            for pid, started in snapshot.items() if pid in table and table[pid][1] == started}
+
+
+@pytest.mark.slow
+@needs_pidns
+@pytest.mark.parametrize("launcher", ["warm", "cold"])
+def test_nothing_of_a_sigkilled_grader_survives_and_the_next_run_reclaims_what_it_left(tmp_path, launcher):
+    """Its candidates hang at import, so its judges would run on for minutes if nothing ended them."""
+    scratch = Path(tempfile.mkdtemp(prefix="isolation-test-", dir=scratch_root()))
+    os.chmod(scratch, 0o755)
+    env = {"GRADER_SCRATCH": str(scratch), "TMPDIR": str(scratch)}
+    hanging = [tmp_path / "hang-1.diff", tmp_path / "hang-2.diff"]
+    for copy in hanging:
+        shutil.copyfile(HANGS_AT_IMPORT, copy)
+    try:
+        # Two candidates: a warm worker serves them; with --cold each has a judge process of its own.
+        grader = start_grader(tmp_path / "out", hanging, env, *(["--cold"] if launcher == "cold" else []))
+        snapshot: dict[int, str] = {}
+        for _ in range(6000):
+            if subject_running(grader.pid) or grader.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert grader.poll() is None and subject_running(grader.pid), "no subject ever started"
+        snapshot = descendants(grader.pid)
+        grader.kill()
+        grader.wait()
+        left = survivors(snapshot)
+        for _ in range(100):
+            if not left:
+                break
+            time.sleep(0.1)
+            left = survivors(snapshot)
+        assert not left, f"processes of a SIGKILLed grader still run: {left}"
+
+        owner = f"-pid{grader.pid}-"
+        owned = [p for p in scratch.iterdir() if owner in p.name]
+        groups = [Path(g) / name for g in (CAPS.cgroup, CAPS.memory_cgroup) if g
+                  for name in os.listdir(g) if owner in name]
+        assert owned, "the killed run left no scratch tree: nothing to reclaim (the test would prove nothing)"
+        nxt = start_grader(tmp_path / "next", [REJECTED_AT_ONCE], env)
+        assert nxt.wait(timeout=600) in (0, 1, 2)
+        assert not [p for p in scratch.iterdir() if owner in p.name], "the next run left the dead run's folders"
+        assert not [g for g in groups if g.exists()], "the next run left the dead run's cgroups"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_reference_fix_keeps_its_verdict_while_a_hostile_candidate_is_graded_beside_it(tmp_path):
+    """Two grader processes on one machine, sharing its scratch area and uid range: one grades the reference
+    fix, the other a candidate that signals every process it can, fills its home and the temp places with empty
+    files and holds every file descriptor it may."""
+    hostile = start_grader(tmp_path / "hostile", [HOSTILE])
+    time.sleep(5)  # let the hostile one start first, so its attack runs while the reference is graded
+    reference = start_grader(tmp_path / "reference", [REFERENCE])
+    try:
+        assert reference.wait(timeout=1200) == 0, (tmp_path / "reference.log").read_text()[-3000:]
+        assert hostile.wait(timeout=1200) in (0, 1), (tmp_path / "hostile.log").read_text()[-3000:]
+    finally:
+        for proc in (hostile, reference):
+            proc.kill()
+    verdict, criteria = verdicts(tmp_path / "reference")[TASK]
+    assert verdict == "full" and set(criteria.values()) == {"met"}, (verdict, criteria)
+    leaked = [p for p in scratch_root().iterdir() if p.name.startswith("z") and p.name[1:].isdigit()]
+    assert not leaked, f"the hostile candidate's files reached the shared scratch area: {leaked[:3]}"
