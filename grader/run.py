@@ -29,6 +29,7 @@ from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 from grader.sandbox.leftovers import owned_name
+from grader.sandbox.watchdog import gpu_memory_bound
 
 DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20
@@ -98,6 +99,8 @@ def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes:
     box = contain.prepare(home, visible=[tree, import_root, probes], hidden=hidden_roots(),
                           as_bytes=resource.RLIM_INFINITY if gpu else contain.ADDRESS_SPACE_BYTES,
                           memory_bytes=memory_bytes) if contained else None
+    if box is not None and gpu:
+        box.spec["gpu_memory_bytes"] = gpu_memory_bound(box.spec["memory_bytes"])  # see grader.sandbox.watchdog
     spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu, also_pass),
             "sys_path": [str(import_root), str(probes)], "interpreter_paths": contain.interpreter_paths(),
             "cwd": str(home), "log": str(folder / "subject.log")}

@@ -158,12 +158,14 @@ def test_a_subject_that_left_its_session_and_disarmed_its_parent_death_signal_is
     proc = subprocess.Popen(box.argv([sys.executable, "-c", textwrap.dedent("""
         import ctypes, os, sys, time
         ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)        # PR_SET_PDEATHSIG 0: disarm it
-        if os.fork() == 0:
+        middle = os.fork()
+        if middle == 0:
             os.setsid()
             if os.fork() == 0:
                 ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)
                 time.sleep(300)
             os._exit(0)
+        os.waitpid(middle, 0)  # the grandchild exists now, reparented to this namespace's first process
         print("ready", flush=True)
         time.sleep(300)
     """)]), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True, cwd="/")
@@ -218,7 +220,6 @@ def test_a_subject_dies_with_the_process_that_started_it(scratch):
 @needs_view
 def test_zero_byte_files_exhaust_only_the_subjects_own_scratch(scratch):
     box = contain.prepare(scratch / "home", hidden=hidden_roots())
-    before = os.statvfs(scratch_root()).f_ffree
     done = run_child(box, f"""
         import errno, os
         for place in ("{scratch / 'home'}", "/tmp", "/dev/shm", "/var/tmp"):
@@ -236,8 +237,6 @@ def test_zero_byte_files_exhaust_only_the_subjects_own_scratch(scratch):
     for place, (made, why) in lines.items():
         assert why == "ENOSPC" and int(made) <= contain.SCRATCH_INODES, (place, done.stdout)
     assert not any((scratch / "home").iterdir()), "the subject's files reached the shared scratch area"
-    # The host's scratch area lost no more inodes than this test's own folders (others share it: a wide margin).
-    assert before - os.statvfs(scratch_root()).f_ffree < 1000
 
 
 @needs_view
@@ -318,6 +317,89 @@ def test_a_subject_that_never_reads_is_a_broken_subject_not_a_hung_judge(tmp_pat
     finally:
         sleeper.kill()
         theirs.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# host memory bounded from outside where no memory cgroup does it
+
+HOLD_MEMORY = """
+import sys, time
+held = bytearray(int(sys.argv[1]) << 20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def unbounded_box(scratch: Path, memory_bytes: int) -> contain.Sandbox:
+    """A sandbox as on a machine without a memory cgroup (the H200 hosts) and without RLIMIT_AS (a GPU subject)."""
+    import resource
+
+    box = contain.prepare(scratch / "home", hidden=hidden_roots(), as_bytes=resource.RLIM_INFINITY,
+                          memory_bytes=memory_bytes)
+    box.spec.pop("memory_cgroup", None)
+    return box
+
+
+def test_a_subject_over_its_host_memory_bound_is_ended_by_the_watch(scratch):
+    from grader.sandbox import watchdog
+
+    box = unbounded_box(scratch, 200 << 20)
+    proc = subprocess.Popen(box.argv([sys.executable, "-c", HOLD_MEMORY, "600", "300"]), stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True, cwd="/")
+    watch = watchdog.watch_for(proc.pid, box.spec, gpu=False)
+    try:
+        assert watch is not None and watch.host_bytes == 200 << 20
+        proc.wait(timeout=120)
+        assert proc.returncode != 0 and watch.reason and "over its bound of 200 MiB" in watch.reason, watch.reason
+    finally:
+        watch.stop()
+        box.cleanup(proc.pid)
+        proc.kill()
+        proc.wait()
+
+
+def test_a_subject_within_its_host_memory_bound_is_left_alone(scratch):
+    from grader.sandbox import watchdog
+
+    box = unbounded_box(scratch, 1 << 30)
+    proc = subprocess.Popen(box.argv([sys.executable, "-c", HOLD_MEMORY, "50", "3"]), stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True, cwd="/")
+    watch = watchdog.watch_for(proc.pid, box.spec, gpu=False)
+    try:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "held" in out and watch.reason is None
+    finally:
+        watch.stop()
+        box.cleanup(proc.pid)
+
+
+def test_no_watch_where_a_memory_cgroup_bounds_the_subject(scratch):
+    from grader.sandbox import watchdog
+
+    assert watchdog.watch_for(1, {"memory_cgroup": "/sys/fs/cgroup/memory/x", "memory_bytes": 1 << 30}, False) is None
+
+
+def test_the_judge_reports_a_subject_ended_at_its_memory_bound_as_that_probes_failure(scratch, monkeypatch):
+    box = unbounded_box(scratch, 200 << 20)
+    mine, theirs = socket.socketpair()
+    # The stand-in subject holds its end of the channel (as a real one does) and never answers on it.
+    proc = subprocess.Popen(box.argv([sys.executable, "-c", HOLD_MEMORY, "600", "300"]), stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True, cwd="/",
+                            pass_fds=[theirs.fileno()])
+    theirs.close()
+    monkeypatch.setattr(client.zygote, "spawn", lambda control, spec: (proc.pid, mine))
+    handle = client.Subject("candidate", {"log": str(scratch / "subject.log"), "box": box.spec}, control=None)
+    try:
+        # The stand-in subject never answers; only the watch can end the call before the probe's time.
+        with pytest.raises(client.SubjectBroken, match="host memory.*over its bound"):
+            handle.call("probes.anything", timeout=100)
+    finally:
+        handle.kill()
+        box.cleanup(proc.pid)
+        proc.kill()
+        proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------------------------

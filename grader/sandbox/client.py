@@ -21,6 +21,7 @@ from grader.sandbox import zygote
 from grader.sandbox.budget import Budget, CallCounter, CallTimes
 from grader.sandbox.channel import ChannelError, ChannelTimeout, Limits, decode, encode, receive_frame, send_frame
 from grader.sandbox.contain import end_subject
+from grader.sandbox.watchdog import watch_for
 
 DEFAULT_PROBE_S = 300.0
 MAX_STARTS = 20
@@ -67,6 +68,7 @@ class Subject:
         self.answered = False
         # Why this subject is taken as never getting ready (a fresh start over its budget before it ever answered).
         self.not_ready: str | None = None
+        self.watch = None
 
     def call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """Run ``probe`` (``module.function`` of the staged probes) in the subject with ``args``; its value."""
@@ -122,8 +124,9 @@ class Subject:
                 raise ProbeOverBudget(why) from None
             raise ProbeTimeout(f"probe {probe} gave no answer within {limit:.0f} s") from None
         except (ChannelError, OSError) as exc:
+            over_bound = self.watch.reason if self.watch is not None else None
             self.kill()
-            raise SubjectBroken(f"probe {probe}: {exc}{self._log_tail()}") from None
+            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{self._log_tail()}") from None
 
     def outcome(self, probe: str, /, **args) -> dict:
         """``{"returned": value}``, or ``{"raised": type name, "message": text}`` when the probe raised."""
@@ -138,6 +141,7 @@ class Subject:
                 raise SubjectBroken(f"the {self.name} subject was restarted {MAX_STARTS} times; not again")
             self.starts += 1
             self.pid, self.sock = zygote.spawn(self.control, self.spec)
+            self.watch = watch_for(self.pid, self.spec.get("box"), os.environ.get("GRADER_GPU") == "1")
         return self.sock
 
     def _log_tail(self) -> str:
@@ -151,6 +155,9 @@ class Subject:
 
     def kill(self) -> None:
         """End this subject and everything it started; the next call starts a fresh one."""
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
         if self.sock is not None:
             self.sock.close()
             self.sock = None

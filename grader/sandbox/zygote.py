@@ -136,6 +136,8 @@ def _become_subject(spec: dict, channel: socket.socket, zygote: int) -> None:
         tempfile.tempdir = None
         os.chdir(spec["cwd"])
         sys.path[:] = [*spec["sys_path"], *keep]
+        if spec.get("box") and spec["env"].get("GRADER_GPU") == "1":
+            subject.bound_gpu_allocator(spec["box"].get("gpu_memory_bytes"))
         subject.serve(sock)
     except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
         try:
