@@ -597,3 +597,48 @@ def test_a_reference_fix_keeps_its_verdict_while_a_hostile_candidate_is_graded_b
     assert verdict == "full" and set(criteria.values()) == {"met"}, (verdict, criteria)
     leaked = [p for p in scratch_root().iterdir() if p.name.startswith("z") and p.name[1:].isdigit()]
     assert not leaked, f"the hostile candidate's files reached the shared scratch area: {leaked[:3]}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3 (``gpu``): the memory watch on a CUDA subject (the H200 hosts have no memory cgroup).
+
+HOLD_ON_GPU = """
+import sys, time, torch
+torch.zeros(1, device="cuda")
+where = sys.argv[1]
+if where == "host":      # host memory held by a CUDA process (no RLIMIT_AS on a GPU subject)
+    held = torch.ones(int(sys.argv[2]) << 20, dtype=torch.uint8)
+else:                    # device memory, past the allocator's own cap (which candidate code can lift)
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    held = torch.ones(int(sys.argv[2]) << 20, dtype=torch.uint8, device="cuda")
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def cuda_env() -> dict[str, str]:
+    from grader.sandbox.launch import base_environment
+
+    return dict(base_environment(gpu=True, also_pass=("CUDA_VISIBLE_DEVICES",)), HOME="/tmp")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_a_cuda_subject_is_ended_at_its_memory_bound(scratch, where):
+    from grader.sandbox import watchdog
+
+    pytest.importorskip("torch").cuda.is_available() or pytest.skip("no CUDA device")
+    box = unbounded_box(scratch, 4 << 30)
+    box.spec["gpu_memory_bytes"] = 4 << 30
+    proc = subprocess.Popen(box.argv([sys.executable, "-c", HOLD_ON_GPU, where, str(12 << 10)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, cwd="/", env=cuda_env())
+    watch = watchdog.watch_for(proc.pid, box.spec, gpu=True)
+    try:
+        out, _ = proc.communicate(timeout=300)
+        assert watch.reason and f"{'host' if where == 'host' else 'GPU'} memory" in watch.reason, (watch.reason, out)
+    finally:
+        watch.stop()
+        box.cleanup(proc.pid)
+        proc.kill()
+        proc.wait()

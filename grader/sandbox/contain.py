@@ -56,8 +56,9 @@ MAX_TASKS = 512
 UID_RANGE = range(420_000, 430_000)
 # One lock file per leased uid; machine-wide (not per cache), since two graders with different caches share uids.
 UID_LOCK_DIR = Path(os.environ.get("GRADER_UID_LOCKS", "/run/grader-uids"))
-# Open files of one subject process: torch, Triton and vLLM's task modules hold under 20 once imported (measured by
-# scripts/measure_subject_fds.py); the rest is room for the probes' own files and sockets.
+# Open files of one subject process: with torch, Triton and every task's vLLM modules imported it holds 4 on CPU
+# (scripts/measure_subject_fds.py; its --gpu adds a CUDA context's device files); the rest is room for the
+# probes' own files and sockets.
 OPEN_FILES = 1024
 # Each writable place of a subject (its home, and the covers of /tmp, /var/tmp, /dev/shm, /run) is a tmpfs of its
 # own with these limits: a subject that fills one gets ENOSPC itself, and the shared scratch area is untouched.
