@@ -595,6 +595,7 @@ def test_a_reference_fix_keeps_its_verdict_while_a_hostile_candidate_is_graded_b
             proc.kill()
     verdict, criteria = verdicts(tmp_path / "reference")[TASK]
     assert verdict == "full" and set(criteria.values()) == {"met"}, (verdict, criteria)
+    assert len(verdicts(tmp_path / "hostile")) == 1  # the hostile candidate was graded too (its verdict is its own)
     leaked = [p for p in scratch_root().iterdir() if p.name.startswith("z") and p.name[1:].isdigit()]
     assert not leaked, f"the hostile candidate's files reached the shared scratch area: {leaked[:3]}"
 

@@ -518,8 +518,9 @@ def probe(refresh: bool = False) -> Capabilities:
         net, net_reason = _try({**base, "net": True}, trivial)
         net_reason = "own network namespace, loopback only" if net else f"unavailable: {net_reason}"
         tmp, tmp_reason = _try({**base, **view}, trivial)
-        tmp_reason = ("own mount namespace: private /tmp, /var/tmp, /dev/shm, /run; repository, caches and other "
-                      "candidates' trees hidden" if tmp else f"unavailable: {tmp_reason}")
+        tmp_reason = ("own mount namespace: private /tmp, /var/tmp, /dev/shm, /run and home, each with a size and an "
+                      "inode limit; repository, caches and other candidates' trees hidden" if tmp
+                      else f"unavailable: {tmp_reason}")
         ipc_pid, ipc_pid_reason = _try({**base, **(view if tmp else {}), "ipc": True, "pid": True}, trivial)
         ipc_pid_reason = ("own IPC and PID namespaces" if ipc_pid else f"unavailable: {ipc_pid_reason}")
         if is_root:
@@ -528,7 +529,8 @@ def probe(refresh: bool = False) -> Capabilities:
                 drop, drop_reason = _try({**base, **(view if tmp else {}), "uid": lease.uid}, trivial)
             finally:
                 lease.release()
-            drop_reason = "runs as a per-candidate unprivileged uid" if drop else f"setuid failed: {drop_reason}"
+            drop_reason = ("runs as a per-candidate unprivileged uid, leased machine-wide" if drop
+                           else f"setuid failed: {drop_reason}")
         else:
             drop, drop_reason = False, f"the grader is not root (uid {os.geteuid()}): the subject keeps this uid"
         parent, cg_reason = _cgroup_parent()
@@ -740,7 +742,8 @@ def describe_containment(box: Sandbox | None = None) -> dict:
     caps = box.caps if box is not None else probe()
     spec = box.spec if box is not None else {}
     limits = {"cpu_s": spec.get("cpu_s", CPU_SECONDS), "address_space_bytes": spec.get("as_bytes", ADDRESS_SPACE_BYTES),
-              "file_size_bytes": spec.get("fsize_bytes", FILE_SIZE_BYTES)}
+              "file_size_bytes": spec.get("fsize_bytes", FILE_SIZE_BYTES),
+              "open_files": spec.get("nofile", OPEN_FILES)}
     return {
         "limits": limits,
         "process": "the candidate's code runs only in a subject process; pytest and every assertion run in a "
@@ -750,7 +753,7 @@ def describe_containment(box: Sandbox | None = None) -> dict:
                   else "RLIMIT_NPROC not enforced (root)")
                  + (f"; pids cgroup (max {MAX_TASKS})" if caps.cgroup else f"; {caps.cgroup_reason}"),
         "memory": (f"{caps.memory_reason}, at most {spec.get('memory_bytes', MEMORY_BYTES)} bytes"
-                   if caps.memory_cgroup else caps.memory_reason),
+                   if caps.memory_cgroup else f"{caps.memory_reason}; host memory bounded by the judge's watch"),
         "network": caps.net_reason,
         "namespaces": caps.ipc_pid_reason,
         "filesystem": caps.private_tmp_reason + ("; tree read-only to the candidate"
