@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from grader import __version__
@@ -251,21 +252,42 @@ def _run_grade(args) -> int:
                 "timings": {"wall_s": run.wall_s}}
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
-    write_results_json(args.out, ordered, run_info)
-    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
-    if args.junit:
-        write_junit(args.junit, ordered)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(markdown_summary(ordered))
+    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
+    if failed_reports and not run.interrupted:
+        code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
     if run.interrupted:
         print(f"interrupted ({run.interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written "
               f"to {args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
               file=sys.stderr)
         return code
-    print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
+    if not failed_reports:
+        print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     print_closing(ordered, why, sys.stderr)
     return code
+
+
+def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
+    """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
+    others are still written. Returns the names of those that failed."""
+    writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
+               ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
+    if args.junit:
+        writers.append((str(args.junit), lambda: write_junit(args.junit, records)))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        writers.append(("the step summary", lambda: append_step_summary(records)))
+    failed = []
+    for name, write in writers:
+        try:
+            write()
+        except Exception:  # noqa: BLE001 - a grader bug: said below, and the other reports still get written
+            print(f"error: writing {name} failed (a grader bug):\n{traceback.format_exc(limit=4)}", file=sys.stderr)
+            failed.append(name)
+    return failed
+
+
+def append_step_summary(records: list[dict]) -> None:
+    with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+        f.write(markdown_summary(records))
 
 
 def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:

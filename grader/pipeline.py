@@ -26,6 +26,7 @@ from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
+from grader.core.sanitize import clean, clean_apply_report
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -110,6 +111,7 @@ def diff_sha256(diff: str) -> str:
 
 def error_result(candidate: Candidate, message: str, task: Task | None = None,
                   apply: ApplyReport | None = None) -> CandidateResult:
+    message = clean(message)  # a grader failure's traceback can quote what the candidate wrote
     criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
     return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
                            summary=f"Not graded: {message}", reference_summary=candidate.reference_summary,
@@ -133,6 +135,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
             ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
+        apply = clean_apply_report(apply)  # the diff's names enter the records here, cleaned once
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected"):
             return apply, None, timings

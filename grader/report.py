@@ -15,6 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
 from grader.core.records import CRITERION_IDS, SCHEMA_VERSION
+from grader.core.sanitize import clean
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
@@ -106,9 +107,11 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     tasks = scorecard.known_tasks()
     pages = out / "candidates"
     for r in results:
-        view = scorecard.build_candidate(r, diffs.get(r["id"], ""), judge, tasks)
+        view = scorecard.build_candidate(r, clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None), judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
-        atomic_write(pages / page_name(r["id"]), html)
+        # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
+        # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
+        atomic_write(pages / page_name(r["id"]), clean(html, limit=None))
     return write_index(out, results, run_info, judge)
 
 
@@ -116,8 +119,8 @@ def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str,
     """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
     copy_static(out)
     index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
-    atomic_write(out / "index.html", TEMPLATES.get_template("index.html.j2").render(index=index, run=run_info,
-                                                                                   static="static/"))
+    atomic_write(out / "index.html", clean(TEMPLATES.get_template("index.html.j2").render(
+        index=index, run=run_info, static="static/"), limit=None))
     return out / "index.html"
 
 
@@ -131,16 +134,18 @@ def write_junit(path: Path, results: list[dict]) -> Path:
     testcase of their own. ``error`` only where grading broke; a run that did not complete says so."""
     suites = ET.Element("testsuites", name="grader")
     for task, group in _by_task(results).items():
-        suite = ET.SubElement(suites, "testsuite", name=task)
+        suite = ET.SubElement(suites, "testsuite", name=clean(task))
         counts = defaultdict(int)
 
+        # ElementTree writes any character, XML 1.0 forbids some: every text is cleaned again here (clean text
+        # passes unchanged), so a record from an older store cannot make the file ill-formed either.
         def case(classname: str, name: str, seconds: str = "0") -> ET.Element:
             counts["tests"] += 1
-            return ET.SubElement(suite, "testcase", classname=classname, name=name, time=seconds)
+            return ET.SubElement(suite, "testcase", classname=clean(classname), name=clean(name), time=seconds)
 
         def mark(element: ET.Element, kind: str, message: str, text: str = "") -> None:
             counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
-            ET.SubElement(element, kind, message=message[:500]).text = text or None
+            ET.SubElement(element, kind, message=clean(message, limit=500)).text = clean(text) or None
 
         for r in group:
             classname = f"{task}.{r['id']}"
