@@ -107,7 +107,8 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     tasks = scorecard.known_tasks()
     pages = out / "candidates"
     for r in results:
-        view = scorecard.build_candidate(r, clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None), judge, tasks)
+        shown_diff = clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None)
+        view = scorecard.build_candidate(r, shown_diff, judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
         # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
         # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
