@@ -89,6 +89,9 @@ def _grade_parser(sub) -> None:
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
     p.add_argument("--fail-under", type=unit_interval,
                    help="exit 1 when a candidate scores below this (in [0, 1])")
+    p.add_argument("--fail-on-flags", action="store_true",
+                   help="exit 5 when any candidate has a tamper signal (integrity_flags) and nothing else failed; "
+                        "the flags decide no criterion and no verdict")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
     p.add_argument("--contain", choices=("on", "off"), default="on",
@@ -244,6 +247,8 @@ def _run_grade(args) -> int:
     ordered = run.records
     code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
     why = exit_reason(ordered, args.fail_under, run.interrupted)
+    if args.fail_on_flags and code == 0:
+        code, why = flags_exit(ordered, code, why)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
@@ -304,6 +309,15 @@ def exit_reason(results: list[dict], fail_under: float | None, interrupted: str 
         return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
                 + ", ".join(below[:5]))
     return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
+
+
+def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
+    """With ``--fail-on-flags``: 5 when a candidate has a tamper signal (else the code and reason as they were)."""
+    flagged = [r["id"] for r in results if r.get("integrity_flags")]
+    if not flagged:
+        return code, why
+    return 5, (f"5: --fail-on-flags: {len(flagged)} candidate(s) have tamper signals (integrity_flags): "
+               + ", ".join(flagged[:5]))
 
 
 def below_threshold(result: dict, fail_under: float) -> bool:

@@ -22,6 +22,7 @@ from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
+from grader.integrity import scan_diff
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
@@ -168,10 +169,12 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
     """Grade one candidate: its result and the hidden tests' run it was scored from (None where nothing ran).
     Every failure becomes this candidate's error result, never an exception."""
     try:
-        return grade_or_raise(candidate, bases, options)
+        result, run = grade_or_raise(candidate, bases, options)
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
-        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+        result, run = error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+    # Tamper signals tell a reviewer where to look; they decide no criterion and no verdict.
+    return replace(result, integrity_flags=scan_diff(candidate.diff)), run
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
@@ -229,6 +229,17 @@ class RubricIdentity(JsonRecord):
 
 
 @dataclass(frozen=True)
+class IntegrityFlag(JsonRecord):
+    """A tamper signal from the static scan of the diff (grader.integrity): where to look, never a verdict."""
+
+    rule: str
+    file: str
+    line: int
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
 class CandidateResult(JsonRecord):
     id: str
     task: str | None
@@ -244,6 +255,7 @@ class CandidateResult(JsonRecord):
     timings: dict[str, float] = field(default_factory=dict)
     run_status: RunStatus = "complete"
     rubric: RubricIdentity | None = None
+    integrity_flags: list[IntegrityFlag] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
