@@ -121,10 +121,10 @@ def test_flags_reach_the_result_and_decide_nothing(tmp_path):
     assert "Tamper signals (1)" in page.read_text() and "import ctypes" in page.read_text()
 
 
-def test_fail_on_flags_exits_3_only_when_nothing_else_failed():
+def test_fail_on_flags_exits_5_only_when_nothing_else_failed():
     flagged = [{"id": "a", "verdict": "full", "score": 1.0, "integrity_flags": [{"rule": "ctypes"}]}]
     clean = [{"id": "b", "verdict": "full", "score": 1.0, "integrity_flags": []}]
-    assert cli.flags_exit(flagged, 0, "0: fine")[0] == 3 and "a" in cli.flags_exit(flagged, 0, "0")[1]
+    assert cli.flags_exit(flagged, 0, "0: fine")[0] == 5 and "a" in cli.flags_exit(flagged, 0, "0")[1]
     assert cli.flags_exit(clean, 0, "0: fine") == (0, "0: fine")
     args = cli.build_parser().parse_args(["grade", "x.diff", "--fail-on-flags"])
     assert args.fail_on_flags
