@@ -64,8 +64,9 @@ def _check_path(path: str) -> None:
 def check_safety(diff: str, sections: list[FileSection]) -> None:
     """Reject oversized and path-escaping diffs, and any mode but a regular file's, before anything
     touches a tree. Names are checked as git decodes them (C-quoted names, copy and rename sources)."""
-    if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
-        raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
+    size = len(diff.encode("utf-8", "surrogateescape"))
+    if size > MAX_DIFF_BYTES:
+        raise UnsafeDiff(f"diff is {size} bytes, over the {MAX_DIFF_BYTES}-byte limit")
     for section in sections:
         if section.header_error:
             raise UnsafeDiff(f"{section.path or 'a file header'}: {section.header_error}")
@@ -147,8 +148,9 @@ def applied_tree(tree: Path) -> tuple[str, list[tuple[int, str, str]]]:
     """The applied tree's identity (git's tree hash of every file in it) and what differs from the base:
     (new mode, status letter, path) per changed path, as git sees the files, not as any parser read the diff."""
     def git(*args: str) -> str:
+        # Paths are git's bytes; one that is not UTF-8 reads as the diff parser decoded it (surrogateescape).
         return subprocess.run([*GIT_IDENTITY, *args], cwd=tree, check=True, capture_output=True,
-                              text=True).stdout
+                              text=True, errors="surrogateescape").stdout
 
     git("add", "-A", "-f", ".")
     identity = git("write-tree").strip()
@@ -298,8 +300,11 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
             # What the preview shows is applied, and here that is nothing: the tree stays the base.
             return _identified(ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
                                            neutralized), tree, set())
-        return ApplyReport("failed", None, files, False, "every file it touches is one the grader does not apply"
-                           if neutralized else "nothing to apply", neutralized)
+        if neutralized:
+            # A neutralised file simply does not land: what is left of the diff (here nothing) is graded.
+            return _identified(ApplyReport("applied", None, files, False, "every file it touches would run on its "
+                                           "own and was not applied; the base is graded", neutralized), tree, set())
+        return ApplyReport("failed", None, files, False, "nothing to apply", neutralized)
     named = {p for s in sections for p in _named_paths(s)}
     output = ""
     for name, argv in METHODS:

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections import Counter
+import traceback
 from pathlib import Path
 
 from grader import __version__
@@ -92,6 +93,9 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
     p.add_argument("--fail-under", type=unit_interval,
                    help="exit 1 when a candidate scores below this (in [0, 1])")
+    p.add_argument("--fail-on-flags", action="store_true",
+                   help="exit 5 when any candidate has a tamper signal (integrity_flags) and nothing else failed; "
+                        "the flags decide no criterion and no verdict")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
     p.add_argument("--contain", choices=("on", "strict", "off"), default="on",
@@ -304,6 +308,8 @@ def _run_grade(args) -> int:
     ordered = run.records
     code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
     why = exit_reason(ordered, args.fail_under, run.interrupted)
+    if args.fail_on_flags and code == 0:
+        code, why = flags_exit(ordered, code, why)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
@@ -313,21 +319,83 @@ def _run_grade(args) -> int:
                 "timings": {"wall_s": run.wall_s}}
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
-    write_results_json(args.out, ordered, run_info)
-    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
-    if args.junit:
-        write_junit(args.junit, ordered, args.fail_under, began)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(markdown_summary(ordered))
+    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge, began)
+    if failed_reports and not run.interrupted:
+        code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
     if run.interrupted:
         print(f"interrupted ({run.interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written "
               f"to {args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
               file=sys.stderr)
         return code
-    print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
+    if not failed_reports:
+        print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     print_closing(ordered, why, sys.stderr)
     return code
+
+
+def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge, began: str) -> list[str]:
+    """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
+    others are still written. Returns the names of those that failed."""
+    writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
+               ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
+    if args.junit:
+        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, began)))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        writers.append(("the step summary", lambda: append_step_summary(records)))
+    failed = []
+    for name, write in writers:
+        try:
+            write()
+        except Exception:  # noqa: BLE001 - a grader bug: said below, and the other reports still get written
+            print(f"error: writing {name} failed (a grader bug):\n{traceback.format_exc(limit=4)}", file=sys.stderr)
+            failed.append(name)
+    return failed
+
+
+def append_step_summary(records: list[dict]) -> None:
+    with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+        f.write(markdown_summary(records))
+
+
+def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
+    """Why the exit code is what it is, in one sentence."""
+    if interrupted:
+        return f"130: interrupted by {interrupted} before every candidate was graded"
+    broken = [r["id"] for r in results if r["verdict"] == "error"]
+    if broken:
+        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
+    if fail_under is None:
+        return "0: every candidate was graded (no --fail-under threshold)"
+    below = [r["id"] for r in results if below_threshold(r, fail_under)]
+    if below:
+        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
+                + ", ".join(below[:5]))
+    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
+
+
+def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
+    """With ``--fail-on-flags``: 5 when a candidate has a tamper signal (else the code and reason as they were)."""
+    flagged = [r["id"] for r in results if r.get("integrity_flags")]
+    if not flagged:
+        return code, why
+    return 5, (f"5: --fail-on-flags: {len(flagged)} candidate(s) have tamper signals (integrity_flags): "
+               + ", ".join(flagged[:5]))
+
+
+def below_threshold(result: dict, fail_under: float) -> bool:
+    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
+    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
+    return score < fail_under or result.get("run_status", "complete") != "complete"
+
+
+def exit_code(results: list[dict], fail_under: float | None) -> int:
+    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
+    result that is not complete never passes a threshold); else 0."""
+    if any(r["verdict"] == "error" for r in results):
+        return 2
+    if fail_under is None:
+        return 0
+    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
 def run_merge(args) -> int:

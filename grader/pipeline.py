@@ -25,11 +25,13 @@ from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
 from grader.ingest import task_files
 from grader.preview import cut_reason, is_cut, unseen_evidence
+from grader.integrity import scan_diff
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
+from grader.core.sanitize import clean, clean_apply_report
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -114,6 +116,7 @@ def diff_sha256(diff: str) -> str:
 
 def error_result(candidate: Candidate, message: str, task: Task | None = None,
                   apply: ApplyReport | None = None) -> CandidateResult:
+    message = clean(message)  # a grader failure's traceback can quote what the candidate wrote
     criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
     return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
                            summary=f"Not graded: {message}", reference_summary=candidate.reference_summary,
@@ -152,6 +155,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
             ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
+        apply = clean_apply_report(apply)  # the diff's names enter the records here, cleaned once
         timings["apply_s"] = round(time.monotonic() - started, 2)
         if apply.status in ("failed", "rejected") or not may_run(apply):
             return apply, None, timings
@@ -186,10 +190,12 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
     """Grade one candidate: its result and the hidden tests' run it was scored from (None where nothing ran).
     Every failure becomes this candidate's error result, never an exception."""
     try:
-        return grade_or_raise(candidate, bases, options)
+        result, run = grade_or_raise(candidate, bases, options)
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
-        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+        result, run = error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+    # Tamper signals tell a reviewer where to look; they decide no criterion and no verdict.
+    return replace(result, integrity_flags=scan_diff(candidate.diff)), run
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:

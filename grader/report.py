@@ -17,6 +17,7 @@ from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
 from grader.core.records import CRITERION_IDS, SCHEMA_VERSION
 from grader.outcome import ci_outcome, unfinished
+from grader.core.sanitize import clean
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
@@ -108,9 +109,12 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     tasks = scorecard.known_tasks()
     pages = out / "candidates"
     for r in results:
-        view = scorecard.build_candidate(r, diffs.get(r["id"], ""), judge, tasks)
+        shown_diff = clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None)
+        view = scorecard.build_candidate(r, shown_diff, judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
-        atomic_write(pages / page_name(r["id"]), html)
+        # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
+        # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
+        atomic_write(pages / page_name(r["id"]), clean(html, limit=None))
     return write_index(out, results, run_info, judge)
 
 
@@ -118,8 +122,8 @@ def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str,
     """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
     copy_static(out)
     index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
-    atomic_write(out / "index.html", TEMPLATES.get_template("index.html.j2").render(index=index, run=run_info,
-                                                                                   static="static/"))
+    atomic_write(out / "index.html", clean(TEMPLATES.get_template("index.html.j2").render(
+        index=index, run=run_info, static="static/"), limit=None))
     return out / "index.html"
 
 

@@ -26,6 +26,7 @@ from grader.core.records import RunReport, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
+from grader.core.sanitize import clean
 from grader.sandbox import contain
 from grader.sandbox.launch import JudgeRun, Launcher, base_environment
 from grader.sandbox.leftovers import owned_name
@@ -242,14 +243,15 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         for box in boxes:
             box.cleanup()
     duration = time.monotonic() - started
+    # What the judge wrote carries text the candidate chose (messages, captured output): cleaned here, once.
     scrub = path_scrubber(tree, scratch, base_tree, job.env["GRADER_SECRET"])
-    text = scrub(_tail(log, 200_000))
+    text = clean(scrub(_tail(log, 200_000)), limit=None)
     outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
-    outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
-                            o.skipped_by) for o in outcomes]
+    outcomes = [TestOutcome(clean(o.nodeid), o.status, o.criteria, o.kinds, clean(o.doc), clean(scrub(o.message)),
+                            o.duration, o.skipped_by) for o in outcomes]
     env_error = None
     if collect_errors:
-        env_error = "hidden tests could not be collected: " + scrub("; ".join(collect_errors))
+        env_error = "hidden tests could not be collected: " + clean(scrub("; ".join(collect_errors)))
     elif not outcomes and returncode not in (0, 1) and not timed_out:
         env_error = f"the judge exited with status {returncode} before any hidden test ran: {text[-500:]}"
     return RunReport(outcomes, returncode, timed_out, text, duration, env_error)

@@ -230,6 +230,8 @@ class Row:
     reason: str
     judge: str | None
     agreement: str | None
+    # How many tamper signals the static scan raised (grader.integrity): a marker, never part of the verdict.
+    flags: int = 0
 
     @property
     def agreement_mark(self) -> str:
@@ -315,7 +317,8 @@ def build_row(result: dict, columns: list[Column], core: set[str], page: str, ju
     judged = (judge or {}).get(result["id"])
     return Row(result["id"], page, result.get("verdict", "error"), result.get("score"),
                result.get("run_status") or "complete", [cell_for(result, c.id) for c in columns],
-               reason(result, core), judged, agreement(result.get("verdict", "error"), judged))
+               reason(result, core), judged, agreement(result.get("verdict", "error"), judged),
+               len(result.get("integrity_flags", [])))
 
 
 def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict[str, str] | None = None,

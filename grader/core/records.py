@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
@@ -231,6 +231,17 @@ class RubricIdentity(JsonRecord):
 
 
 @dataclass(frozen=True)
+class IntegrityFlag(JsonRecord):
+    """A tamper signal from the static scan of the diff (grader.integrity): where to look, never a verdict."""
+
+    rule: str
+    file: str
+    line: int
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
 class CandidateResult(JsonRecord):
     id: str
     task: str | None
@@ -248,6 +259,7 @@ class CandidateResult(JsonRecord):
     rubric: RubricIdentity | None = None
     # The version of the task's rubric that produced the verdict (rubric.toml's ``version``), read off ``rubric``.
     rubric_version: int | None = None
+    integrity_flags: list[IntegrityFlag] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.rubric is not None and self.rubric_version is None:

@@ -55,8 +55,10 @@ def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], t
 
 
 def _run(argv, tree, stdin_text, env, timeout, box) -> tuple[int | None, str]:
+    # A diff's bytes that are not UTF-8 were read with surrogateescape: the tool gets exactly those bytes back.
     proc = subprocess.Popen(argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, errors="surrogateescape",
+                            start_new_session=True)
     try:
         out, _ = proc.communicate(stdin_text, timeout=timeout)
         return proc.returncode, out
