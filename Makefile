@@ -25,7 +25,8 @@ setup: $(STAMP)
 
 grade: setup
 	$(PY) grade.py bases --verify
-	$(PY) grade.py candidates --out out --junit out/junit.xml
+	# The samples include designed failures, so exit 1 (some candidate failed) is what a sound run gives here.
+	$(PY) grade.py candidates --out out --junit out/junit.xml || [ $$? -eq 1 ]
 
 # Headless Chromium for the scorecard screenshot test; installed only where we may (root with apt-get).
 browser:

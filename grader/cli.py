@@ -319,7 +319,7 @@ def _run_grade(args) -> int:
                 "timings": {"wall_s": run.wall_s}}
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
-    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge, began)
+    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
     if failed_reports and not run.interrupted:
         code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
     if run.interrupted:
@@ -333,13 +333,13 @@ def _run_grade(args) -> int:
     return code
 
 
-def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge, began: str) -> list[str]:
+def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
     """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
     others are still written. Returns the names of those that failed."""
     writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
                ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
     if args.junit:
-        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, began)))
+        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, run_info.get("started_at"))))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         writers.append(("the step summary", lambda: append_step_summary(records)))
     failed = []
@@ -357,22 +357,6 @@ def append_step_summary(records: list[dict]) -> None:
         f.write(markdown_summary(records))
 
 
-def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
-    """Why the exit code is what it is, in one sentence."""
-    if interrupted:
-        return f"130: interrupted by {interrupted} before every candidate was graded"
-    broken = [r["id"] for r in results if r["verdict"] == "error"]
-    if broken:
-        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
-    if fail_under is None:
-        return "0: every candidate was graded (no --fail-under threshold)"
-    below = [r["id"] for r in results if below_threshold(r, fail_under)]
-    if below:
-        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
-                + ", ".join(below[:5]))
-    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
-
-
 def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
     """With ``--fail-on-flags``: 5 when a candidate has a tamper signal (else the code and reason as they were)."""
     flagged = [r["id"] for r in results if r.get("integrity_flags")]
@@ -380,22 +364,6 @@ def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
         return code, why
     return 5, (f"5: --fail-on-flags: {len(flagged)} candidate(s) have tamper signals (integrity_flags): "
                + ", ".join(flagged[:5]))
-
-
-def below_threshold(result: dict, fail_under: float) -> bool:
-    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
-    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
-    return score < fail_under or result.get("run_status", "complete") != "complete"
-
-
-def exit_code(results: list[dict], fail_under: float | None) -> int:
-    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
-    result that is not complete never passes a threshold); else 0."""
-    if any(r["verdict"] == "error" for r in results):
-        return 2
-    if fail_under is None:
-        return 0
-    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
 
 
 def run_merge(args) -> int:
@@ -465,9 +433,8 @@ def run_tests(args) -> int:
     import shutil
     import tempfile
 
-    from grader.call_budgets import ensure_call_times
     from grader.core.paths import make_import_root, scratch_root
-    from grader.run import run_hidden_tests
+    from grader.run import ensure_call_times, run_hidden_tests
 
     if not (args.tree / "vllm").is_dir():
         print(f"error: {args.tree} holds no vllm/ package", file=sys.stderr)

@@ -5,7 +5,7 @@ Exit codes of ``grade`` (the first that applies):
 
 - 2: grading of some candidate broke or met an environment fault (verdict ``error``);
 - 1: some candidate graded completely is below ``--fail-under`` (``no_diff`` scores 0; a whole diff applied only
-  in part never passes a threshold);
+  in part never passes a threshold), or, without ``--fail-under``, has the verdict ``fail``;
 - 3: some candidate was not graded completely: its hidden tests timed out, or its input was cut off
   (``input_truncated``);
 - 4: the task of some candidate could not be told (``no_task``): pass ``--task``;
@@ -69,7 +69,7 @@ def exit_reason(results: list[dict], fail_under: float | None, interrupted: str 
     broken = [r for r in results if r["verdict"] == "error"]
     if broken:
         return f"{EXIT_BROKE}: grading broke or met an environment fault for {len(broken)} candidate(s): {_ids(broken)}"
-    below = [r for r in results if fail_under is not None and ci_outcome(r, fail_under) == "failed"]
+    below = [r for r in results if ci_outcome(r, fail_under) == "failed"]
     cut = [r for r in results if unfinished(r) not in (None, "no task")]
     untold = [r for r in results if unfinished(r) == "no task"]
     # The groups behind the lower codes, named after the one that decided.
@@ -77,7 +77,8 @@ def exit_reason(results: list[dict], fail_under: float | None, interrupted: str 
              if group]
     if below:
         also = f"; also {', '.join(later)}" if later else ""
-        return f"{EXIT_BELOW}: {len(below)} candidate(s) below --fail-under {fail_under:g}: {_ids(below)}{also}"
+        what = f"below --fail-under {fail_under:g}" if fail_under is not None else "with the verdict fail"
+        return f"{EXIT_BELOW}: {len(below)} candidate(s) {what}: {_ids(below)}{also}"
     if cut:
         causes = ", ".join(sorted({unfinished(r) for r in cut}))
         also = f"; also {len(untold)} with no task" if untold else ""

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
-from grader.call_budgets import ensure_call_times
 from grader.checkout import build_base
 from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
@@ -32,7 +31,7 @@ from grader.core.identity import engine_fingerprint, grading_identity, machine_i
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
-from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
+from grader.run import DEFAULT_TIMEOUT_S, ensure_call_times, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
 

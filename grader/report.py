@@ -127,13 +127,10 @@ def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str,
     return out / "index.html"
 
 
-# Characters XML 1.0 cannot hold (control characters, lone surrogates, U+FFFE/U+FFFF): replaced, so a byte a
-# candidate chose never makes the file ill-formed.
-XML_FORBIDDEN = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
 def xml_safe(text: str | None) -> str:
-    return XML_FORBIDDEN.sub("\ufffd", text or "")
+    """``text`` as XML 1.0 can hold it. Candidate text was cleaned where it entered the records; a record from an
+    older store may not have been, so it is cleaned again here (clean text passes unchanged)."""
+    return clean(text or "", limit=None)
 
 
 def measured_seconds(entries: list[dict]) -> float:

@@ -105,7 +105,7 @@ def test_flags_reach_the_result_and_decide_nothing(tmp_path):
     diff = added_file("vllm/x.py", "import ctypes")
     candidate = Candidate("flagged", "x.diff", diff, task=None, task_reason="no task here")
     result, _ = grade_candidate(candidate, BaseCache(), GradeOptions())
-    assert result.verdict == "error" and [f.rule for f in result.integrity_flags] == ["ctypes"]
+    assert result.verdict == "no_task" and [f.rule for f in result.integrity_flags] == ["ctypes"]
     record = result.to_json()
     assert record["integrity_flags"][0]["file"] == "vllm/x.py"
     import jsonschema

@@ -149,7 +149,7 @@ def test_a_failing_report_is_named_and_the_others_are_still_written(tmp_path, mo
         raise RuntimeError("simulated writer bug")
 
     monkeypatch.setattr(cli, "write_html", broken)
-    args = argparse.Namespace(out=tmp_path / "out", junit=tmp_path / "junit.xml")
+    args = argparse.Namespace(out=tmp_path / "out", junit=tmp_path / "junit.xml", fail_under=None)
     failed = cli.write_reports(args, [hostile_result("c")], {}, {}, None)
     assert failed == ["the HTML scorecards"]
     assert (tmp_path / "out" / "results.json").is_file() and (tmp_path / "junit.xml").is_file()

@@ -97,8 +97,7 @@ TEMP_KINDS = ("grader-warm-", "grader-probe-", "grader-env-")
 def reclaim(scratch: Path | None = None, cache: Path | None = None) -> list[Path]:
     """Everything dead graders left in the scratch area, the temp dir, the bases' staging folders of ``cache`` and
     the subjects' cgroups of this machine; what was removed."""
-    from grader.apply import scratch_root
-    from grader.checkout import cache_dir
+    from grader.core.paths import cache_dir, scratch_root
     from grader.sandbox import contain
 
     scratch = scratch or scratch_root()
