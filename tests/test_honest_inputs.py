@@ -130,7 +130,7 @@ def record(cid: str, verdict: str, score: float | None, run_status: str = "compl
 
 
 @pytest.mark.parametrize("records,fail_under,code", [
-    ([record("a", "full", 1.0), record("b", "fail", 0.1)], None, 0),
+    ([record("a", "full", 1.0), record("b", "fail", 0.1)], None, 1),
     ([record("a", "partial", 1.0)], 0.9, 0),
     ([record("a", "partial", 0.5)], 0.9, 1),
     ([record("a", "partial", 0.0, "timed_out")], None, 3),
