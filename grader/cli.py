@@ -424,10 +424,10 @@ def run_tests(args) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(run.log)
+    problem = run.environment_error or run.grader_error
     print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s; as grading reads them: "
-          f"{outcome_counts(run.outcomes)}" + (f"; {run.environment_error}" if run.environment_error else "") + "]",
-          file=sys.stderr)
-    return 2 if run.environment_error or run.returncode is None else int(run.returncode)
+          f"{outcome_counts(run.outcomes)}" + (f"; {problem}" if problem else "") + "]", file=sys.stderr)
+    return 2 if problem or run.returncode is None else int(run.returncode)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -193,9 +193,11 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
-    """What happened, beside the verdict: an environment fault, a time-out, a cut preview (the input was not seen
-    whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
+    """What happened, beside the verdict: a fault of the grader or of the environment, a time-out, a cut preview
+    (the input was not seen whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
     applied: the tree is not the one git builds from the diff)."""
+    if run is not None and run.grader_error:
+        return "grader_error"
     if run is not None and run.environment_error:
         return "environment_error"
     if run is not None and (run.timed_out or any(o.status == "timeout" for o in run.outcomes)):
@@ -260,6 +262,8 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
     status = run_status(apply, run, cut)
     if status == "environment_error":
         criteria = not_evaluated_all(task, f"environment problem, not the candidate's: {run.environment_error}")
+    elif status == "grader_error":
+        criteria = not_evaluated_all(task, f"the grader's fault, not the candidate's: {run.grader_error}")
     elif status == "timed_out" and run is not None and not run.outcomes:
         criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
                                            "any hidden test ran")
@@ -267,6 +271,7 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
-                             error=run.environment_error if status == "environment_error" else None,
+                             error=run.environment_error if status == "environment_error" else
+                             run.grader_error if status == "grader_error" else None,
                              rubric=rubric_identity(task))
     return summarized(task, result, run, apply.description), run

@@ -1,0 +1,228 @@
+"""Faults of the run are the grader's state, never the candidate's verdict: through the real CLI, with real signals.
+
+A judge killed mid-tests (SIGKILL), a warm worker killed under its judge, a judge killed by a memory bound: each
+ends that candidate's run ``grader_error`` or ``environment_error`` naming the cause, with exit code 2; nothing of
+it is stored, and a rerun grades the candidate again (and gets the truth). The reference fix of int8-kv-rounding
+(the fastest hidden suite) is the candidate; its truth is ``full``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.checkout import cache_dir
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "int8-kv-rounding"
+REFERENCE = REPO / "reference_impl" / f"{TASK}.diff"
+SAMPLE = REPO / "candidates" / TASK / "key-only.diff"
+
+
+def private_cache(root: Path) -> Path:
+    """The shared cache's bases and sdists, with evidence of its own: nothing earlier runs stored may answer."""
+    private = root / "cache"
+    private.mkdir()
+    for entry in cache_dir().iterdir() if cache_dir().is_dir() else []:
+        if entry.name != "evidence":
+            os.symlink(entry, private / entry.name)
+    return private
+
+
+def grade(paths: list[Path], out: Path, cache: Path, scratch: Path, *extra: str,
+          preexec=None) -> subprocess.Popen:
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GRADER_CACHE=str(cache), GRADER_SCRATCH=str(scratch))
+    return subprocess.Popen([sys.executable, str(REPO / "grade.py"), *map(str, paths), "--out", str(out),
+                             "--jobs", "1", "--gpu", "off", "--timeout", "300", *extra],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=preexec)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        end_group(proc.pid)
+    return out
+
+
+def end_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def processes() -> dict[int, str]:
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+    return found
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def cold_judge(evidence: Path) -> int:
+    """The judge process whose folder holds ``evidence`` (not the zygote or subjects forked from it)."""
+    request = str(evidence.parent / "pytest.request.json")
+    named = {pid for pid, cmd in processes().items() if "grader.sandbox.judge" in cmd and request in cmd}
+    (judge,) = [pid for pid in named if parent_of(pid) not in named]
+    return judge
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def wait_for_tests_running(scratch: Path, proc: subprocess.Popen, deadline_s: float = 300) -> Path:
+    """The evidence file of a judge that has started a hidden test."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended before the fault was injected:\n{proc.stdout.read()}"
+        for evidence in scratch.glob("grader-*/judge/evidence.jsonl"):
+            try:
+                if '"event": "start"' in evidence.read_text():
+                    return evidence
+            except OSError:
+                continue
+        time.sleep(0.1)
+    raise AssertionError("no hidden test started in time")
+
+
+def only_result(out: Path) -> dict:
+    document = json.loads((out / "results.json").read_text())
+    (result,) = document["candidates"]
+    return result
+
+
+def assert_regraded_to_truth(out: Path, cache: Path, scratch: Path) -> None:
+    """Nothing of the faulty run was stored: the rerun grades the candidate (not ``(cached)``), to the truth."""
+    rerun = grade([REFERENCE], out, cache, scratch)
+    log = finish(rerun)
+    assert rerun.returncode == 0, log
+    assert "(cached)" not in log, log
+    result = only_result(out)
+    assert (result["verdict"], result["run_status"]) == ("full", "complete"), log
+
+
+def test_judge_killed_mid_tests_is_a_grader_error_not_stored(tmp_path):
+    cache, out, scratch = private_cache(tmp_path), tmp_path / "out", tmp_path / "scratch"
+    proc = grade([REFERENCE], out, cache, scratch, "--cold")
+    try:
+        evidence = wait_for_tests_running(scratch, proc)
+        judge = cold_judge(evidence)
+        os.kill(judge, signal.SIGKILL)
+        log = finish(proc)
+    finally:
+        end_group(proc.pid)
+    assert proc.returncode == 2, log
+    result = only_result(out)
+    assert (result["verdict"], result["run_status"]) == ("error", "grader_error"), log
+    assert "SIGKILL" in result["error"], result["error"]
+    statuses = {e["status"] for c in result["criteria"].values() for e in c["evidence"]}
+    assert "failed" not in statuses and all(c["score"] is None for c in result["criteria"].values())
+    assert not list((out / "store").glob("*.json"))
+    assert not list((cache / "evidence").glob("*.json")) if (cache / "evidence").is_dir() else True
+    assert_regraded_to_truth(out, cache, scratch)
+
+
+def test_warm_worker_killed_under_its_judge_is_a_grader_error(tmp_path):
+    cache, out, scratch = private_cache(tmp_path), tmp_path / "out", tmp_path / "scratch"
+    proc = grade([REFERENCE, SAMPLE], out, cache, scratch)
+    orphans: list[int] = []
+    try:
+        wait_for_tests_running(scratch, proc)
+        (worker,) = [pid for pid, cmd in processes().items() if "grader.sandbox.forkserver" in cmd
+                     and str(cache) in Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")]
+        orphans = children(worker)
+        os.kill(worker, signal.SIGKILL)
+        log = finish(proc)
+    finally:
+        end_group(proc.pid)
+        for pid in orphans:
+            end_group(pid)
+    assert proc.returncode == 2, log
+    results = {r["id"]: r for r in json.loads((out / "results.json").read_text())["candidates"]}
+    lost = [r for r in results.values() if r["run_status"] == "grader_error"]
+    assert len(lost) == 1 and lost[0]["verdict"] == "error", log
+    assert "warm worker" in lost[0]["error"] and "SIGKILL" in lost[0]["error"], lost[0]["error"]
+    # The other candidate got a new worker and its own verdict.
+    (other,) = [r for r in results.values() if r is not lost[0]]
+    assert other["run_status"] == "complete", log
+    stored = {p.name for p in (out / "store").glob("*.json")}
+    assert len(stored) == 1, stored
+
+
+def memory_cgroup_parent() -> Path | None:
+    try:
+        rel = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                   if "memory" in line.split(":")[1].split(","))
+    except (OSError, StopIteration, IndexError):
+        return None
+    parent = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+    return parent if os.access(parent / "cgroup.procs", os.W_OK) else None
+
+
+def test_judge_killed_by_a_memory_bound_is_an_environment_error(tmp_path):
+    parent = memory_cgroup_parent()
+    if parent is None:
+        pytest.skip("no writable cgroup v1 memory controller here to bound the grader's memory")
+    group = parent / f"grader-oom-test-{os.getpid()}"
+    group.mkdir()
+    cache, out, scratch = private_cache(tmp_path), tmp_path / "out", tmp_path / "scratch"
+
+    def join_group() -> None:
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    proc = grade([REFERENCE], out, cache, scratch, "--cold", preexec=join_group)
+    try:
+        evidence = wait_for_tests_running(scratch, proc)
+        judge = cold_judge(evidence)
+        # The judge is the OOM killer's choice, and the group's memory is then held at what it uses now.
+        Path(f"/proc/{judge}/oom_score_adj").write_text("1000")
+        usage = int((group / "memory.usage_in_bytes").read_text())
+        (group / "memory.limit_in_bytes").write_text(str(usage + (8 << 20)))
+        deadline = time.monotonic() + 120
+        while Path(f"/proc/{judge}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (group / "memory.limit_in_bytes").write_text("-1")
+        log = finish(proc)
+    finally:
+        end_group(proc.pid)
+        try:
+            (group / "memory.limit_in_bytes").write_text("-1")
+        except OSError:
+            pass
+    for _ in range(50):
+        try:
+            group.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+    assert proc.returncode == 2, log
+    result = only_result(out)
+    assert (result["verdict"], result["run_status"]) == ("error", "environment_error"), log
+    assert "out of memory" in result["error"] and "SIGKILL" in result["error"], result["error"]
+    assert not list((out / "store").glob("*.json"))
