@@ -21,8 +21,6 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-import git
-
 from grader.core.identity import recipe_key
 from grader.core.paths import cache_dir
 from grader.core.records import BuiltBase
@@ -133,10 +131,18 @@ def _unpack(tarball: Path, version: str, dest: Path) -> None:
         tar.extractall(dest, members=members, filter="data")
 
 
+def git(repo_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run git in ``repo_path``; its output. A failure raises ``subprocess.CalledProcessError`` with stderr."""
+    return subprocess.run(["git", *args], cwd=repo_path, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, **env) if env else None).stdout
+
+
 def file_blobs(repo_path: Path, paths: list[str]) -> dict[str, str | None]:
     """Git's blob hash of each file of the tree (full length), None for a path that is no file there."""
-    repo = git.Repo(repo_path)
-    return {rel: repo.git.hash_object(rel) if (repo_path / rel).is_file() else None for rel in paths}
+    files = [rel for rel in paths if (repo_path / rel).is_file()]
+    hashes = git(repo_path, "hash-object", "--", *files).split() if files else []
+    found = dict(zip(files, hashes))
+    return {rel: found.get(rel) for rel in paths}
 
 
 def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
@@ -157,18 +163,19 @@ def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
     staging = Path(tempfile.mkdtemp(prefix=owned_name(f".{task}"), dir=dest.parent))
     try:
         _unpack(tarball, recipe.sdist_version, staging)
-        repo = git.Repo.init(staging)
+        git(staging, "init", "-q")
         if recipe.overlay is not None:
             try:
-                repo.git.apply(str(recipe.overlay))
-            except git.GitCommandError as exc:
+                git(staging, "apply", str(recipe.overlay))
+            except subprocess.CalledProcessError as exc:
                 raise BaseBuildError(f"{task}: overlay {recipe.overlay.name} does not apply: {exc.stderr}") from exc
         problems = verify_blobs(staging, recipe.blobs)
         if problems:
             raise BaseBuildError(f"{task}: base does not reproduce the expected blobs:\n  " + "\n  ".join(problems))
-        repo.git.add("-A", "--force")
-        repo.git.commit("-q", "--no-gpg-sign", "-m", f"base for {task}", env=COMMIT_ENV)
-        commit = repo.head.commit.hexsha
+        git(staging, "add", "-A", "--force")
+        git(staging, "-c", "commit.gpgsign=false", "commit", "-q", "--no-gpg-sign", "-m", f"base for {task}",
+            env=COMMIT_ENV)
+        commit = git(staging, "rev-parse", "HEAD").strip()
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(staging, dest)

@@ -33,6 +33,7 @@ from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.sandbox.leftovers import owned_name
+from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -430,6 +431,19 @@ def run_tests(args) -> int:
     return 2 if problem or run.returncode is None else int(run.returncode)
 
 
+def tools_missing() -> bool:
+    """Check the programs the grader runs, once at start-up: a required one missing is one error line (the caller
+    exits 2); another missing is a warning, and a candidate that needs it ends ``environment_error``."""
+    missing = missing_tools()
+    for name, sentence in missing.items():
+        if name in REQUIRED_TOOLS:
+            print(f"error: {sentence}", file=sys.stderr)
+        else:
+            print(f"warning: {sentence}; a candidate whose diff needs {name} is not graded (environment_error)",
+                  file=sys.stderr)
+    return any(name in REQUIRED_TOOLS for name in missing)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Trees are read by the sandbox's own uid and reports by other users (CI upload steps): a restrictive umask
     # inherited from the caller would break both, so the grader sets its own.
@@ -445,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_arguments(argv)
     except SystemExit as exc:  # argparse has printed its one-line error (or the help)
         return 2 if exc.code else 0
+    if tools_missing():
+        return 2
     try:
         if args.command == "grade":
             return run_grade(args)

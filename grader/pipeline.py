@@ -30,6 +30,7 @@ from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResu
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
+from grader.sandbox.tooling import ToolMissing
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -148,8 +149,13 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
-            ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        try:
+            apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
+                ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        except ToolMissing as exc:
+            # The candidate's diff needs a tool this machine lacks: the environment's state, not its failure.
+            return (ApplyReport("failed", message=f"not applied: {exc}"),
+                    RunReport([], None, False, "", 0.0, f"cannot apply the diff: {exc}"), timings)
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
         timings["apply_s"] = round(time.monotonic() - started, 2)

@@ -155,7 +155,7 @@ def test_warm_worker_killed_under_its_judge_is_a_grader_error(tmp_path):
     try:
         wait_for_tests_running(scratch, proc)
         (worker,) = [pid for pid, cmd in processes().items() if "grader.sandbox.forkserver" in cmd
-                     and str(cache) in Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")]
+                     and parent_of(pid) == proc.pid]
         orphans = children(worker)
         os.kill(worker, signal.SIGKILL)
         log = finish(proc)

@@ -20,6 +20,37 @@ TOOL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C", "LC_ALL": "C", 
             "GIT_CONFIG_GLOBAL": "/dev/null"}
 
 
+# The programs the grader runs, and how to get each where it is missing.
+TOOLS = {"git": "install git (e.g. apt-get install git)",
+         "cp": "install GNU coreutils (e.g. apt-get install coreutils)",
+         "patch": "install GNU patch (e.g. apt-get install patch)"}
+# Without these nothing can be graded; without the others only some candidates can.
+REQUIRED_TOOLS = ("git", "cp")
+
+
+class ToolMissing(Exception):
+    """A program the grader needs is not installed: the environment's state, never a candidate's failure."""
+
+
+def find_tool(name: str) -> str:
+    """The absolute path of ``name`` on the grader's PATH (resolved: a sandbox sees only real paths)."""
+    found = shutil.which(name)
+    if found is None:
+        raise ToolMissing(f"{name} is not installed here (not on PATH): {TOOLS.get(name, 'install it')}")
+    return os.path.realpath(found)
+
+
+def missing_tools() -> dict[str, str]:
+    """Each tool of ``TOOLS`` that is not found, with the sentence saying so."""
+    missing = {}
+    for name in TOOLS:
+        try:
+            find_tool(name)
+        except ToolMissing as exc:
+            missing[name] = str(exc)
+    return missing
+
+
 def lent_paths(tree: Path, touched: list[str]) -> list[Path]:
     """What a tool must be able to write to change ``touched`` (relative paths): each existing file, and the
     nearest existing folder above each path (where it creates, renames or removes files)."""
@@ -39,7 +70,9 @@ def lent_paths(tree: Path, touched: list[str]) -> list[Path]:
 def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], timeout: float = 120,
              contained: bool = True, touched: list[str] | None = None) -> tuple[int | None, str]:
     """Run ``argv`` in ``tree`` with ``stdin_text``; (exit code or None on time-out, combined output). With
-    ``touched`` only those paths (and the folders they live in) are lent to the tool's uid."""
+    ``touched`` only those paths (and the folders they live in) are lent to the tool's uid. Raises
+    ``ToolMissing`` when the tool is not installed."""
+    argv = [find_tool(argv[0]), *argv[1:]]
     if not contained:
         return _run(argv, tree, stdin_text, dict(TOOL_ENV, HOME=str(tree)), timeout, None)
     home = Path(tempfile.mkdtemp(prefix="tool-", dir=tree.parent))
