@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
@@ -29,6 +30,8 @@ from grader.sandbox.leftovers import owned_name
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 STAMP = ".grader-base.json"
+# (size, mtime_ns, inode) of every file of a built base, recorded at build and compared on each reuse.
+MANIFEST = ".grader-manifest.json"
 COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost",
     "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost",
@@ -90,8 +93,13 @@ def _download_sdist(version: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     url = sdist_url(version, configured_index_url())
     with tempfile.NamedTemporaryFile(dir=folder, delete=False) as tmp:
-        with urllib.request.urlopen(url, timeout=600) as response:
-            shutil.copyfileobj(response, tmp)
+        try:
+            with urllib.request.urlopen(url, timeout=600) as response:
+                shutil.copyfileobj(response, tmp)
+        except BaseException:  # unreachable, cut off, a full disk: no partial download stays behind
+            tmp.close()
+            os.unlink(tmp.name)
+            raise
     return Path(tmp.name)
 
 
@@ -100,7 +108,13 @@ def fetch_sdist(version: str, sha256: str) -> Path:
     target = cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    tmp = _download_sdist(version, target.parent)
+    try:
+        tmp = _download_sdist(version, target.parent)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        state = "is damaged (its sha256 does not match the recipe)" if target.is_file() else "is not there"
+        reason = getattr(exc, "reason", exc)
+        raise BaseBuildError(f"the sdist {target} {state}, and a fresh copy could not be downloaded "
+                             f"from {configured_index_url()}: {reason}") from None
     actual = sha256_of(tmp)
     if actual != sha256:
         os.unlink(tmp)
@@ -185,6 +199,30 @@ def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def tree_manifest(root: Path) -> dict[str, list[int]]:
+    """(size, mtime_ns, inode) of every file and link under ``root`` outside ``.git``: a file deleted, added,
+    rewritten or replaced since the manifest was taken changes it. A walk of lstat calls (tens of milliseconds
+    for a vLLM tree), no reading of contents."""
+    entries: dict[str, list[int]] = {}
+    for folder, dirs, files in os.walk(root):
+        if folder == str(root) and ".git" in dirs:
+            dirs.remove(".git")
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            entries[os.path.relpath(path, root)] = [info.st_size, info.st_mtime_ns, info.st_ino]
+    return entries
+
+
+def is_whole(dest: Path) -> bool:
+    """Whether the base at ``dest`` is the tree its build recorded (its manifest matches the files now)."""
+    try:
+        recorded = json.loads((dest / ".git" / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded == tree_manifest(dest)
+
+
 def is_built(task: str, recipe: BaseRecipe) -> bool:
     """Whether a base of this recipe is on disk (build_base will still prove its blobs): cheap, no git."""
     stamp = cache_dir() / "bases" / task / ".git" / STAMP
@@ -197,13 +235,21 @@ def is_built(task: str, recipe: BaseRecipe) -> bool:
 def build_base(task: str, recipe: BaseRecipe) -> BuiltBase:
     """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs."""
     key = recipe_key(recipe)
-    dest = cache_dir() / "bases" / task
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    bases = cache_dir() / "bases"
+    bases.mkdir(parents=True, exist_ok=True)
+    # Resolved: the sandbox binds real paths, so a cache reached through a symlink must be named by its real one.
+    dest = bases.resolve() / task
     stamp = dest / ".git" / STAMP
     if stamp.is_file():
-        recorded = json.loads(stamp.read_text())
-        if recorded.get("key") == key and not verify_blobs(dest, recipe.blobs):
+        try:
+            recorded = json.loads(stamp.read_text())
+        except ValueError:
+            recorded = {}
+        # A reused base must be whole: a file deleted or changed since the build (its manifest) rebuilds it.
+        if recorded.get("key") == key and is_whole(dest) and not verify_blobs(dest, recipe.blobs):
             return BuiltBase(task, dest, recorded["commit"], key)
     commit = _build(task, recipe, dest)
-    stamp.write_text(json.dumps({"key": key, "commit": commit}))
+    (dest / ".git" / MANIFEST).write_text(json.dumps(tree_manifest(dest)))
+    tree = git(dest, "rev-parse", "HEAD^{tree}").strip()
+    stamp.write_text(json.dumps({"key": key, "commit": commit, "tree": tree}))
     return BuiltBase(task, dest, commit, key)

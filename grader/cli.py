@@ -33,7 +33,7 @@ from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.sandbox.leftovers import owned_name
-from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools
+from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -210,8 +210,35 @@ def lock_output(out: Path):
     return handle
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
+class SignalGate:
+    """SIGINT, SIGTERM and SIGHUP for the whole of a grading run. While grading, the first one raises
+    ``Interrupted`` (the run stops and keeps what finished); every later one, and any that comes while the
+    reports are written (``hold``), is only remembered, so the reports are always written whole."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.raising = True
+        self.previous: dict = {}
+
+    def __enter__(self) -> SignalGate:
+        self.previous = {sig: signal.signal(sig, self.handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def handle(self, signum, frame) -> None:
+        if self.first is not None:
+            return
+        self.first = signal.Signals(signum).name
+        if self.raising:
+            raise Interrupted(self.first)
+
+    def hold(self) -> None:
+        self.raising = False
 
 
 def run_grade(args) -> int:
@@ -221,7 +248,12 @@ def run_grade(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _run_grade(args)
+        with SignalGate() as gate:
+            try:
+                return _run_grade(args, gate)
+            except Interrupted as exc:  # before grading began: nothing was graded, nothing to write
+                print(f"interrupted ({exc}) before grading began; nothing was graded", file=sys.stderr)
+                return 130
     finally:
         lock.close()
 
@@ -258,7 +290,7 @@ def containment_shortfalls(mode: str) -> list[str]:
     return shortfalls(contain.probe())
 
 
-def _run_grade(args) -> int:
+def _run_grade(args, gate: SignalGate) -> int:
     degraded = containment_shortfalls(args.contain)
     if degraded and args.contain == "strict":
         print("error: --contain strict: this machine does not give subjects the full sandbox: " + "; ".join(degraded),
@@ -293,13 +325,12 @@ def _run_grade(args) -> int:
     began = started_at()
     # Stored results are reused unless --no-cache; finished ones are always kept, so a rerun resumes.
     options = run_options(args, gpu, ResultStore(args.out, reuse=not args.no_cache))
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with observer_for(sys.stderr, len(candidates)) as observer:
             run = grade_many(candidates, options, observer)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # From here on a signal waits for the reports to be written.
+        gate.hold()
         if on_ray:
             ray_backend.disconnect()
     ordered = run.records
@@ -374,6 +405,8 @@ def run_bases(args) -> int:
             problems = verify_blobs(base.path, recipe.blobs) if args.verify else []
         except BaseBuildError as exc:
             problems = [str(exc)]
+        except OSError as exc:
+            problems = [os_error_line(exc)]
         status = "FAILED" if problems else "ok"
         failed += bool(problems)
         print(f"{task}: {status} ({time.monotonic() - started:.1f}s, vllm {recipe.sdist_version}, "
@@ -479,4 +512,10 @@ def main(argv: list[str] | None = None) -> int:
         return validate_rubrics(args)
     except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a full disk, a read-only or forbidden folder: the user's to fix, said in one line
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
         return 2

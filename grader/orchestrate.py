@@ -11,6 +11,7 @@ where, and in what order.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,11 +29,12 @@ from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
+from grader.sandbox.tooling import os_error_line
 from grader.store import ResultStore, cache_key
 
 
 class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived while grading (raised by the caller's signal handler)."""
+    """SIGINT, SIGTERM or SIGHUP arrived while grading (raised by the caller's signal handler)."""
 
 
 @dataclass(frozen=True)
@@ -127,19 +129,24 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
 
     def deliver(item: Graded) -> None:
         if options.store is not None and not item.stored:
-            options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
+            try:
+                options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
+            except OSError as exc:  # a full or read-only --out: the result still reaches the reports
+                print(f"warning: {item.candidate.id} not stored for resuming: {os_error_line(exc)}",
+                      file=sys.stderr)
         finished[item.candidate.id] = item
         observer.graded(item, len(finished), len(candidates))
 
-    for candidate in candidates:
-        keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu, options.contained)
-        record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
-        if record is None:
-            pending.append(candidate)
-        else:
-            deliver(Graded(candidate, record, stored=True))
     interrupted = None
     try:
+        for candidate in candidates:
+            keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu,
+                                           options.contained)
+            record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
+            if record is None:
+                pending.append(candidate)
+            else:
+                deliver(Graded(candidate, record, stored=True))
         if pending:
             options.backend.grade(pending, options, observer, deliver)
     except Interrupted as exc:
@@ -167,23 +174,29 @@ class LocalBackend:
         tasks = all_tasks()
         needing = [c for c in pending if gradable(c, tasks, options)]
         # Bases are built in the background, each at most once and each task's on its own: worker start-up and
-        # the candidates of bases already built go on meanwhile (a candidate waits only for its own base).
-        builders = ThreadPoolExecutor(max_workers=4)
-        for task_id in dict.fromkeys(c.task for c in needing):
-            builders.submit(self.prepare_base, tasks[task_id], observer)
-        try:
-            launcher = self.launcher(needing, tasks, options, observer)
-            self.grade_with(launcher, pending, options, observer, deliver)
-        finally:
-            builders.shutdown(wait=True, cancel_futures=True)
+        # the candidates of bases already built go on meanwhile (a candidate waits only for its own base). The
+        # builders are daemon threads: an interrupt does not wait for a build (it is abandoned with the process),
+        # and a build that fails is reported by each candidate that asks for the base.
+        builders = [threading.Thread(target=self.prepare_base, args=(tasks[task_id], observer), daemon=True,
+                                     name=f"base {task_id}") for task_id in dict.fromkeys(c.task for c in needing)]
+        for builder in builders:
+            builder.start()
+        launcher = self.launcher(needing, tasks, options, observer)
+        self.grade_with(launcher, pending, options, observer, deliver)
+        for builder in builders:
+            builder.join()
 
     def prepare_base(self, task: Task, observer: Observer) -> None:
-        """Build ``task``'s base, as a phase the observer is told about when there is building to do."""
-        if is_built(task.id, task.base):
-            self.bases.get(task)
+        """Build ``task``'s base, as a phase the observer is told about when there is building to do. A failure
+        is left to the candidates: each asks for the base again and reports why it cannot be had."""
+        try:
+            if is_built(task.id, task.base):
+                self.bases.get(task)
+                return
+            with observer.phase(f"base {task.id}"):
+                self.bases.get(task)
+        except Exception:  # noqa: BLE001 - reported by every candidate of the task (grade_candidate)
             return
-        with observer.phase(f"base {task.id}"):
-            self.bases.get(task)
 
     def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
                    deliver: Callable[[Graded], None]) -> None:
@@ -217,6 +230,7 @@ class LocalBackend:
                     hand_over(item)
         except Interrupted:
             stopping.set()
+            self.bases.abandoned.set()
             pool.shutdown(wait=False, cancel_futures=True)
             launcher.terminate()
             pool.shutdown(wait=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
 from grader.call_budgets import ensure_call_times
-from grader.checkout import build_base
+from grader.checkout import BaseBuildError, build_base
 from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
@@ -30,7 +30,7 @@ from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResu
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
-from grader.sandbox.tooling import ToolMissing
+from grader.sandbox.tooling import ToolMissing, os_error_line
 from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -65,14 +65,21 @@ class BaseCache:
         self._bases: dict[str, BuiltBase] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        # Set on an interrupt: whoever waits for another's build stops waiting.
+        self.abandoned = threading.Event()
 
     def get(self, task: Task) -> BuiltBase:
         with self._lock:
             lock = self._locks.setdefault(task.id, threading.Lock())
-        with lock:
+        while not lock.acquire(timeout=0.2):
+            if self.abandoned.is_set():
+                raise BaseBuildError(f"the base of {task.id} was not waited for: the run was interrupted")
+        try:
             if task.id not in self._bases:
                 self._bases[task.id] = self.build(task)
             return self._bases[task.id]
+        finally:
+            lock.release()
 
     def build(self, task: Task) -> BuiltBase:
         return build_base(task.id, task.base)
@@ -174,17 +181,26 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
                                    also_pass=options.also_pass, call_budgets=budgets)
             if options.evidence_cache and key:
-                options.evidence_cache.save(key, run)
+                cache_write(options.evidence_cache.save, key, run)
             timings["tests_s"] = round(run.duration, 2)
         else:
             timings["tests_s"] = 0.0
             timings["evidence_cached"] = 1.0
         if shortcut and key:
-            options.evidence_cache.save_applied(shortcut, apply, key, run)
+            cache_write(options.evidence_cache.save_applied, shortcut, apply, key, run)
         return apply, run, timings
     finally:
         if not options.keep_trees:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cache_write(save, *args) -> None:
+    """A cache write that fails (a full disk, a read-only cache) is said, and grading goes on: the evidence is
+    this run's all the same."""
+    try:
+        save(*args)
+    except OSError as exc:
+        print(f"warning: not cached: {os_error_line(exc)}", file=sys.stderr)
 
 
 def grade_candidate(candidate: Candidate, bases: BaseCache,
@@ -193,6 +209,11 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
     Every failure becomes this candidate's error result, never an exception."""
     try:
         return grade_or_raise(candidate, bases, options)
+    except (OSError, BaseBuildError) as exc:  # a full disk or a forbidden folder; a base that cannot be had
+        task = all_tasks().get(candidate.task or "")
+        cause = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
+        result = error_result(candidate, f"environment problem, not the candidate's: {cause}", task)
+        return replace(result, run_status="environment_error"), None
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
         return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None

@@ -226,3 +226,91 @@ def test_judge_killed_by_a_memory_bound_is_an_environment_error(tmp_path):
     assert (result["verdict"], result["run_status"]) == ("error", "environment_error"), log
     assert "out of memory" in result["error"] and "SIGKILL" in result["error"], result["error"]
     assert not list((out / "store").glob("*.json"))
+
+
+def cache_with_bases_elsewhere(root: Path) -> Path:
+    """A cache of its own whose ``bases/`` is a symlink to a folder elsewhere (sdists shared)."""
+    cache = root / "cache"
+    cache.mkdir()
+    os.symlink(cache_dir() / "sdists", cache / "sdists")
+    (root / "elsewhere").mkdir()
+    os.symlink(root / "elsewhere", cache / "bases")
+    return cache
+
+
+def test_damaged_base_is_rebuilt_and_a_symlinked_bases_folder_grades_true(tmp_path):
+    cache, out, scratch = cache_with_bases_elsewhere(tmp_path), tmp_path / "out", tmp_path / "scratch"
+    env = dict(os.environ, GRADER_CACHE=str(cache))
+    built = subprocess.run([sys.executable, str(REPO / "grade.py"), "bases", "--task", TASK], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    # One file of the built base deleted, its stamp left intact: the next use finds the base not whole.
+    damaged = tmp_path / "elsewhere" / TASK / "vllm" / "__init__.py"
+    damaged.unlink()
+    proc = grade([REFERENCE], out, cache, scratch, "--no-cache")
+    log = finish(proc)
+    assert proc.returncode == 0, log
+    assert damaged.is_file()
+    result = only_result(out)
+    assert (result["verdict"], result["run_status"]) == ("full", "complete"), log
+
+
+def interrupt_when_running(signals: list[signal.Signals], tmp_path: Path, wait_for_staging: bool = False):
+    """Start grading the reference and a sample, send ``signals`` (50 ms apart) once a hidden test runs (or,
+    with ``wait_for_staging``, once a base build has begun in a cache of its own); the process, its output, and
+    how long it took to exit after the first signal."""
+    if wait_for_staging:
+        cache = cache_with_bases_elsewhere(tmp_path)
+    else:
+        cache = private_cache(tmp_path)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    proc = grade([REFERENCE, SAMPLE], out, cache, scratch, "--no-cache")
+    try:
+        if wait_for_staging:
+            deadline = time.monotonic() + 300
+            while not list((tmp_path / "elsewhere").glob(f".{TASK}-*")):
+                assert proc.poll() is None and time.monotonic() < deadline, "no base build began"
+                time.sleep(0.05)
+            time.sleep(1)
+        else:
+            wait_for_tests_running(scratch, proc)
+        sent = time.monotonic()
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.05)
+        try:
+            proc.wait(timeout=10)  # docker's grace period before it kills
+        except subprocess.TimeoutExpired:
+            pass
+        exited_in_time = proc.poll() is not None
+        log = finish(proc)
+    finally:
+        end_group(proc.pid)
+    return proc, log, exited_in_time, out
+
+
+def assert_interrupted_with_reports(proc, log: str, out: Path, name: str) -> None:
+    assert proc.returncode == 130, log
+    assert "Traceback" not in log, log
+    document = json.loads((out / "results.json").read_text())
+    assert document["run"]["incomplete"]["reason"] == f"interrupted by {name}", document["run"]
+    assert (out / "index.html").is_file()
+    assert not list(out.glob(".*.json.*")), "temporary files left in --out"
+
+
+def test_sigint_held_down_writes_the_reports(tmp_path):
+    proc, log, in_time, out = interrupt_when_running([signal.SIGINT] * 20, tmp_path)
+    assert in_time, log
+    assert_interrupted_with_reports(proc, log, out, "SIGINT")
+
+
+def test_sighup_writes_the_reports(tmp_path):
+    proc, log, in_time, out = interrupt_when_running([signal.SIGHUP], tmp_path)
+    assert in_time, log
+    assert_interrupted_with_reports(proc, log, out, "SIGHUP")
+
+
+def test_sigterm_during_a_base_build_exits_within_the_grace_period(tmp_path):
+    proc, log, in_time, out = interrupt_when_running([signal.SIGTERM], tmp_path, wait_for_staging=True)
+    assert in_time, f"still running 10 s after SIGTERM:\n{log}"
+    assert_interrupted_with_reports(proc, log, out, "SIGTERM")

@@ -3,7 +3,7 @@
 git missing: one error line naming it and how to install it, exit 2, no traceback (the grader no longer imports
 GitPython, whose import failed without git). GNU patch missing: a warning at start-up, and a candidate whose diff
 needs fuzz (only patch places it) is ``environment_error`` naming patch, never the candidate's ``fail``; nothing of
-it is stored.
+it is stored. And the CLI's signal gate: a signal while the reports are written is held until they are.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,20 @@ def test_patch_missing_makes_a_fuzzy_diff_an_environment_error(tmp_path):
     assert (result["verdict"], result["run_status"]) == ("error", "environment_error"), result
     assert "patch is not installed" in result["error"], result["error"]
     assert not list((out / "store").glob("*.json"))
+
+
+def test_a_signal_while_reports_are_written_is_held_until_they_are():
+    from grader.cli import SignalGate
+    from grader.orchestrate import Interrupted
+
+    with SignalGate() as gate:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            raise AssertionError("the first signal while grading must interrupt")
+        except Interrupted as exc:
+            assert str(exc) == "SIGINT"
+    with SignalGate() as gate:
+        gate.hold()
+        os.kill(os.getpid(), signal.SIGHUP)  # neither raises nor ends the process: it is remembered
+        os.kill(os.getpid(), signal.SIGINT)
+    assert gate.first == "SIGHUP"

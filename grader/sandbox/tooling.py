@@ -8,6 +8,7 @@ repository, caches and scratch area covered, nothing of the grader's environment
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -30,6 +31,22 @@ REQUIRED_TOOLS = ("git", "cp")
 
 class ToolMissing(Exception):
     """A program the grader needs is not installed: the environment's state, never a candidate's failure."""
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError a user can cause (a full disk, a read-only or forbidden folder), as one line: the cause and the
+    path, e.g. "no space left on device at /out/results.json"."""
+    cause = (exc.strerror or str(exc)).lower()
+    return f"{cause} at {exc.filename}" if exc.filename else cause
+
+
+def failed_copy_error(stderr: str, destination: Path) -> OSError:
+    """The OSError behind a failed ``cp``, read from its message (cp names the errno's text), with the
+    destination as the path."""
+    for number in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO):
+        if os.strerror(number).lower() in stderr.lower():
+            return OSError(number, os.strerror(number), str(destination))
+    return OSError(errno.EIO, f"copy failed: {stderr.strip()[-300:]}", str(destination))
 
 
 def find_tool(name: str) -> str:
