@@ -4,9 +4,11 @@
 
 Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
 1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
-without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``), or grading of some
-candidate broke or met an environment fault (verdict ``error``); 3 a candidate was not graded completely (timed
-out, input cut off); 4 a candidate's task could not be told; 130 interrupted.
+without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``, git missing, an OSError
+such as a full or read-only folder: one line naming cause and path), or grading of some candidate broke or met a
+fault of the grader or its environment (verdict ``error``: ``grader_error``, ``environment_error``); 3 a candidate
+was not graded completely (timed out, input cut off); 4 a candidate's task could not be told; 130 interrupted
+(SIGINT, SIGTERM, SIGHUP; the reports are written first).
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
                         "machine allows and warns when that is less than the full sandbox, strict refuses to run "
                         "without it (default: on)")
+    p.add_argument("--no-control", action="store_true",
+                   help="skip each task's control (its reference fix graded first, which must get its designed "
+                        "statuses here; a pass is cached per environment)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -280,7 +285,8 @@ def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
         backend = LocalBackend()
     return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
                       contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
-                      use_evidence_cache=not args.no_cache, store=store, backend=backend)
+                      use_evidence_cache=not args.no_cache, store=store, backend=backend,
+                      controls=not getattr(args, "no_control", True))
 
 
 def containment_shortfalls(mode: str) -> list[str]:

@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from grader.evidence_cache import EvidenceCache
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.controls import Controls
+from grader.pipeline import BaseCache, GradeOptions, error_result, grade_candidate
 from grader.core.records import Candidate, CandidateResult, RunReport
 from grader.core.rubric import Task, all_tasks
 from grader.run import DEFAULT_TIMEOUT_S
@@ -113,6 +114,9 @@ class RunOptions:
     store: ResultStore | None = None
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
+    # Grade each task's reference fix first and stop the task where it misses its designed statuses
+    # (``grader.controls``; local backend).
+    controls: bool = False
     backend: Backend = field(default_factory=lambda: LocalBackend())
 
 
@@ -208,6 +212,8 @@ class LocalBackend:
                                      empty_diff_grades_base=options.empty_diff_grades_base)
         stopping = threading.Event()
         delivered: set[str] = set()
+        tasks = all_tasks()
+        controls = Controls(self.bases, grade_options) if options.controls else None
 
         def hand_over(item: Graded) -> None:
             if item.candidate.id not in delivered:
@@ -217,6 +223,11 @@ class LocalBackend:
         def work(candidate: Candidate) -> Graded | None:
             if stopping.is_set():
                 return None
+            task = tasks.get(candidate.task or "")
+            problem = controls.problem(task) if controls and task and gradable(candidate, tasks, options) else None
+            if problem:
+                result = replace(error_result(candidate, problem, task), run_status="environment_error")
+                return None if stopping.is_set() else Graded(candidate, result.to_json(), result)
             observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, grade_options)
             return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)

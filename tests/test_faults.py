@@ -38,12 +38,15 @@ def private_cache(root: Path) -> Path:
     return private
 
 
-def grade(paths: list[Path], out: Path, cache: Path, scratch: Path, *extra: str,
-          preexec=None) -> subprocess.Popen:
+def grade(paths: list[Path], out: Path, cache: Path, scratch: Path, *extra: str, preexec=None,
+          control: bool = False) -> subprocess.Popen:
+    """``grade.py`` on ``paths``; without each task's control unless ``control`` (the faults injected here
+    must meet the candidate's grading, not its task's control)."""
     scratch.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", GRADER_CACHE=str(cache), GRADER_SCRATCH=str(scratch))
     return subprocess.Popen([sys.executable, str(REPO / "grade.py"), *map(str, paths), "--out", str(out),
-                             "--jobs", "1", "--gpu", "off", "--timeout", "300", *extra],
+                             "--jobs", "1", "--gpu", "off", "--timeout", "300", *extra,
+                             *([] if control else ["--no-control"])],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=preexec)
 
@@ -314,3 +317,28 @@ def test_sigterm_during_a_base_build_exits_within_the_grace_period(tmp_path):
     proc, log, in_time, out = interrupt_when_running([signal.SIGTERM], tmp_path, wait_for_staging=True)
     assert in_time, f"still running 10 s after SIGTERM:\n{log}"
     assert_interrupted_with_reports(proc, log, out, "SIGTERM")
+
+
+def test_a_sick_environment_fails_the_tasks_control_and_grades_nothing(tmp_path):
+    cache, out, scratch = cache_with_bases_elsewhere(tmp_path), tmp_path / "out", tmp_path / "scratch"
+    # A first run (no control) builds the base and passes the task's import check of the environment.
+    first = grade([SAMPLE], tmp_path / "first", cache, scratch, "--no-cache")
+    log = finish(first)
+    assert first.returncode == 0, log
+    # Then the base is damaged where neither its manifest (same size, time and inode) nor its blobs look:
+    # vLLM's package now fails at import.
+    damaged = tmp_path / "elsewhere" / TASK / "vllm" / "__init__.py"
+    before = os.stat(damaged)
+    first_line = damaged.read_bytes().split(b"\n", 1)[0]
+    sick = b"raise ImportError('sick')".ljust(len(first_line), b" ")
+    assert len(sick) == len(first_line)
+    with open(damaged, "r+b") as handle:
+        handle.write(sick)
+    os.utime(damaged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    proc = grade([REFERENCE, SAMPLE], out, cache, scratch, control=True)
+    log = finish(proc)
+    assert proc.returncode == 2, log
+    results = json.loads((out / "results.json").read_text())["candidates"]
+    assert {(r["verdict"], r["run_status"]) for r in results} == {("error", "environment_error")}, log
+    assert all(f"the control of {TASK} failed" in r["error"] for r in results), [r["error"] for r in results]
+    assert not list((out / "store").glob("*.json"))
