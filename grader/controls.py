@@ -23,6 +23,7 @@ from grader.core.paths import cache_dir
 from grader.core.records import Candidate
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
 from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.run import DEFAULT_TIMEOUT_S
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 CANDIDATES_DIR = REPO_ROOT / "candidates"
@@ -46,8 +47,10 @@ class Controls:
 
     def __init__(self, bases: BaseCache, options: GradeOptions) -> None:
         self.bases = bases
-        # No evidence cache: the control must run the hidden tests on this machine as it is now.
-        self.options = replace(options, evidence_cache=None, keep_trees=False)
+        # No evidence cache: the control must run the hidden tests on this machine as it is now; and the default
+        # time limit at least, since a --timeout chosen for candidates says nothing of the environment.
+        self.options = replace(options, evidence_cache=None, keep_trees=False,
+                               timeout=max(options.timeout, DEFAULT_TIMEOUT_S))
         self.found: dict[str, str | None] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.lock = threading.Lock()
