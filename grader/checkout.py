@@ -223,6 +223,24 @@ def is_whole(dest: Path) -> bool:
     return recorded == tree_manifest(dest)
 
 
+def whole_tree_problem(base: BuiltBase) -> str | None:
+    """The full check (``bases --verify``): git's hash of every file of the base as it is on disk, through an index
+    of its own so that no cached stat decides it, against the tree recorded at build. A mismatch also drops the
+    manifest, so the next use rebuilds the base."""
+    try:
+        recorded = json.loads((base.path / ".git" / STAMP).read_text()).get("tree")
+    except (OSError, ValueError):
+        recorded = None
+    with tempfile.TemporaryDirectory() as folder:
+        fresh = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+        git(base.path, "add", "-A", "--force", env=fresh)
+        now = git(base.path, "write-tree", env=fresh).strip()
+    if recorded is None or now == recorded:
+        return None
+    (base.path / ".git" / MANIFEST).unlink(missing_ok=True)
+    return f"the tree differs from its build (tree {now}, built as {recorded}): it is rebuilt on its next use"
+
+
 def is_built(task: str, recipe: BaseRecipe) -> bool:
     """Whether a base of this recipe is on disk (build_base will still prove its blobs): cheap, no git."""
     stamp = cache_dir() / "bases" / task / ".git" / STAMP

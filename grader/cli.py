@@ -27,7 +27,7 @@ from grader import __version__
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
-from grader.checkout import BaseBuildError, build_base, verify_blobs
+from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
 from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.outcome import exit_code, exit_reason
@@ -409,6 +409,8 @@ def run_bases(args) -> int:
         try:
             base = build_base(task, recipe)
             problems = verify_blobs(base.path, recipe.blobs) if args.verify else []
+            whole = whole_tree_problem(base) if args.verify else None
+            problems += [whole] if whole else []
         except BaseBuildError as exc:
             problems = [str(exc)]
         except OSError as exc:

@@ -256,6 +256,19 @@ def test_damaged_base_is_rebuilt_and_a_symlinked_bases_folder_grades_true(tmp_pa
     assert damaged.is_file()
     result = only_result(out)
     assert (result["verdict"], result["run_status"]) == ("full", "complete"), log
+    # A change the manifest cannot see (same size, time and inode) is found by the full check of --verify, and
+    # the next use rebuilds the base.
+    whole = damaged.read_bytes()
+    before = os.stat(damaged)
+    with open(damaged, "r+b") as handle:
+        handle.write(b"#" * min(8, len(whole)))
+    os.utime(damaged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    command = [sys.executable, str(REPO / "grade.py"), "bases", "--task", TASK]
+    verify = subprocess.run([*command, "--verify"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert verify.returncode == 1 and "the tree differs from its build" in verify.stdout, verify.stdout
+    rebuilt = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert damaged.read_bytes() == whole
 
 
 def interrupt_when_running(signals: list[signal.Signals], tmp_path: Path, wait_for_staging: bool = False):
