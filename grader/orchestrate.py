@@ -172,6 +172,8 @@ class LocalBackend:
 
     def __init__(self, bases: BaseCache | None = None) -> None:
         self.bases = bases or BaseCache()
+        # At most this many bases are built at once (each unpacks and commits a vLLM tree).
+        self.building = threading.BoundedSemaphore(4)
 
     def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
               deliver: Callable[[Graded], None]) -> None:
@@ -197,7 +199,7 @@ class LocalBackend:
             if is_built(task.id, task.base):
                 self.bases.get(task)
                 return
-            with observer.phase(f"base {task.id}"):
+            with self.building, observer.phase(f"base {task.id}"):
                 self.bases.get(task)
         except Exception:  # noqa: BLE001 - reported by every candidate of the task (grade_candidate)
             return
