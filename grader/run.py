@@ -254,7 +254,9 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     outcomes, collect_errors = parse_evidence(recorded, timed_out)
     outcomes = [TestOutcome(o.nodeid, o.status, o.criteria, o.kinds, o.doc, scrub(o.message), o.duration,
                             o.skipped_by) for o in outcomes]
-    end = JudgeEnd(session_exit_status(recorded), returncode, timed_out, lost, oom_kill_count() - kills_before,
+    # The last word is read from the file's end: evidence cut at the cap still ended.
+    end = JudgeEnd(session_exit_status(_tail(evidence, 4096)), returncode, timed_out, lost,
+                   oom_kill_count() - kills_before,
                    sum(o.status == "not_run" for o in outcomes))
     env_error = grader_error = None
     if collect_errors:
