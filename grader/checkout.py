@@ -142,7 +142,12 @@ def _unpack(tarball: Path, version: str, dest: Path) -> None:
             member.name = member.name[len(prefix):]
             if member.name:
                 members.append(member)
-        tar.extractall(dest, members=members, filter="data")
+        try:
+            tar.extractall(dest, members=members, filter="data")
+        except OSError as exc:  # a full or read-only cache: said with the folder being filled
+            if exc.filename:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
 
 
 def git(repo_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
