@@ -472,6 +472,15 @@ def run_tests(args) -> int:
     return 2 if problem or run.returncode is None else int(run.returncode)
 
 
+def leave_now(code: int) -> None:
+    """End the process at once: an interrupted run's reports are written, and what is still winding down (trees
+    being removed, an abandoned base build) must not hold up the exit the signal asked for (docker kills after
+    10 s); a later run reclaims what is left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def tools_missing() -> bool:
     """Check the programs the grader runs, once at start-up: a required one missing is one error line (the caller
     exits 2); another missing is a warning, and a candidate that needs it ends ``environment_error``."""
@@ -504,7 +513,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "grade":
-            return run_grade(args)
+            code = run_grade(args)
+            if code == 130:
+                leave_now(code)
+            return code
         if args.command == "bases":
             return run_bases(args)
         if args.command == "calibrate":

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -32,6 +32,10 @@ from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
 from grader.sandbox.tooling import os_error_line
 from grader.store import ResultStore, cache_key
+
+
+# Seconds an interrupt waits for the gradings it stopped to wind down (their judges are killed at once).
+INTERRUPT_WAIT_S = 3
 
 
 class Interrupted(Exception):
@@ -236,24 +240,27 @@ class LocalBackend:
 
         pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
         futures = []
+        interrupted = False
         try:
             futures = [pool.submit(work, c) for c in pending]
             for future in as_completed(futures):
                 if (item := future.result()) is not None:
                     hand_over(item)
         except Interrupted:
+            interrupted = True
             stopping.set()
             self.bases.abandoned.set()
             pool.shutdown(wait=False, cancel_futures=True)
             launcher.terminate()
-            pool.shutdown(wait=True)
+            # Their judges are ended; what is left is removing trees, which the exit does not wait for.
+            wait(futures, timeout=INTERRUPT_WAIT_S)
             # A grading that completed just as the signal came is kept, like every other finished one.
             for future in futures:
                 if future.done() and not future.cancelled() and future.exception() is None and future.result():
                     hand_over(future.result())
             raise
         finally:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=not interrupted)
             launcher.close()
 
     def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: RunOptions,
