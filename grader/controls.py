@@ -15,15 +15,19 @@ from __future__ import annotations
 import hashlib
 import threading
 import tomllib
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader.core.environment import environment_fingerprint
 from grader.core.paths import cache_dir
 from grader.core.records import Candidate
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate
 from grader.run import DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:  # the grading itself is handed in (``grade``): this module sits below the pipeline
+    from grader.pipeline import BaseCache, GradeOptions
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 CANDIDATES_DIR = REPO_ROOT / "candidates"
@@ -45,8 +49,10 @@ def designed_reference(task: Task, gpu: bool) -> dict[str, str]:
 class Controls:
     """Each task's control, run at most once per run (the first candidate of the task waits for it)."""
 
-    def __init__(self, bases: BaseCache, options: GradeOptions) -> None:
+    def __init__(self, bases: BaseCache, options: GradeOptions, grade: Callable) -> None:
+        """``grade(candidate, bases, options)``: ``grader.pipeline.grade_candidate``."""
         self.bases = bases
+        self.grade = grade
         # No evidence cache: the control must run the hidden tests on this machine as it is now; and the default
         # time limit at least, since a --timeout chosen for candidates says nothing of the environment.
         self.options = replace(options, evidence_cache=None, keep_trees=False,
@@ -79,7 +85,7 @@ class Controls:
         passed = cache_dir() / "controls" / self.key(task, diff, designed)
         if passed.is_file():
             return None
-        result, _ = grade_candidate(Candidate(f"{task.id}/(control)", str(reference), diff, task.id), self.bases,
+        result, _ = self.grade(Candidate(f"{task.id}/(control)", str(reference), diff, task.id), self.bases,
                                     self.options)
         if result.run_status not in ("complete", "apply_partial") or result.verdict == "error":
             return (f"the control of {task.id} (its reference fix, graded here first) did not complete "

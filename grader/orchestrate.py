@@ -219,7 +219,7 @@ class LocalBackend:
         stopping = threading.Event()
         delivered: set[str] = set()
         tasks = all_tasks()
-        controls = Controls(self.bases, grade_options) if options.controls else None
+        controls = Controls(self.bases, grade_options, grade_candidate) if options.controls else None
 
         def hand_over(item: Graded) -> None:
             if item.candidate.id not in delivered:

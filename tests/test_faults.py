@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.checkout import cache_dir
+from grader.core.paths import cache_dir
 
 pytestmark = pytest.mark.slow
 

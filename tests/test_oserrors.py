@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.checkout import cache_dir
+from grader.core.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "int8-kv-rounding"
