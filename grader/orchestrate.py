@@ -11,7 +11,6 @@ where, and in what order.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +29,6 @@ from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
-from grader.sandbox.tooling import os_error_line
 from grader.store import ResultStore, cache_key
 
 
@@ -137,11 +135,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
 
     def deliver(item: Graded) -> None:
         if options.store is not None and not item.stored:
-            try:
-                options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
-            except OSError as exc:  # a full or read-only --out: the result still reaches the reports
-                print(f"warning: {item.candidate.id} not stored for resuming: {os_error_line(exc)}",
-                      file=sys.stderr)
+            options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
         finished[item.candidate.id] = item
         observer.graded(item, len(finished), len(candidates))
 

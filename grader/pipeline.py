@@ -181,26 +181,17 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
                                    also_pass=options.also_pass, call_budgets=budgets)
             if options.evidence_cache and key:
-                cache_write(options.evidence_cache.save, key, run)
+                options.evidence_cache.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
         else:
             timings["tests_s"] = 0.0
             timings["evidence_cached"] = 1.0
         if shortcut and key:
-            cache_write(options.evidence_cache.save_applied, shortcut, apply, key, run)
+            options.evidence_cache.save_applied(shortcut, apply, key, run)
         return apply, run, timings
     finally:
         if not options.keep_trees:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def cache_write(save, *args) -> None:
-    """A cache write that fails (a full disk, a read-only cache) is said, and grading goes on: the evidence is
-    this run's all the same."""
-    try:
-        save(*args)
-    except OSError as exc:
-        print(f"warning: not cached: {os_error_line(exc)}", file=sys.stderr)
 
 
 def grade_candidate(candidate: Candidate, bases: BaseCache,
