@@ -84,11 +84,9 @@ def parent_of(pid: int) -> int:
         return 0
 
 
-def cold_judge(evidence: Path) -> int:
-    """The judge process whose folder holds ``evidence`` (not the zygote or subjects forked from it)."""
-    request = str(evidence.parent / "pytest.request.json")
-    named = {pid for pid, cmd in processes().items() if "grader.sandbox.judge" in cmd and request in cmd}
-    (judge,) = [pid for pid in named if parent_of(pid) not in named]
+def cold_judge(grader: int) -> int:
+    """The judge process the grader started (not the zygote or subjects forked from it)."""
+    (judge,) = [pid for pid, cmd in processes().items() if "grader.sandbox.judge" in cmd and parent_of(pid) == grader]
     return judge
 
 
@@ -135,7 +133,7 @@ def test_judge_killed_mid_tests_is_a_grader_error_not_stored(tmp_path):
     proc = grade([REFERENCE], out, cache, scratch, "--cold")
     try:
         evidence = wait_for_tests_running(scratch, proc)
-        judge = cold_judge(evidence)
+        judge = cold_judge(proc.pid)
         os.kill(judge, signal.SIGKILL)
         log = finish(proc)
     finally:
@@ -202,7 +200,7 @@ def test_judge_killed_by_a_memory_bound_is_an_environment_error(tmp_path):
     proc = grade([REFERENCE], out, cache, scratch, "--cold", preexec=join_group)
     try:
         evidence = wait_for_tests_running(scratch, proc)
-        judge = cold_judge(evidence)
+        judge = cold_judge(proc.pid)
         # The judge is the OOM killer's choice, and the group's memory is then held at what it uses now.
         Path(f"/proc/{judge}/oom_score_adj").write_text("1000")
         usage = int((group / "memory.usage_in_bytes").read_text())
