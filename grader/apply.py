@@ -20,7 +20,7 @@ from grader.core.paths import cache_dir, scratch_root
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
-from grader.sandbox.tooling import run_tool
+from grader.sandbox.tooling import failed_copy_error, run_tool
 
 MAX_DIFF_BYTES = 1 << 20
 BINARY_DIFFER = re.compile(r"^Binary files .* differ\r?$")
@@ -126,7 +126,9 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
     tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
     os.chmod(tree, 0o755)
     entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
-    subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], check=True, capture_output=True)
+    copied = subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], capture_output=True, text=True)
+    if copied.returncode != 0:
+        raise failed_copy_error(copied.stderr, tree)
     subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
     base_git = base.path / ".git"
     if (base_git / "objects").is_dir() and (base_git / "index").is_file():

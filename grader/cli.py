@@ -4,9 +4,11 @@
 
 Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
 1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
-without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``), or grading of some
-candidate broke or met an environment fault (verdict ``error``); 3 a candidate was not graded completely (timed
-out, input cut off); 4 a candidate's task could not be told; 130 interrupted.
+without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``, git missing, an OSError
+such as a full or read-only folder: one line naming cause and path), or grading of some candidate broke or met a
+fault of the grader or its environment (verdict ``error``: ``grader_error``, ``environment_error``); 3 a candidate
+was not graded completely (timed out, input cut off); 4 a candidate's task could not be told; 130 interrupted
+(SIGINT, SIGTERM, SIGHUP; the reports are written first).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from grader import __version__
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
-from grader.checkout import BaseBuildError, build_base, verify_blobs
+from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
 from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
 from grader.outcome import exit_code, exit_reason
@@ -34,6 +36,7 @@ from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.sandbox.leftovers import owned_name
+from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -102,6 +105,9 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
                         "machine allows and warns when that is less than the full sandbox, strict refuses to run "
                         "without it (default: on)")
+    p.add_argument("--no-control", action="store_true",
+                   help="skip each task's control (its reference fix graded first, which must get its designed "
+                        "statuses here; a pass is cached per environment)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -213,8 +219,35 @@ def lock_output(out: Path):
     return handle
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
+class SignalGate:
+    """SIGINT, SIGTERM and SIGHUP for the whole of a grading run. While grading, the first one raises
+    ``Interrupted`` (the run stops and keeps what finished); every later one, and any that comes while the
+    reports are written (``hold``), is only remembered, so the reports are always written whole."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.raising = True
+        self.previous: dict = {}
+
+    def __enter__(self) -> SignalGate:
+        self.previous = {sig: signal.signal(sig, self.handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def handle(self, signum, frame) -> None:
+        if self.first is not None:
+            return
+        self.first = signal.Signals(signum).name
+        if self.raising:
+            raise Interrupted(self.first)
+
+    def hold(self) -> None:
+        self.raising = False
 
 
 def run_grade(args) -> int:
@@ -224,7 +257,12 @@ def run_grade(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _run_grade(args)
+        with SignalGate() as gate:
+            try:
+                return _run_grade(args, gate)
+            except Interrupted as exc:  # before grading began: nothing was graded, nothing to write
+                print(f"interrupted ({exc}) before grading began; nothing was graded", file=sys.stderr)
+                return 130
     finally:
         lock.close()
 
@@ -251,7 +289,8 @@ def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
         backend = LocalBackend()
     return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
                       contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
-                      use_evidence_cache=not args.no_cache, store=store, backend=backend)
+                      use_evidence_cache=not args.no_cache, store=store, backend=backend,
+                      controls=not getattr(args, "no_control", True))
 
 
 def containment_shortfalls(mode: str) -> list[str]:
@@ -261,7 +300,7 @@ def containment_shortfalls(mode: str) -> list[str]:
     return shortfalls(contain.probe())
 
 
-def _run_grade(args) -> int:
+def _run_grade(args, gate: SignalGate) -> int:
     degraded = containment_shortfalls(args.contain)
     if degraded and args.contain == "strict":
         print("error: --contain strict: this machine does not give subjects the full sandbox: " + "; ".join(degraded),
@@ -296,13 +335,12 @@ def _run_grade(args) -> int:
     began = started_at()
     # Stored results are reused unless --no-cache; finished ones are always kept, so a rerun resumes.
     options = run_options(args, gpu, ResultStore(args.out, reuse=not args.no_cache))
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with observer_for(sys.stderr, len(candidates)) as observer:
             run = grade_many(candidates, options, observer)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # From here on a signal waits for the reports to be written.
+        gate.hold()
         if on_ray:
             ray_backend.disconnect()
     ordered = run.records
@@ -407,8 +445,12 @@ def run_bases(args) -> int:
         try:
             base = build_base(task, recipe)
             problems = verify_blobs(base.path, recipe.blobs) if args.verify else []
+            whole = whole_tree_problem(base) if args.verify else None
+            problems += [whole] if whole else []
         except BaseBuildError as exc:
             problems = [str(exc)]
+        except OSError as exc:
+            problems = [os_error_line(exc)]
         status = "FAILED" if problems else "ok"
         failed += bool(problems)
         print(f"{task}: {status} ({time.monotonic() - started:.1f}s, vllm {recipe.sdist_version}, "
@@ -459,10 +501,32 @@ def run_tests(args) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(run.log)
+    problem = run.environment_error or run.grader_error
     print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s; as grading reads them: "
-          f"{outcome_counts(run.outcomes)}" + (f"; {run.environment_error}" if run.environment_error else "") + "]",
-          file=sys.stderr)
-    return 2 if run.environment_error or run.returncode is None else int(run.returncode)
+          f"{outcome_counts(run.outcomes)}" + (f"; {problem}" if problem else "") + "]", file=sys.stderr)
+    return 2 if problem or run.returncode is None else int(run.returncode)
+
+
+def leave_now(code: int) -> None:
+    """End the process at once: an interrupted run's reports are written, and what is still winding down (trees
+    being removed, an abandoned base build) must not hold up the exit the signal asked for (docker kills after
+    10 s); a later run reclaims what is left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def tools_missing() -> bool:
+    """Check the programs the grader runs, once at start-up: a required one missing is one error line (the caller
+    exits 2); another missing is a warning, and a candidate that needs it ends ``environment_error``."""
+    missing = missing_tools()
+    for name, sentence in missing.items():
+        if name in REQUIRED_TOOLS:
+            print(f"error: {sentence}", file=sys.stderr)
+        else:
+            print(f"warning: {sentence}; a candidate whose diff needs {name} is not graded (environment_error)",
+                  file=sys.stderr)
+    return any(name in REQUIRED_TOOLS for name in missing)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -480,9 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_arguments(argv)
     except SystemExit as exc:  # argparse has printed its one-line error (or the help)
         return 2 if exc.code else 0
+    if tools_missing():
+        return 2
     try:
         if args.command == "grade":
-            return run_grade(args)
+            code = run_grade(args)
+            if code == 130:
+                leave_now(code)
+            return code
         if args.command == "bases":
             return run_bases(args)
         if args.command == "calibrate":
@@ -498,4 +567,10 @@ def main(argv: list[str] | None = None) -> int:
         return validate_rubrics(args)
     except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a full disk, a read-only or forbidden folder: the user's to fix, said in one line
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
         return 2

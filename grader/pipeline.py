@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
-from grader.checkout import build_base
+from grader.checkout import BaseBuildError, build_base
 from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
@@ -31,6 +31,7 @@ from grader.core.identity import engine_fingerprint, grading_identity, machine_i
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
+from grader.sandbox.tooling import ToolMissing, os_error_line
 from grader.run import DEFAULT_TIMEOUT_S, ensure_call_times, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -65,14 +66,21 @@ class BaseCache:
         self._bases: dict[str, BuiltBase] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        # Set on an interrupt: whoever waits for another's build stops waiting.
+        self.abandoned = threading.Event()
 
     def get(self, task: Task) -> BuiltBase:
         with self._lock:
             lock = self._locks.setdefault(task.id, threading.Lock())
-        with lock:
+        while not lock.acquire(timeout=0.2):
+            if self.abandoned.is_set():
+                raise BaseBuildError(f"the base of {task.id} was not waited for: the run was interrupted")
+        try:
             if task.id not in self._bases:
                 self._bases[task.id] = self.build(task)
             return self._bases[task.id]
+        finally:
+            lock.release()
 
     def build(self, task: Task) -> BuiltBase:
         return build_base(task.id, task.base)
@@ -150,8 +158,13 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
-            ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        try:
+            apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
+                ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        except ToolMissing as exc:
+            # The candidate's diff needs a tool this machine lacks: the environment's state, not its failure.
+            return (ApplyReport("failed", message=f"not applied: {exc}"),
+                    RunReport([], None, False, "", 0.0, f"cannot apply the diff: {exc}"), timings)
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
         apply = clean_apply_report(apply)  # the diff's names enter the records here, cleaned once
@@ -190,6 +203,12 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
     Every failure becomes this candidate's error result, never an exception."""
     try:
         result, run = grade_or_raise(candidate, bases, options)
+    except (OSError, BaseBuildError) as exc:  # a full disk or a forbidden folder; a base that cannot be had
+        task = all_tasks().get(candidate.task or "")
+        cause = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
+        result = replace(error_result(candidate, f"environment problem, not the candidate's: {cause}", task),
+                         run_status="environment_error")
+        run = None
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
         result, run = error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
@@ -198,9 +217,11 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
-    """What happened, beside the verdict: an environment fault, a time-out, a cut preview (the input was not seen
-    whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
+    """What happened, beside the verdict: a fault of the grader or of the environment, a time-out, a cut preview
+    (the input was not seen whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
     applied: the tree is not the one git builds from the diff)."""
+    if run is not None and run.grader_error:
+        return "grader_error"
     if run is not None and run.environment_error:
         return "environment_error"
     if run is not None and (run.timed_out or any(o.status == "timeout" for o in run.outcomes)):
@@ -265,6 +286,8 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
     status = run_status(apply, run, cut)
     if status == "environment_error":
         criteria = not_evaluated_all(task, f"environment problem, not the candidate's: {run.environment_error}")
+    elif status == "grader_error":
+        criteria = not_evaluated_all(task, f"the grader's fault, not the candidate's: {run.grader_error}")
     elif status == "timed_out" and run is not None and not run.outcomes:
         criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
                                            "any hidden test ran")
@@ -272,6 +295,7 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
-                             error=run.environment_error if status == "environment_error" else None,
+                             error=run.environment_error if status == "environment_error" else
+                             run.grader_error if status == "grader_error" else None,
                              rubric=rubric_identity(task))
     return summarized(task, result, run, apply.description), run

@@ -4,7 +4,8 @@ It writes one JSON line per test phase outcome to the file named by ``GRADER_EVI
 folder, which no subject can see or reach. A ``start`` line is written before each test runs, so a test that
 hangs or kills the judge is still known by name. A test whose probe went over its budget where a control finished
 the same call fails, its message starting ``timeout:``; one whose probe did not answer where no control finished
-either is marked ``timeout`` (not evaluated); a skip says who decided it. Log parsing stays in ``grader.run``.
+either is marked ``timeout`` (not evaluated); a skip says who decided it. The last line,
+``session_end``, is written when pytest's session ends. Log parsing stays in ``grader.run``.
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ def _is_over_budget(exc: BaseException) -> bool:
     from grader.sandbox.client import ProbeOverBudget
 
     return isinstance(exc, ProbeOverBudget)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The protocol's last word: a judge whose evidence lacks it ended before its session did (killed, out of
+    memory, a crashed harness), and its run is no verdict (``grader.run.judge_fault``)."""
+    _emit({"event": "session_end", "exitstatus": int(exitstatus)})
 
 
 def pytest_collectreport(report):

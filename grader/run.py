@@ -14,23 +14,25 @@ import platform
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.apply import apply_diff, hidden_roots, make_tree
 from grader.core.paths import cache_dir, make_import_root, scratch_root
-from grader.core.records import BuiltBase, RunReport, TestOutcome, TestStatus
+from grader.core.records import BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.core.sanitize import clean
 from grader.diffparse import parse_diff
 from grader.sandbox import contain
-from grader.sandbox.launch import JudgeRun, Launcher, base_environment
+from grader.sandbox.launch import JudgeLost, JudgeRun, Launcher, base_environment, describe_exit
 from grader.sandbox.leftovers import owned_name
 from grader.sandbox.watchdog import gpu_memory_bound
 
@@ -239,8 +241,12 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         env["GRADER_CALL_TIMES_OUT"] = str(call_times_out)
     job = JudgeRun(pytest_args(task, select), env, [], str(RUBRICS_DIR), str(log), timeout)
     started = time.monotonic()
+    kills_before = oom_kill_count()
+    lost = None
     try:
         returncode, timed_out = launcher.run(job)
+    except JudgeLost as exc:
+        returncode, timed_out, lost = None, False, str(exc)
     finally:
         for box in boxes:
             box.cleanup()
@@ -248,15 +254,100 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
     # What the judge wrote carries text the candidate chose (messages, captured output): cleaned here, once.
     scrub = path_scrubber(tree, scratch, base_tree, job.env["GRADER_SECRET"])
     text = clean(scrub(_tail(log, 200_000)), limit=None)
-    outcomes, collect_errors = parse_evidence(_head(evidence, EVIDENCE_CAP_BYTES), timed_out)
-    outcomes = [TestOutcome(clean(o.nodeid), o.status, o.criteria, o.kinds, clean(o.doc), clean(scrub(o.message)),
-                            o.duration, o.skipped_by) for o in outcomes]
-    env_error = None
+    recorded = _head(evidence, EVIDENCE_CAP_BYTES)
+    outcomes, collect_errors = parse_evidence(recorded, timed_out)
+    outcomes = [replace(o, nodeid=clean(o.nodeid), doc=clean(o.doc), message=clean(scrub(o.message)))
+                for o in outcomes]
+    # The last word is read from the file's end: evidence cut at the cap still ended.
+    end = JudgeEnd(session_exit_status(_tail(evidence, 4096)), returncode, timed_out, lost,
+                   oom_kill_count() - kills_before,
+                   sum(o.status == "not_run" for o in outcomes))
+    env_error = grader_error = None
     if collect_errors:
         env_error = "hidden tests could not be collected: " + clean(scrub("; ".join(collect_errors)))
-    elif not outcomes and returncode not in (0, 1) and not timed_out:
+    elif not outcomes and returncode is not None and returncode > 1 and end.session_exit is None:
         env_error = f"the judge exited with status {returncode} before any hidden test ran: {text[-500:]}"
-    return RunReport(outcomes, returncode, timed_out, text, duration, env_error)
+    elif fault := judge_fault(end):
+        kind, cause = fault
+        env_error, grader_error = (cause, None) if kind == "environment_error" else (None, cause)
+    return RunReport(outcomes, returncode, timed_out, text, duration, env_error, grader_error)
+
+
+@dataclass(frozen=True)
+class JudgeEnd:
+    """How a judge's run ended, as the grader saw it."""
+
+    # The evidence plugin's last word (pytest's exit status at the session's end), None when it never came.
+    session_exit: int | None
+    returncode: int | None
+    timed_out: bool
+    # Why what ran the judge (a warm worker) was lost, if it was.
+    lost: str | None
+    # OOM kills counted in the grader's memory cgroup and by the kernel while the judge ran.
+    oom_kills: int
+    not_run: int
+
+
+def judge_fault(end: JudgeEnd) -> tuple[RunStatus, str] | None:
+    """The attribution rule, in one place: a judge that ends without its protocol's last word is never a verdict.
+    Its run is ``environment_error`` when the machine's memory killed it (an OOM kill was counted meanwhile),
+    else ``grader_error``, with the cause; the tests it did not finish are ``not_run``. None: the evidence is a
+    verdict (the judge's time limit is the run's ``timed_out`` state, decided elsewhere). A subject's death is
+    not this: the judge outlives it and fails that probe's check (``SubjectBroken``)."""
+    if end.timed_out:
+        return None
+    unfinished = f"; {end.not_run} hidden test(s) did not run" if end.not_run else ""
+    if end.session_exit is None or end.lost:
+        cause = end.lost or f"the judge ended before its session did ({describe_exit(end.returncode)})"
+        if end.oom_kills and (end.lost or end.returncode in (None, -signal.SIGKILL)):
+            return "environment_error", (f"out of memory: {cause}, and the kernel's OOM killer killed "
+                                         f"{end.oom_kills} process(es) meanwhile{unfinished}")
+        return "grader_error", cause + unfinished
+    if end.session_exit not in (0, 1):
+        return "grader_error", f"pytest's session ended with exit status {end.session_exit}{unfinished}"
+    return None
+
+
+def oom_kill_count() -> int:
+    """OOM kills so far: the grader's own memory cgroup's (v2 ``memory.events``, hierarchical; v1
+    ``memory.oom_control``) and the kernel's (``/proc/vmstat``); 0 where none can be read."""
+    total = 0
+    for path in _oom_counters():
+        try:
+            for line in path.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    total += int(value)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _oom_counters() -> list[Path]:
+    paths = [Path("/proc/vmstat")]
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        number, controllers, rel = line.split(":", 2)
+        if number == "0" and not controllers:
+            paths.append(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events")
+        elif "memory" in controllers.split(","):
+            paths.append(Path("/sys/fs/cgroup/memory") / rel.lstrip("/") / "memory.oom_control")
+    return paths
+
+
+def session_exit_status(evidence: str) -> int | None:
+    """pytest's exit status from the evidence's ``session_end`` line, None when the session never ended."""
+    for line in reversed(evidence.splitlines()):
+        if '"session_end"' in line:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                return None
+            return int(record.get("exitstatus", -1)) if record.get("event") == "session_end" else None
+    return None
 
 
 def _tail(path: Path, limit: int) -> str:
@@ -307,7 +398,9 @@ def _status_of(phases: dict[str, dict]) -> TestStatus:
 
 
 def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[str]]:
-    """Fold the plugin's JSON lines into one outcome per test; a started test with no result hung or crashed."""
+    """Fold the plugin's JSON lines into one outcome per test; a started test with no result hung or crashed.
+    Where the session never ended (the judge died), the tests it did not finish are ``not_run``, not failed."""
+    ended = session_exit_status(text) is not None
     phases: dict[str, dict[str, dict]] = {}
     started: dict[str, dict] = {}
     collected: dict[str, dict] = {}
@@ -332,29 +425,34 @@ def parse_evidence(text: str, timed_out: bool) -> tuple[list[TestOutcome], list[
         status = _status_of(by_phase)
         message = next((p.get("message", "") for p in by_phase.values() if p.get("message")), "")
         if status == "error" and "call" not in by_phase and not message:
-            status, message = _unfinished(timed_out)
+            status, message = _unfinished(timed_out, ended)
         criteria = {c["id"]: c["weight"] for c in first["criteria"]}
         skipped_by = next((p.get("skipped_by", "") for p in by_phase.values() if p.get("skipped_by")), "")
         outcomes.append(TestOutcome(nodeid, status, criteria, first.get("kinds", []), first.get("doc", ""),
                                     message, sum(p.get("duration", 0.0) for p in by_phase.values()), skipped_by))
     for nodeid, start in {**collected, **started}.items():
         if nodeid not in phases:
-            status, message = _unfinished(timed_out) if nodeid in started else _never_started(timed_out)
+            status, message = _unfinished(timed_out, ended) if nodeid in started else \
+                _never_started(timed_out, ended)
             criteria = {c["id"]: c["weight"] for c in start["criteria"]}
             outcomes.append(TestOutcome(nodeid, status, criteria, start.get("kinds", []), start.get("doc", ""),
                                         message))
     return outcomes, collect_errors
 
 
-def _never_started(timed_out: bool) -> tuple[str, str]:
+def _never_started(timed_out: bool, ended: bool) -> tuple[str, str]:
     if timed_out:
         return "timeout", "not run: the time limit was reached before this test started"
+    if not ended:
+        return "not_run", "not run: the judge ended before this test started"
     return "error", "not run: the test process ended before this test started"
 
 
-def _unfinished(timed_out: bool) -> tuple[str, str]:
+def _unfinished(timed_out: bool, ended: bool) -> tuple[str, str]:
     if timed_out:
         return "timeout", "the test did not finish before the time limit"
+    if not ended:
+        return "not_run", "not run: the judge ended while this test ran"
     return "error", "the test process died while this test ran"
 
 

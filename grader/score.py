@@ -38,8 +38,8 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
 
 
 def _not_run_reason(outcome: TestOutcome) -> str:
-    if outcome.status == "timeout":
-        return "timeout"
+    if outcome.status in ("timeout", "not_run"):
+        return outcome.status
     return "gpu" if "gpu" in outcome.kinds else "skipped"
 
 
@@ -137,7 +137,7 @@ def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionRes
     candidate was not seen whole, so it neither passes nor fails (an unsafe diff is still refused: ``fail``)."""
     if apply.status == "empty":
         return "no_diff"
-    if run_status == "environment_error":
+    if run_status in ("environment_error", "grader_error"):
         return "error"
     if apply.status == "rejected":
         return "fail"

@@ -147,8 +147,8 @@ def run_reason(result: dict) -> str:
     status = result.get("run_status") or "complete"
     if status in ("complete", "apply_partial"):
         return ""  # apply_partial is said by the apply report's reason
-    if status == "environment_error":
-        return "environment error" + (f": {first_line(result.get('error'))}" if result.get("error") else "")
+    if status in ("environment_error", "grader_error"):
+        return status.replace("_", " ") + (f": {first_line(result.get('error'))}" if result.get("error") else "")
     return status.replace("_", " ")
 
 

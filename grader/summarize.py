@@ -101,6 +101,8 @@ def status_sentence(result: CandidateResult, run: RunReport | None) -> str:
                     "this is neither a pass nor a fail.")
         return ("The input was cut off, after every file the criteria read: they are graded on what it shows, and "
                 "the verdict is input_truncated, neither a pass nor a fail.")
+    if status == "grader_error":
+        return f"Not graded, because the grader failed, not the patch: {result.error}; a rerun grades it again."
     if status == "apply_partial":
         return partial_apply_sentence(result.apply)
     return ""

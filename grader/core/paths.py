@@ -51,11 +51,13 @@ def atomic_write(path: Path, text: str) -> None:
             tmp.write(text)
         os.chmod(name, FILE_MODE)
         os.replace(name, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(name)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not exc.filename:  # a write's error names no file: this one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

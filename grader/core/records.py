@@ -17,9 +17,12 @@ CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
 # ``input_truncated`` (a cut preview) and ``no_task`` (no task could be told) are neither pass nor fail: the
 # candidate was not seen whole, or not graded at all, and is counted apart like ``no_diff``.
 Verdict = Literal["full", "partial", "fail", "no_diff", "input_truncated", "no_task", "error"]
-TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
+# "not_run": the judge ended before the test finished, for a reason not the candidate's (killed, out of memory).
+TestStatus = Literal["passed", "failed", "skipped", "error", "timeout", "not_run"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
-RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial", "input_truncated"]
+# "grader_error": the grader's own process (judge, warm worker) ended without its protocol's last word.
+RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "grader_error", "apply_partial",
+                    "input_truncated"]
 # The same values as tuples, in the order reports list them (best first): defined once, here.
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
@@ -197,6 +200,8 @@ class RunReport(JsonRecord):
     log: str
     duration: float
     environment_error: str | None = None
+    # The judge or its warm worker ended without the evidence plugin's last word (``grader.run.judge_fault``).
+    grader_error: str | None = None
 
 
 @dataclass(frozen=True)

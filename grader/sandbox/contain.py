@@ -245,6 +245,9 @@ def _private_view(libc, binds: list[list], hidden: list[str], scratch: dict | No
     for path, mode in binds:
         if os.path.exists(path):
             kept[os.path.realpath(path)] = mode
+            # A path reached through a symlink (a worktree's .venv) is bound at its spelled place too: that is
+            # the name sys.path and the tools were given.
+            kept.setdefault(os.path.abspath(path), mode)
     done = []
     for root in _view_roots(hidden, list(kept)):
         inside = sorted((p for p in kept if _under(p, root)), key=len)
@@ -574,7 +577,9 @@ def _probe_memory_cgroup() -> tuple[str | None, str]:
 def interpreter_paths() -> list[str]:
     """The Python installation and environment a subject needs (bound back read-only into its view)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
-    return sorted(os.path.realpath(p) for p in paths)
+    # Both spellings: sys.path names the folders as the interpreter was started (a symlinked venv), the
+    # sandbox binds what they resolve to.
+    return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
 
 class UidLease:

@@ -52,6 +52,22 @@ SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM
 JUDGE_GRACE_S = 30
 
 
+class JudgeLost(Exception):
+    """The process running a judge (a warm worker) died, so the judge's own end is unknown: the grader's fault."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """A process's end in words: the signal that killed it, or its exit status."""
+    if returncode is None:
+        return "no exit status"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 @dataclass(frozen=True)
 class JudgeRun:
     """One judge process: pytest's arguments, its environment and path, where its output goes, its time."""
@@ -66,7 +82,8 @@ class JudgeRun:
 
 class Launcher(Protocol):
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        """(pytest's exit code or None, whether the judge was killed at its time limit)."""
+        """(the judge's exit code, negative for a signal, or None; whether it was killed at its time limit).
+        Raises ``JudgeLost`` when what ran the judge died with it."""
 
     def terminate(self) -> None:
         """End every judge now (an interrupt): their runs return as killed."""
@@ -207,7 +224,11 @@ class _Server:
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
         if not answer:
-            raise BrokenPipeError("warm worker died")
+            try:
+                ended = describe_exit(self.proc.wait(timeout=5))
+            except subprocess.TimeoutExpired:
+                ended = "it closed its pipe"
+            raise JudgeLost(f"the warm worker running the judge died ({ended})")
         reply = json.loads(answer)
         return reply["returncode"], reply["timed_out"]
 
@@ -292,12 +313,15 @@ class WarmPool:
             return None, False
         try:
             return server.run(job)
-        except (BrokenPipeError, OSError, ValueError):
-            # The run took its worker down with it: that run ends here, as a crash; the next run starts a new one.
+        except (JudgeLost, OSError, ValueError) as exc:
+            # The run took its worker down with it: that run ends here, as the grader's fault (never a verdict);
+            # the next run starts a new worker.
             server.close()
             with self.lock:
                 self.servers.remove(server)
-            return None, False
+            if isinstance(exc, JudgeLost):
+                raise
+            raise JudgeLost(f"the warm worker running the judge failed: {type(exc).__name__}: {exc}") from exc
         finally:
             if server in self.servers:
                 self.idle.put(server)
