@@ -45,7 +45,7 @@ def test_a_forged_speed_runner_is_not_graded_full_and_the_reference_still_is(tmp
     done = subprocess.run([sys.executable, "grade.py", str(inputs.parent), "--out", str(out), "--jobs", "1",
                            "--no-cache", "--gpu", "on"], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=3600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: the forged candidate may be a fail
     results = {r["id"].rsplit("/", 1)[-1]: r for r in json.loads((out / "results.json").read_text())["candidates"]}
     reference, forged = results["reference"], results["forged-speed"]
     assert (reference["verdict"], reference["run_status"]) == ("full", "complete"), reference["summary"]
