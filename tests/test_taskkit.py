@@ -595,3 +595,25 @@ def test_task_requirements_prints_the_union_of_the_tasks_declarations():
     printed = done.stdout.split()
     declared = {r for recipe in all_base_recipes().values() for r in recipe.requires}
     assert set(printed) == declared and len(printed) == len(declared)
+
+
+@pytest.mark.slow
+def test_run_tests_builds_the_patched_tree_from_a_diff(filled, tmp_path):
+    """run-tests --diff patches the base itself: the reference passes, the flawed sample fails its c2 test, a diff
+    that does not apply is refused, and --keep-tree leaves the patched tree where it says."""
+    reference = filled.root / "reference_impl" / f"{TASK_ID}.diff"
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(reference), "--gpu", "off")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "5 passed" in done.stdout
+    sample = filled.root / "candidates" / TASK_ID / "upper-only.diff"
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(sample), "--gpu", "off", "--keep-tree")
+    assert done.returncode == 1 and "1 failed, 4 passed" in done.stdout, done.stdout[-2000:]
+    kept = Path(re.search(r"kept the tree the tests ran on: (\S+)", done.stderr).group(1))
+    try:
+        assert "return min(value, upper)" in (kept / MODULE_FILE).read_text()
+    finally:
+        shutil.rmtree(kept.parent, ignore_errors=True)
+    stale = tmp_path / "stale.diff"
+    stale.write_text(sample.read_text().replace("+    return min(value, upper)", "-    no such line\n+    x = 1"))
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(stale), "--gpu", "off")
+    assert done.returncode == 2 and "does not apply to the demo-clamp base" in done.stderr, done.stderr[-2000:]
