@@ -104,6 +104,41 @@ def test_union_of_requirements_is_each_once_sorted_by_name(tmp_path):
     assert requirements.union(rubrics) == ["Msgspec", "numpy>=1.26", "requests"]
 
 
+def test_install_installs_only_what_is_missing_holding_torch(tmp_path, monkeypatch, capsys):
+    """task-requirements --install hands pip the unmet requirements alone, with torch and triton at the versions
+    installed; with nothing missing it runs no pip at all."""
+    from grader.taskkit import cli
+
+    rubrics = tmp_path / "rubrics"
+    write_base_toml(rubrics / "one", f'[environment]\nrequires = ["pytest", "{MISSING_DIST}>=1"]\n')
+    write_base_toml(rubrics / "two", '[environment]\nrequires = ["pytest>=999; python_version < \'3\'"]\n')
+    monkeypatch.setattr(cli, "RUBRICS_DIR", rubrics)
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **_: ran.append(argv) or subprocess.CompletedProcess(argv, 0))
+    args = cli_args("task-requirements", "--install")
+    assert cli.run(args) == 0
+    (argv,) = ran
+    assert argv[:4] == [sys.executable, "-m", "pip", "install"]
+    installed = [a for a in argv[4:] if not a.startswith("-")]
+    torch_version = requirements.installed_version("torch")
+    assert installed == [f"{MISSING_DIST}>=1", f"torch=={torch_version}", *installed[2:]]
+    assert all(a.split("==")[0] in requirements.HELD for a in installed[1:])
+    assert cli.run(cli_args("task-requirements", "--missing")) == 0
+    assert capsys.readouterr().out.split() == [f"{MISSING_DIST}>=1"]
+    write_base_toml(rubrics / "three", "")
+    (rubrics / "one" / "base.toml").write_text((rubrics / "one" / "base.toml").read_text()
+                                               .replace(f', "{MISSING_DIST}>=1"', ""))
+    all_base_recipes.cache_clear()
+    ran.clear()
+    assert cli.run(args) == 0 and ran == []
+
+
+def cli_args(*argv: str):
+    from grader.cli import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
 @pytest.mark.parametrize("environment,match", [
     ('[environment]\nrequires = "numpy"\n', "must be a list"),
     ('[environment]\nrequires = ["numpy >>= 1"]\n', "not a PEP 508 requirement"),
@@ -135,6 +170,34 @@ def test_environment_check_names_a_declared_requirement_that_is_missing(tmp_path
     satisfied = Task("declared-env-ok", "t", "p", 1, folder=tmp_path, base=BaseRecipe("0.0", "0" * 64, None, {},
                                                                                        ("pytest>=7",)))
     assert environment_problem(satisfied, base, "key", False) is None
+
+
+def test_environment_check_imports_what_the_probes_load_and_rechecks_when_they_change(tmp_path, monkeypatch):
+    """A package only a probed module needs (not a pinned file) is an environment problem naming it and the pip
+    command; the check's remembered pass does not survive a probe naming one more module."""
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    base = tmp_path / "base"
+    (base / "vllm" / "multimodal").mkdir(parents=True)
+    (base / "vllm" / "__init__.py").write_text("")
+    (base / "vllm" / "pinned.py").write_text("VALUE = 1\n")
+    (base / "vllm" / "multimodal" / "__init__.py").write_text(f"import {MISSING_DIST.replace('-', '_')}\n")
+    task_folder = tmp_path / "task"
+    (task_folder / "probes").mkdir(parents=True)
+    probe = task_folder / "probes" / "task_probes.py"
+    probe.write_text("from vllm.pinned import VALUE\n\ndef value():\n    return VALUE\n")
+    recipe = BaseRecipe("0.0", "0" * 64, None, {"vllm/pinned.py": "0000000"}, ())
+    task = Task("probed-env-task", "t", "p", 1, folder=task_folder, base=recipe)
+    assert environment_problem(task, base, "key", False) is None
+    probe.write_text(probe.read_text() + textwrap.dedent("""
+        def images():
+            import importlib
+            return importlib.import_module("vllm.multimodal").__name__
+        """))
+    problem = environment_problem(task, base, "key", False)
+    module = MISSING_DIST.replace("-", "_")
+    assert problem is not None and f"lacks {module}, which the unpatched probed-env-task base needs to import " \
+        "vllm.multimodal" in problem
+    assert f"-m pip install {module}`" in problem
 
 
 # --- base.toml rewrites -----------------------------------------------------------------------------------------------
@@ -583,7 +646,8 @@ def test_a_missing_requirement_fails_naming_it(filled):
     try:
         code, lines = filled.check("--no-grade")
         assert code == 1
-        assert lines["requirements"] == ("FAIL", f"task {TASK_ID} needs {MISSING_DIST}>=1 (not installed)")
+        assert lines["requirements"] == ("FAIL", f"task {TASK_ID} needs {MISSING_DIST}>=1 (not installed); "
+                                                 "`grade.py task-requirements --install` installs what is missing")
     finally:
         base_toml.write_text(good)
 
@@ -614,6 +678,6 @@ def test_run_tests_builds_the_patched_tree_from_a_diff(filled, tmp_path):
     finally:
         shutil.rmtree(kept.parent, ignore_errors=True)
     stale = tmp_path / "stale.diff"
-    stale.write_text(sample.read_text().replace("+    return min(value, upper)", "-    no such line\n+    x = 1"))
+    stale.write_text(sample.read_text().replace(MODULE_FILE, "vllm/utils/not_in_the_base.py"))
     done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(stale), "--gpu", "off")
     assert done.returncode == 2 and "does not apply to the demo-clamp base" in done.stderr, done.stderr[-2000:]

@@ -23,7 +23,7 @@ from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
-from grader.run import environment_problem, judge_environment, parse_evidence, pytest_args
+from grader.run import environment_modules, environment_problem, judge_environment, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
 from grader.core.environment import unmet
@@ -160,7 +160,8 @@ def check_requirements(task: Task) -> Check:
     """Each declared requirement is installed at a version it allows, and its modules import."""
     problems = unmet(task.base.requires)
     if problems:
-        return Check(task.id, "requirements", "FAIL", f"task {task.id} needs {', '.join(problems)}")
+        return Check(task.id, "requirements", "FAIL", f"task {task.id} needs {', '.join(problems)}; "
+                     "`grade.py task-requirements --install` installs what is missing")
     failures = import_failures(task.base.requires, base_environment(False))
     if failures:
         return Check(task.id, "requirements", "FAIL", "do not import: " + "; ".join(f"{m} ({e})"
@@ -174,7 +175,9 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
     problem = environment_problem(task, base.path, base.key, False)
     if problem:
         return Check(task.id, "environment", "FAIL", problem)
-    return Check(task.id, "environment", "ok", "the base's task modules import here (CPU)")
+    pinned, probed = environment_modules(task, base.path)
+    return Check(task.id, "environment", "ok", f"the base's task modules import here (CPU): {len(pinned)} pinned, "
+                 f"{len(probed)} more that the probes and tests name")
 
 
 # --- the hidden tests -------------------------------------------------------------------------------------------------
