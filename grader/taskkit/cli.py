@@ -27,8 +27,11 @@ def add_parser(sub) -> None:
     c.add_argument("--no-grade", action="store_true",
                    help="skip grading the base, reference and samples (the slow step)")
     c.add_argument("--jobs", type=int, default=None, help="candidates graded at once (default: as grade)")
-    sub.add_parser("task-requirements",
-                   help="print every task's declared requirements (base.toml [environment]), one a line")
+    r = sub.add_parser("task-requirements",
+                       help="print every task's declared requirements (base.toml [environment]), one a line")
+    r.add_argument("--install", action="store_true",
+                   help="install those this environment lacks (and only those), torch and triton held")
+    r.add_argument("--missing", action="store_true", help="print only those this environment lacks")
 
 
 def run(args) -> int:
@@ -86,8 +89,20 @@ def run_check_task(args) -> int:
 
 
 def run_task_requirements(args) -> int:
-    from grader.taskkit.requirements import union
+    """Print the union of the tasks' requirements (``--missing``: those not satisfied here); ``--install`` installs
+    the missing ones with pip (exit status pip's), printing what it installs on stderr."""
+    import subprocess
 
-    for requirement in union(RUBRICS_DIR):
-        print(requirement)
-    return 0
+    from grader.taskkit.requirements import install_command, missing_from_union, union
+
+    if not args.install:
+        for requirement in (missing_from_union(RUBRICS_DIR) if args.missing else union(RUBRICS_DIR)):
+            print(requirement)
+        return 0
+    missing = missing_from_union(RUBRICS_DIR)
+    if not missing:
+        print("every task's requirements are installed", file=sys.stderr)
+        return 0
+    command = install_command(missing)
+    print(f"installing {', '.join(missing)}: {' '.join(command)}", file=sys.stderr, flush=True)
+    return subprocess.run(command).returncode

@@ -37,6 +37,23 @@ def union(rubrics_dir: Path = RUBRICS_DIR) -> list[str]:
     return sorted(seen.values(), key=lambda text: (parse(text).name.lower(), text))
 
 
+# Installed by setup before anything else and never moved by a task's requirement (a resolver could otherwise pull
+# another build of torch, a CUDA one, in place of the CPU wheel).
+HELD = ("torch", "triton")
+
+
+def missing_from_union(rubrics_dir: Path = RUBRICS_DIR, path: list[str] | None = None) -> list[str]:
+    """The declared requirements of every task that this environment does not satisfy (their marker holding
+    here): what ``task-requirements --install`` installs."""
+    return [text for text in union(rubrics_dir) if applies_here(parse(text)) and unmet([text], path)]
+
+
+def install_command(requirements: list[str]) -> list[str]:
+    """pip installing ``requirements`` into this interpreter, with torch and triton held at the versions installed."""
+    held = [f"{name}=={version}" for name in HELD if (version := installed_version(name)) is not None]
+    return [sys.executable, "-m", "pip", "install", "-q", *requirements, *held]
+
+
 def import_names(name: str, path: list[str] | None = None) -> list[str]:
     """The top-level modules an installed distribution provides (its top_level.txt, else its files), looked up
     as ``installed_version`` looks."""
