@@ -681,3 +681,81 @@ def test_run_tests_builds_the_patched_tree_from_a_diff(filled, tmp_path):
     stale.write_text(sample.read_text().replace(MODULE_FILE, "vllm/utils/not_in_the_base.py"))
     done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(stale), "--gpu", "off")
     assert done.returncode == 2 and "does not apply to the demo-clamp base" in done.stderr, done.stderr[-2000:]
+
+
+# --- new-task --from-upstream, on small fake sdists ---------------------------------------------------------------
+
+FAKE_BASE = {"vllm/__init__.py": "", "vllm/utils/__init__.py": "",
+             "vllm/utils/lru_cache.py": "def touch(cache, key):\n    cache.move_to_end(key)\n",
+             "vllm/other.py": "X = 1\n", "vllm/same.py": "Y = 2\n"}
+FAKE_LATER = {**FAKE_BASE,
+              "vllm/utils/lru_cache.py": "def touch(cache, key):\n    if key not in cache:\n        return\n"
+                                         "    cache.move_to_end(key)\n",
+              "vllm/other.py": "X = 2\n", "vllm/created.py": "Z = 3\n"}
+
+
+def fake_sdist(folder: Path, version: str, files: dict[str, str]) -> Path:
+    """vllm-VERSION.tar.gz as PyPI lays one out (every file below vllm-VERSION/), in the sdist cache."""
+    import io
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"vllm-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in {**files, "PKG-INFO": f"Version: {version}\n"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"vllm-{version}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def fake_upstream(tmp_path, monkeypatch) -> Path:
+    """A cache holding two fake sdists, 0.0.1 and 0.0.2, and an index nothing answers on."""
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    fake_sdist(tmp_path / "cache" / "sdists", "0.0.1", FAKE_BASE)
+    fake_sdist(tmp_path / "cache" / "sdists", "0.0.2", FAKE_LATER)
+    root = tmp_path / "repo"
+    root.mkdir()
+    return root
+
+
+def test_from_upstream_writes_upstreams_change_of_the_named_files(fake_upstream, tmp_path):
+    written = create_task(fake_upstream, "lru-touch", "0.0.1", None, ["vllm/utils/lru_cache.py", "vllm/created.py"],
+                          "0.0.2")
+    reference = (fake_upstream / "reference_impl" / "lru-touch.diff").read_text()
+    assert fake_upstream / "reference_impl" / "lru-touch.diff" in written
+    assert "+    if key not in cache:\n+        return\n" in reference and "new file mode 100644" in reference
+    assert "vllm/other.py" not in reference
+    # the diff is as git writes it: git applies it to the base, and its index line names the base's blob
+    base = tmp_path / "cache" / "bases" / "lru-touch"
+    blob = subprocess.run(["git", "hash-object", "vllm/utils/lru_cache.py"], cwd=base, capture_output=True,
+                          text=True).stdout.strip()
+    assert f"index {blob[:7]}.." in reference
+    assert subprocess.run(["git", "apply", "--check", "-"], cwd=base, input=reference, text=True).returncode == 0
+    recipe = load_task(fake_upstream / "rubrics" / "lru-touch").base
+    assert recipe.blobs == {"vllm/utils/lru_cache.py": blob[:7]}  # a file upstream creates has no pre-image
+    readme = (fake_upstream / "rubrics" / "lru-touch" / "README.md").read_text()
+    assert "between vLLM 0.0.1 (the base) and vLLM 0.0.2" in readme
+
+
+def test_from_upstream_proposes_the_changed_files_the_description_names(fake_upstream):
+    create_task(fake_upstream, "lru-touch", "0.0.1", None, None, "0.0.2",
+                "touch() in lru_cache loops forever on a key the cache does not hold")
+    reference = (fake_upstream / "reference_impl" / "lru-touch.diff").read_text()
+    assert reference.startswith("diff --git a/vllm/utils/lru_cache.py b/vllm/utils/lru_cache.py\n")
+    assert reference.count("diff --git") == 1
+    assert "the files proposed" in (fake_upstream / "rubrics" / "lru-touch" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("files,description,match", [
+    (None, "a description naming no changed file", "3 Python files under vllm/ change in vllm 0.0.2"),
+    (["vllm/same.py"], "", "vllm 0.0.2 does not change vllm/same.py"),
+    (["vllm/gone.py"], "", "vllm 0.0.2 has no file vllm/gone.py"),
+])
+def test_from_upstream_refuses_what_gives_no_reference_and_writes_nothing(fake_upstream, files, description, match):
+    with pytest.raises(NewTaskError, match=match):
+        create_task(fake_upstream, "lru-touch", "0.0.1", None, files, "0.0.2", description)
+    assert not (fake_upstream / "rubrics").exists() and not (fake_upstream / "reference_impl").exists()
