@@ -484,12 +484,12 @@ def _new_side(lines: list[_Line]) -> list[int]:
 
 
 def _statement_span(lines: list[_Line], i: int) -> list[int] | None:
-    """The new-side code lines of the statement that starts on line ``i`` (brackets continue it); None when it
-    starts inside brackets or runs past the hunk."""
+    """The new-side lines of the statement that starts on line ``i`` (brackets continue it, over string-only
+    lines too); None when it starts inside brackets or runs past the hunk."""
     if lines[i].depth:
         return None
     span = [i]
-    following = [j for j in _new_side(lines) if j > i]
+    following = [j for j, ln in enumerate(lines) if j > i and ln.tag in (" ", "+")]
     while lines[span[-1]].after:
         if not following:
             return None
@@ -498,16 +498,21 @@ def _statement_span(lines: list[_Line], i: int) -> list[int] | None:
 
 
 def _block_body(lines: list[_Line], header: int, at_eof: bool) -> tuple[list[int], int | None] | None:
-    """The new-side code lines indented under the compound statement on line ``header`` and the line that ends
-    the block (None at the end of the file); None when the block runs past a hunk that does not reach the end of
-    the file (what follows it cannot be seen)."""
+    """The new-side lines under the compound statement on line ``header`` (comments and strings among them)
+    and the line that ends the block (None at the end of the file); None when the block runs past a hunk that
+    does not reach the end of the file (what follows it cannot be seen), or holds no code."""
     width = len(_indent(lines[header].text))
-    body = []
-    for j in [j for j in _new_side(lines) if j > header]:
-        if len(_indent(lines[j].text)) <= width and not lines[j].depth:
-            return body, j
-        body.append(j)
-    return (body, None) if at_eof else None
+    span = _statement_span(lines, header) or [header]
+    ends = [j for j in _new_side(lines) if j > span[-1] and not lines[j].depth
+            and len(_indent(lines[j].text)) <= width]
+    if not ends and not at_eof:
+        return None
+    end = ends[0] if ends else None
+    body = [j for j, ln in enumerate(lines) if span[-1] < j < (end if end is not None else len(lines))
+            and ln.tag in (" ", "+")]
+    if not any(j in _new_side(lines) for j in body):
+        return None
+    return body, end
 
 
 def _code_at(lines: list[_Line], i: int | None) -> str:
@@ -575,7 +580,7 @@ def _structure_mutations(hunk: Hunk, lines: list[_Line], at_eof: bool) -> list[t
 def _guard_mutations(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> list[tuple[str, int, list[str], str]]:
     """An ``if`` block whose statements all leave (return, raise, continue, break): the whole guard dropped."""
     found = _block_body(lines, i, at_eof)
-    if found is None or not found[0]:
+    if found is None:
         return []
     body, end = found
     if _code_at(lines, end).startswith(("elif", "else")):
@@ -608,7 +613,7 @@ def _dropped_handler(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> li
     """The body with the handler on line ``i`` taken out: deleted where another handler of its ``try`` remains,
     else turned into ``finally: pass`` (the exception goes on, and the ``try`` stays a statement)."""
     found = _block_body(lines, i, at_eof)
-    if found is None or not found[0]:
+    if found is None:
         return None
     body, end = found
     width = len(_indent(lines[i].text))
@@ -620,7 +625,7 @@ def _dropped_handler(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> li
         return _edited_body(hunk, {i, *body})
     if following.startswith(("else", "finally")) or not previous.startswith("try"):
         return None
-    pad = _indent(lines[body[0]].text)
+    pad = _indent(lines[next(j for j in body if j in _new_side(lines))].text)
     return _edited_body(hunk, set(body[1:]), {i: _indent(lines[i].text) + "finally:", body[0]: pad + "pass"})
 
 

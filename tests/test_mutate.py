@@ -436,3 +436,21 @@ def test_a_one_line_membership_guard_gets_mutants_beyond_dropping_its_file(apply
                                                               {"pkg/cache.py": new}))}
     # dropping the whole guard is dropping the file here: kept once, as drop-file
     assert operators == {"drop-file", "not-in-to-in", "drop-exit"}
+
+
+def test_statements_continued_over_string_only_lines_are_taken_whole(make_git_tree):
+    """A raise whose message is split over lines holding only strings: dropping the guard, its exit or the handler
+    takes those lines too, so every mutant still parses."""
+    import ast
+
+    base = "def f(x):\n    return x\n\n\nY = 1\n"
+    new = ('def f(x):\n    if x < 0:\n        raise ValueError(\n            "negative "\n            "input"\n'
+           '        )\n    try:\n        return g(x)\n    except KeyError:\n        log(\n            "missing"\n'
+           '        )\n        return x\n\n\nY = 1\n')
+    mutants = derive_mutants(make_diff({"pkg/f.py": base}, {"pkg/f.py": new}), {"pkg/f.py": base}.get)
+    assert {"drop-guard", "drop-exit", "drop-handler", "delete-call"} <= {m.operator for m in mutants}
+    for i, m in enumerate(m for m in mutants if m.operator != "drop-file"):  # dropping the one file: no diff
+        tree = make_git_tree({"pkg/f.py": base}, name=f"s{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, m.id
+        ast.parse((tree / "pkg/f.py").read_text())
