@@ -759,3 +759,12 @@ def test_from_upstream_refuses_what_gives_no_reference_and_writes_nothing(fake_u
     with pytest.raises(NewTaskError, match=match):
         create_task(fake_upstream, "lru-touch", "0.0.1", None, files, "0.0.2", description)
     assert not (fake_upstream / "rubrics").exists() and not (fake_upstream / "reference_impl").exists()
+
+
+def test_check_task_cuts_a_long_reason_at_a_words_end():
+    from grader.taskkit.checks import clipped
+
+    rationale = "2/3 checks fail: test_values_above_upper_are_capped, test_values_below_lower_are_raised"
+    cut = clipped(rationale, 60)
+    assert cut == "2/3 checks fail: test_values_above_upper_are_capped…" and len(cut) <= 60
+    assert clipped(rationale, 200) == rationale

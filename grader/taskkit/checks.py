@@ -360,6 +360,15 @@ def sample_candidates(task: Task) -> list[tuple[Candidate, dict[str, str]]]:
     return found
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word's end (a test's name is never cut mid-word), with
+    an ellipsis where it was cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;") + "…"
+
+
 def status_check(task: Task, name: str, graded: Graded | None, designed: dict[str, str]) -> Check:
     """One sample's statuses against its design."""
     label = f"statuses of {name}"
@@ -368,8 +377,8 @@ def status_check(task: Task, name: str, graded: Graded | None, designed: dict[st
     result = graded.result
     if result.verdict == "error" or result.run_status != "complete":
         return Check(task.id, label, "FAIL", f"grading did not complete ({result.run_status}): "
-                     f"{(result.error or result.summary)[:400]}")
-    wrong = [f"{cid} is {r.status} ({r.rationale[:160]}), designed {designed.get(cid)}"
+                     f"{clipped(result.error or result.summary, 400)}")
+    wrong = [f"{cid} is {r.status} ({clipped(r.rationale, 160)}), designed {designed.get(cid)}"
              for cid, r in result.criteria.items() if r.status != designed.get(cid)]
     if wrong:
         return Check(task.id, label, "FAIL", "; ".join(wrong))
