@@ -383,8 +383,7 @@ def run_tests(args) -> int:
         if tree is None:
             return 2
         run = run_hidden_tests(task, tree, make_import_root(tree, scratch / "import-root"), base.path, scratch, gpu,
-                               ColdLauncher(),
-                               args.timeout, select=args.select)
+                               ColdLauncher(), args.timeout, select=args.select)
     finally:
         if args.keep_tree and tree is not None:
             for entry in scratch.iterdir():

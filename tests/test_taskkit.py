@@ -120,7 +120,7 @@ def test_install_installs_only_what_is_missing_holding_torch(tmp_path, monkeypat
     (argv,) = ran
     assert argv[:4] == [sys.executable, "-m", "pip", "install"]
     installed = [a for a in argv[4:] if not a.startswith("-")]
-    torch_version = requirements.installed_version("torch")
+    torch_version = environment.installed_version("torch")
     assert installed == [f"{MISSING_DIST}>=1", f"torch=={torch_version}", *installed[2:]]
     assert all(a.split("==")[0] in requirements.HELD for a in installed[1:])
     assert cli.run(cli_args("task-requirements", "--missing")) == 0

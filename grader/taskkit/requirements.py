@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from grader.core.environment import applies_here, interpreter_site_folders, parse
+from grader.core.environment import applies_here, installed_version, interpreter_site_folders, parse, unmet
 from grader.core.rubric import RUBRICS_DIR, all_base_recipes
 
 IMPORT_CHECK = """
