@@ -176,7 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     t = sub.add_parser("run-tests", help="run a task's hidden tests against any vLLM tree (the author's loop)")
     t.add_argument("--task", type=task_id, required=True, help="the task whose hidden tests run")
-    t.add_argument("--tree", type=Path, required=True, help="a folder holding a vllm/ package")
+    given = t.add_mutually_exclusive_group(required=True)
+    given.add_argument("--tree", type=Path, help="a folder holding a vllm/ package")
+    given.add_argument("--diff", type=Path, metavar="FILE",
+                       help="a diff against the task's base: the patched tree is built from it as grading builds it")
+    t.add_argument("--keep-tree", action="store_true",
+                   help="leave the tree the tests ran on (for a debugger) and print where it is")
     t.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
     t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
     t.add_argument("--timeout", type=positive(float), default=600, help="seconds allowed for the hidden tests")
@@ -470,36 +475,43 @@ def outcome_counts(outcomes) -> str:
 
 
 def run_tests(args) -> int:
-    """Copy ``--tree`` into a scratch folder, run the task's hidden tests on it (judge and subjects, sandboxed as
-    in grading), print the judge's pytest output; pytest's exit code."""
+    """Run the task's hidden tests (judge and subjects, sandboxed as in grading) on a copy of ``--tree``, or on the
+    base patched with ``--diff`` as grading patches it; print the judge's pytest output; pytest's exit code (2
+    when the tree cannot be made or the environment cannot run the tests)."""
     import shutil
     import tempfile
 
     from grader.core.paths import make_import_root, scratch_root
     from grader.run import ensure_call_times, run_hidden_tests
 
-    if not (args.tree / "vllm").is_dir():
+    if args.tree is not None and not (args.tree / "vllm").is_dir():
         print(f"error: {args.tree} holds no vllm/ package", file=sys.stderr)
+        return 2
+    if args.diff is not None and not args.diff.is_file():
+        print(f"error: --diff {args.diff}: no such file", file=sys.stderr)
         return 2
     task = all_tasks()[args.task]
     gpu, reason = detect_gpu(args.gpu)
     base = BaseCache().get(task)
     scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-run-tests-{task.id}"), dir=scratch_root()))
+    tree = None
     try:
-        tree = scratch / "tree"
-        tree.mkdir(mode=0o755)
-        shutil.copytree(args.tree / "vllm", tree / "vllm", symlinks=False)
-        # vLLM reads its version from this metadata; without it platform detection fails (a GPU tree gets no CUDA
-        # platform, its custom ops land on the CPU dispatch key), as it would not in grading
-        if (args.tree / "vllm.egg-info").is_dir():
-            shutil.copytree(args.tree / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
-        import_root = make_import_root(tree, scratch / "import-root")
+        tree = copied_tree(args.tree, scratch) if args.tree is not None else patched_tree(base, args.diff, scratch)
+        if tree is None:
+            return 2
         # The same budgets as grading: a call over budget where a control finished it fails here too.
         budgets = ensure_call_times(task, base, gpu, ColdLauncher())
-        run = run_hidden_tests(task, tree, import_root, base.path, scratch, gpu, ColdLauncher(),
-                               args.timeout, select=args.select, call_budgets=budgets)
+        run = run_hidden_tests(task, tree, make_import_root(tree, scratch / "import-root"), base.path, scratch, gpu,
+                               ColdLauncher(), args.timeout, select=args.select, call_budgets=budgets)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if args.keep_tree and tree is not None:
+            for entry in scratch.iterdir():
+                if entry != tree:
+                    shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() \
+                        else entry.unlink()
+            print(f"kept the tree the tests ran on: {tree}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     print(run.log)
     problem = run.environment_error or run.grader_error
     print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s; as grading reads them: "
@@ -527,6 +539,42 @@ def tools_missing() -> bool:
             print(f"warning: {sentence}; a candidate whose diff needs {name} is not graded (environment_error)",
                   file=sys.stderr)
     return any(name in REQUIRED_TOOLS for name in missing)
+
+
+def copied_tree(source: Path, scratch: Path) -> Path:
+    """A copy of ``source``'s vllm/ package (and its metadata) in ``scratch``, readable by the sandbox's uid."""
+    import shutil
+
+    tree = scratch / "tree"
+    tree.mkdir(mode=0o755)
+    shutil.copytree(source / "vllm", tree / "vllm", symlinks=False)
+    # vLLM reads its version from this metadata; without it platform detection fails (a GPU tree gets no CUDA
+    # platform, its custom ops land on the CPU dispatch key), as it would not in grading
+    if (source / "vllm.egg-info").is_dir():
+        shutil.copytree(source / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
+    return tree
+
+
+def patched_tree(base, diff: Path, scratch: Path) -> Path | None:
+    """The base patched with ``diff`` in ``scratch``, applied as grading applies a candidate; None (the reason
+    printed) when the diff does not apply. A partly applied diff is run, with a warning naming what failed."""
+    from grader.apply import apply_diff, make_tree
+    from grader.diffparse import parse_diff
+
+    tree = make_tree(base, scratch)
+    report = apply_diff(parse_diff(diff.read_bytes().decode("utf-8", errors="replace")), tree)
+    failed = [f"{f.path} {h.header}: {h.detail or h.status}" for f in report.files for h in f.hunks
+              if h.status not in ("applied", "offset", "fuzz")]
+    if report.status not in ("applied", "partial"):
+        print(f"error: {diff} does not apply to the {base.task} base ({report.status}): "
+              + "; ".join(filter(None, [report.message, *failed[:5]])), file=sys.stderr)
+        return None
+    if report.status == "partial":
+        print(f"warning: {diff} applied only in part: " + "; ".join(filter(None, [report.message, *failed[:5]])),
+              file=sys.stderr)
+    print(f"applied {diff} to the {base.task} base ({report.hunks_applied}/{report.hunks_total} hunks, "
+          f"{report.method})", file=sys.stderr)
+    return tree
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from grader.sandbox import contain
 from grader.sandbox.launch import JudgeLost, JudgeRun, Launcher, base_environment, describe_exit
 from grader.sandbox.leftovers import owned_name
 from grader.sandbox.watchdog import gpu_memory_bound
+from grader.core.probe_modules import probe_modules
 
 DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20
@@ -145,7 +146,8 @@ for name in sys.argv[1:]:
         importlib.import_module(name)
     except BaseException as exc:
         found[name] = [type(exc).__name__, str(exc)[:300], getattr(exc, "name", None)]
-print(json.dumps(found))
+loaded = sorted(name for name in sys.modules if name == "vllm" or name.startswith("vllm."))
+print(json.dumps({"failures": found, "loaded": loaded}))
 """
 _ENVIRONMENT_CHECKED: dict[str, str | None] = {}
 _ENVIRONMENT_LOCK = threading.Lock()
@@ -153,56 +155,73 @@ _ENVIRONMENT_LOCK = threading.Lock()
 
 def environment_problem(task: Task, base_tree: Path, base_key: str, gpu: bool) -> str | None:
     """Why the grading environment cannot run this task's hidden tests, or None: each requirement the task declares
-    (base.toml's ``[environment] requires``) must be installed at a version it allows, and the task's modules are
-    imported from the unpatched base, as a subject would; a module missing outside vLLM is the environment's fault.
+    (base.toml's ``[environment] requires``) must be installed at a version it allows, and the task's modules (the
+    files pinned in ``[base.blobs]`` and every base module its probes and tests name) are imported from the
+    unpatched base, as a subject would; a module missing outside vLLM is the environment's fault.
 
-    Checked once per task, base, environment (its installed distributions), declared requirements and GPU switch: a
-    pass is remembered in the cache folder, a problem only for this process (it is never cached)."""
+    Checked once per task, base, environment (its installed distributions), declared requirements, module list and
+    GPU switch: a pass is remembered in the cache folder, a problem only for this process (it is never cached)."""
+    pinned, probed = environment_modules(task, base_tree)
     # Containment does not change what imports: the check is the same for both switches.
-    key = grading_identity(task, gpu, None).key("environment check", base_key, *task.base.requires)[:24]
+    key = grading_identity(task, gpu, None).key("environment check", base_key, *task.base.requires, "modules",
+                                                *pinned, "probed", *probed)[:24]
     passed = cache_dir() / "environment-ok" / key
     with _ENVIRONMENT_LOCK:
         if key not in _ENVIRONMENT_CHECKED:
-            _ENVIRONMENT_CHECKED[key] = None if passed.is_file() else _check_environment(task, base_tree, gpu)
+            _ENVIRONMENT_CHECKED[key] = None if passed.is_file() else \
+                _check_environment(task, base_tree, gpu, pinned, probed)
             if _ENVIRONMENT_CHECKED[key] is None:
                 passed.parent.mkdir(parents=True, exist_ok=True)
                 passed.touch()
         return _ENVIRONMENT_CHECKED[key]
 
 
-def _check_environment(task: Task, base_tree: Path, gpu: bool) -> str | None:
+def environment_modules(task: Task, base_tree: Path) -> tuple[list[str], list[str]]:
+    """The modules the environment check imports: those of the files pinned in ``[base.blobs]``, and the other
+    base modules the task's probes and tests name."""
+    pinned = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
+    pinned = [m.removesuffix(".__init__") for m in pinned
+              if (base_tree / (m.replace(".", "/") + ".py")).exists() or m.endswith(".__init__")]
+    probed = [m for m in probe_modules(task.folder, base_tree) if m not in pinned]
+    return pinned, probed
+
+
+def install_hint(packages: list[str]) -> str:
+    """The command that installs what is missing, and where to declare it so that setup installs it next time."""
+    return (f"install with `{sys.executable} -m pip install {' '.join(packages)}` (and declare it in the task's "
+            "base.toml [environment] requires, which `grade.py task-requirements --install` installs)")
+
+
+def _check_environment(task: Task, base_tree: Path, gpu: bool, pinned: list[str], probed: list[str]) -> str | None:
     declared = unmet_message(task.id, task.base.requires)
     if declared:
         return declared
-    modules = [p[:-3].replace("/", ".") for p in task.base.blobs if p.startswith("vllm/") and p.endswith(".py")]
-    modules = [m.removesuffix(".__init__") for m in modules if (base_tree / (m.replace(".", "/") + ".py")).exists()
-               or m.endswith(".__init__")]
     root = Path(tempfile.mkdtemp(prefix=owned_name("grader-env")))
     try:
         os.symlink(base_tree / "vllm", root / "vllm")
         env = dict(base_environment(gpu), HOME=str(root), TMPDIR=str(root), GRADER_GPU="1" if gpu else "0",
                    PYTHONPATH=os.pathsep.join([str(root), str(SHARED_PROBES)]))
-        done = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE, *modules], env=env, cwd=root,
+        done = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE, *pinned, *probed], env=env, cwd=root,
                               capture_output=True, text=True, timeout=900)
-        failures = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else None
-    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+        failures = json.loads(done.stdout.strip().splitlines()[-1])["failures"] if done.stdout.strip() else None
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError, KeyError, TypeError) as exc:
         failures = {"(probe)": [type(exc).__name__, str(exc)[:300], None]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if failures is None:
-        problem = f"the environment check of {task.id} printed nothing: {done.stderr[-300:]}"
-    else:
-        missing = {info[2] for info in failures.values() if info[0] == "ModuleNotFoundError" and info[2]
-                   and info[2].split(".")[0] != "vllm"}
-        if missing:
-            problem = (f"the grading environment lacks {', '.join(sorted(missing))}, which the unpatched "
-                       f"{task.id} base needs to import {', '.join(sorted(failures))}")
-        elif failures:
-            name, info = next(iter(failures.items()))
-            problem = f"the unpatched {task.id} base fails to import {name} here: {info[0]}: {info[1]}"
-        else:
-            problem = None
-    return problem
+        return f"the environment check of {task.id} printed nothing: {done.stderr[-300:]}"
+    missing = sorted({info[2] for info in failures.values() if info[0] == "ModuleNotFoundError" and info[2]
+                      and info[2].split(".")[0] != "vllm"})
+    if missing:
+        return (f"the grading environment lacks {', '.join(missing)}, which the unpatched {task.id} base needs to "
+                f"import {', '.join(sorted(failures))}; {install_hint([m.split('.')[0] for m in missing])}")
+    # A probed module that fails for another reason (one that needs a GPU to import) is the probe's to report: the
+    # test that loads it fails or skips as it would in grading. A pinned one must import.
+    broken = {name: info for name, info in failures.items() if name not in probed}
+    if broken:
+        name, info = next(iter(broken.items()))
+        return f"the unpatched {task.id} base fails to import {name} here: {info[0]}: {info[1]}"
+    return None
 
 
 def pytest_args(task: Task, select: str | None = None) -> list[str]:
