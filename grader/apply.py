@@ -1,7 +1,9 @@
 """Application: give each candidate a fresh worktree of its base and apply its diff with per-hunk diagnostics.
 
 Methods are tried from strict to lenient (git apply; git apply -C1 --recount; GNU patch --fuzz) and the one
-that worked is recorded. Truncated hunks (cut previews) are dropped before applying and reported.
+that worked is recorded. Truncated hunks are dropped before applying and reported: in a cut preview they are
+where the preview stops; in a whole diff they are a corrupt patch (git apply refuses it), so a whole diff whose
+every hunk ends early is not applied at all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from grader.core.paths import cache_dir, scratch_root
 from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
-from grader.sandbox.tooling import run_tool
+from grader.sandbox.tooling import failed_copy_error, run_tool
 
 MAX_DIFF_BYTES = 1 << 20
 BINARY_DIFFER = re.compile(r"^Binary files .* differ\r?$")
@@ -62,8 +64,9 @@ def _check_path(path: str) -> None:
 def check_safety(diff: str, sections: list[FileSection]) -> None:
     """Reject oversized and path-escaping diffs, and any mode but a regular file's, before anything
     touches a tree. Names are checked as git decodes them (C-quoted names, copy and rename sources)."""
-    if len(diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
-        raise UnsafeDiff(f"diff is {len(diff.encode())} bytes, over the {MAX_DIFF_BYTES}-byte limit")
+    size = len(diff.encode("utf-8", "surrogateescape"))
+    if size > MAX_DIFF_BYTES:
+        raise UnsafeDiff(f"diff is {size} bytes, over the {MAX_DIFF_BYTES}-byte limit")
     for section in sections:
         if section.header_error:
             raise UnsafeDiff(f"{section.path or 'a file header'}: {section.header_error}")
@@ -123,7 +126,9 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
     tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
     os.chmod(tree, 0o755)
     entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
-    subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], check=True, capture_output=True)
+    copied = subprocess.run(["cp", "-a", "--reflink=auto", *entries, str(tree)], capture_output=True, text=True)
+    if copied.returncode != 0:
+        raise failed_copy_error(copied.stderr, tree)
     subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
     base_git = base.path / ".git"
     if (base_git / "objects").is_dir() and (base_git / "index").is_file():
@@ -145,8 +150,9 @@ def applied_tree(tree: Path) -> tuple[str, list[tuple[int, str, str]]]:
     """The applied tree's identity (git's tree hash of every file in it) and what differs from the base:
     (new mode, status letter, path) per changed path, as git sees the files, not as any parser read the diff."""
     def git(*args: str) -> str:
+        # Paths are git's bytes; one that is not UTF-8 reads as the diff parser decoded it (surrogateescape).
         return subprocess.run([*GIT_IDENTITY, *args], cwd=tree, check=True, capture_output=True,
-                              text=True).stdout
+                              text=True, errors="surrogateescape").stdout
 
     git("add", "-A", "-f", ".")
     identity = git("write-tree").strip()
@@ -249,9 +255,10 @@ def _drop_self_executing(sections: list[FileSection]) -> tuple[list[FileSection]
     return kept, [s.path for s in dropped]
 
 
-def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> ApplyReport:
+def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True, cut_preview: bool = True) -> ApplyReport:
     """Apply ``diff`` (read once by ``parse_diff``; text is read here) inside ``tree`` and report per file and
-    hunk; raises nothing for bad diffs."""
+    hunk; raises nothing for bad diffs. ``cut_preview``: the diff is a preview that may stop anywhere (else it is
+    a whole diff, and hunks that end early are corruption)."""
     parsed = diff if isinstance(diff, ParsedDiff) else parse_diff(diff)
     diff = parsed.text
     if not diff.strip():
@@ -271,7 +278,7 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
     if binary and not sections:
         return ApplyReport("failed", message="the diff changes only binary files, which the grader does not apply: "
                            + ", ".join(binary), neutralized=neutralized, binary=binary)
-    report = apply_text(sections, neutralized, tree, contained)
+    report = apply_text(sections, neutralized, tree, contained, cut_preview)
     if not binary:
         return report
     note = "binary files are not applied: " + ", ".join(binary)
@@ -279,7 +286,8 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True) -> Ap
                    message="; ".join(m for m in (report.message, note) if m))
 
 
-def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, contained: bool) -> ApplyReport:
+def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, contained: bool,
+               cut_preview: bool = True) -> ApplyReport:
     """Apply the text sections of a diff that passed the safety checks."""
     # A preview cut inside the last file's header shows no hunk of it: that is truncation too.
     truncated = any(not h.complete for s in sections for h in s.hunks) or is_cut_header(sections[-1]) \
@@ -287,12 +295,18 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
     patch_text = render(sections)
     if not patch_text:
         files = _file_reports(sections, "", False)
+        if truncated and not cut_preview:
+            return ApplyReport("failed", None, files, True, "every hunk ends before the line counts its header "
+                               "gives: the diff is corrupt and git apply refuses it", neutralized)
         if truncated:
-            # What the preview shows is graded, and here that is nothing: the tree stays the base.
+            # What the preview shows is applied, and here that is nothing: the tree stays the base.
             return _identified(ApplyReport("partial", None, files, True, "every hunk was cut off; the base is graded",
                                            neutralized), tree, set())
-        return ApplyReport("failed", None, files, False, "every file it touches is one the grader does not apply"
-                           if neutralized else "nothing to apply", neutralized)
+        if neutralized:
+            # A neutralised file simply does not land: what is left of the diff (here nothing) is graded.
+            return _identified(ApplyReport("applied", None, files, False, "every file it touches would run on its "
+                                           "own and was not applied; the base is graded", neutralized), tree, set())
+        return ApplyReport("failed", None, files, False, "nothing to apply", neutralized)
     named = {p for s in sections for p in _named_paths(s)}
     output = ""
     for name, argv in METHODS:
@@ -300,7 +314,8 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
         if ok:
             files = _file_reports(sections, output, True)
             status = "partial" if truncated else "applied"
-            message = "truncated hunks were dropped" if truncated else ""
+            message = ("truncated hunks were dropped" if cut_preview else
+                       "hunks that end early (a corrupt diff, which git apply refuses) were dropped") if truncated else ""
             return _identified(ApplyReport(status, name, files, truncated, message, neutralized), tree, named)
     # The last method (patch) applies what it can; see whether anything landed.
     files = _file_reports(sections, output, True)

@@ -16,20 +16,22 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-import git
-
 from grader.core.identity import recipe_key
 from grader.core.paths import cache_dir
 from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
+from grader.sandbox.leftovers import owned_name
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 STAMP = ".grader-base.json"
+# (size, mtime_ns, inode) of every file of a built base, recorded at build and compared on each reuse.
+MANIFEST = ".grader-manifest.json"
 COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost",
     "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost",
@@ -91,8 +93,13 @@ def _download_sdist(version: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     url = sdist_url(version, configured_index_url())
     with tempfile.NamedTemporaryFile(dir=folder, delete=False) as tmp:
-        with urllib.request.urlopen(url, timeout=600) as response:
-            shutil.copyfileobj(response, tmp)
+        try:
+            with urllib.request.urlopen(url, timeout=600) as response:
+                shutil.copyfileobj(response, tmp)
+        except BaseException:  # unreachable, cut off, a full disk: no partial download stays behind
+            tmp.close()
+            os.unlink(tmp.name)
+            raise
     return Path(tmp.name)
 
 
@@ -101,7 +108,13 @@ def fetch_sdist(version: str, sha256: str) -> Path:
     target = cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    tmp = _download_sdist(version, target.parent)
+    try:
+        tmp = _download_sdist(version, target.parent)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        state = "is damaged (its sha256 does not match the recipe)" if target.is_file() else "is not there"
+        reason = getattr(exc, "reason", exc)
+        raise BaseBuildError(f"the sdist {target} {state}, and a fresh copy could not be downloaded "
+                             f"from {configured_index_url()}: {reason}") from None
     actual = sha256_of(tmp)
     if actual != sha256:
         os.unlink(tmp)
@@ -129,13 +142,26 @@ def _unpack(tarball: Path, version: str, dest: Path) -> None:
             member.name = member.name[len(prefix):]
             if member.name:
                 members.append(member)
-        tar.extractall(dest, members=members, filter="data")
+        try:
+            tar.extractall(dest, members=members, filter="data")
+        except OSError as exc:  # a full or read-only cache: said with the folder being filled
+            if exc.filename:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
+
+
+def git(repo_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run git in ``repo_path``; its output. A failure raises ``subprocess.CalledProcessError`` with stderr."""
+    return subprocess.run(["git", *args], cwd=repo_path, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, **env) if env else None).stdout
 
 
 def file_blobs(repo_path: Path, paths: list[str]) -> dict[str, str | None]:
     """Git's blob hash of each file of the tree (full length), None for a path that is no file there."""
-    repo = git.Repo(repo_path)
-    return {rel: repo.git.hash_object(rel) if (repo_path / rel).is_file() else None for rel in paths}
+    files = [rel for rel in paths if (repo_path / rel).is_file()]
+    hashes = git(repo_path, "hash-object", "--", *files).split() if files else []
+    found = dict(zip(files, hashes))
+    return {rel: found.get(rel) for rel in paths}
 
 
 def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
@@ -153,21 +179,22 @@ def verify_blobs(repo_path: Path, blobs: dict[str, str]) -> list[str]:
 
 def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
     tarball = fetch_sdist(recipe.sdist_version, recipe.sdist_sha256)
-    staging = Path(tempfile.mkdtemp(prefix=f".{task}-", dir=dest.parent))
+    staging = Path(tempfile.mkdtemp(prefix=owned_name(f".{task}"), dir=dest.parent))
     try:
         _unpack(tarball, recipe.sdist_version, staging)
-        repo = git.Repo.init(staging)
+        git(staging, "init", "-q")
         if recipe.overlay is not None:
             try:
-                repo.git.apply(str(recipe.overlay))
-            except git.GitCommandError as exc:
+                git(staging, "apply", str(recipe.overlay))
+            except subprocess.CalledProcessError as exc:
                 raise BaseBuildError(f"{task}: overlay {recipe.overlay.name} does not apply: {exc.stderr}") from exc
         problems = verify_blobs(staging, recipe.blobs)
         if problems:
             raise BaseBuildError(f"{task}: base does not reproduce the expected blobs:\n  " + "\n  ".join(problems))
-        repo.git.add("-A", "--force")
-        repo.git.commit("-q", "--no-gpg-sign", "-m", f"base for {task}", env=COMMIT_ENV)
-        commit = repo.head.commit.hexsha
+        git(staging, "add", "-A", "--force")
+        git(staging, "-c", "commit.gpgsign=false", "commit", "-q", "--no-gpg-sign", "-m", f"base for {task}",
+            env=COMMIT_ENV)
+        commit = git(staging, "rev-parse", "HEAD").strip()
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(staging, dest)
@@ -175,6 +202,48 @@ def _build(task: str, recipe: BaseRecipe, dest: Path) -> str:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def tree_manifest(root: Path) -> dict[str, list[int]]:
+    """(size, mtime_ns, inode) of every file and link under ``root`` outside ``.git``: a file deleted, added,
+    rewritten or replaced since the manifest was taken changes it. A walk of lstat calls (tens of milliseconds
+    for a vLLM tree), no reading of contents."""
+    entries: dict[str, list[int]] = {}
+    for folder, dirs, files in os.walk(root):
+        if folder == str(root) and ".git" in dirs:
+            dirs.remove(".git")
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            entries[os.path.relpath(path, root)] = [info.st_size, info.st_mtime_ns, info.st_ino]
+    return entries
+
+
+def is_whole(dest: Path) -> bool:
+    """Whether the base at ``dest`` is the tree its build recorded (its manifest matches the files now)."""
+    try:
+        recorded = json.loads((dest / ".git" / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded == tree_manifest(dest)
+
+
+def whole_tree_problem(base: BuiltBase) -> str | None:
+    """The full check (``bases --verify``): git's hash of every file of the base as it is on disk, through an index
+    of its own so that no cached stat decides it, against the tree recorded at build. A mismatch also drops the
+    manifest, so the next use rebuilds the base."""
+    try:
+        recorded = json.loads((base.path / ".git" / STAMP).read_text()).get("tree")
+    except (OSError, ValueError):
+        recorded = None
+    with tempfile.TemporaryDirectory() as folder:
+        fresh = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+        git(base.path, "add", "-A", "--force", env=fresh)
+        now = git(base.path, "write-tree", env=fresh).strip()
+    if recorded is None or now == recorded:
+        return None
+    (base.path / ".git" / MANIFEST).unlink(missing_ok=True)
+    return f"the tree differs from its build (tree {now}, built as {recorded}): it is rebuilt on its next use"
 
 
 def is_built(task: str, recipe: BaseRecipe) -> bool:
@@ -189,13 +258,21 @@ def is_built(task: str, recipe: BaseRecipe) -> bool:
 def build_base(task: str, recipe: BaseRecipe) -> BuiltBase:
     """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs."""
     key = recipe_key(recipe)
-    dest = cache_dir() / "bases" / task
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    bases = cache_dir() / "bases"
+    bases.mkdir(parents=True, exist_ok=True)
+    # Resolved: the sandbox binds real paths, so a cache reached through a symlink must be named by its real one.
+    dest = bases.resolve() / task
     stamp = dest / ".git" / STAMP
     if stamp.is_file():
-        recorded = json.loads(stamp.read_text())
-        if recorded.get("key") == key and not verify_blobs(dest, recipe.blobs):
+        try:
+            recorded = json.loads(stamp.read_text())
+        except ValueError:
+            recorded = {}
+        # A reused base must be whole: a file deleted or changed since the build (its manifest) rebuilds it.
+        if recorded.get("key") == key and is_whole(dest) and not verify_blobs(dest, recipe.blobs):
             return BuiltBase(task, dest, recorded["commit"], key)
     commit = _build(task, recipe, dest)
-    stamp.write_text(json.dumps({"key": key, "commit": commit}))
+    (dest / ".git" / MANIFEST).write_text(json.dumps(tree_manifest(dest)))
+    tree = git(dest, "rev-parse", "HEAD^{tree}").strip()
+    stamp.write_text(json.dumps({"key": key, "commit": commit, "tree": tree}))
     return BuiltBase(task, dest, commit, key)

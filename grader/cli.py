@@ -2,10 +2,13 @@
 ``run-tests``, and the task tooling: ``new-task``, ``check-task``, ``task-requirements``. Grading goes through
 ``grader.orchestrate.grade_many``; this module turns flags into its options and writes the reports.
 
-Exit codes for ``grade``: 0 every candidate graded completely (and at or above ``--fail-under``); 1 a candidate
-scored below ``--fail-under`` (``no_diff`` counts as 0; a timed-out or partly applied one counts as below); 2 the
-grader could not run as asked (bad option or task id, ``--gpu on`` without CUDA, another run writing ``--out``),
-or grading of some candidate broke or met an environment fault (verdict ``error``); 130 interrupted.
+Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
+1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
+without CUDA, ``--contain strict`` without the full sandbox, another run writing ``--out``, git missing, an OSError
+such as a full or read-only folder: one line naming cause and path), or grading of some candidate broke or met a
+fault of the grader or its environment (verdict ``error``: ``grader_error``, ``environment_error``); 3 a candidate
+was not graded completely (timed out, input cut off); 4 a candidate's task could not be told; 130 interrupted
+(SIGINT, SIGTERM, SIGHUP; the reports are written first).
 """
 
 from __future__ import annotations
@@ -17,17 +20,23 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
+import traceback
 from pathlib import Path
 
 from grader import __version__
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
-from grader.checkout import BaseBuildError, build_base, verify_blobs
+from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
 from grader.ingest import IngestError, ingest, is_bundle, shard
 from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
+from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
+from grader.sandbox.shortfall import shortfalls, warning_line
+from grader.sandbox.leftovers import owned_name
+from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
 from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
@@ -75,8 +84,7 @@ def shard_spec(value: str) -> tuple[int, int]:
     return index, count
 
 
-def _grade_parser(sub) -> None:
-    p = sub.add_parser("grade", help="grade candidate diffs (the default command)")
+def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
     p.add_argument("--task", type=task_id, help="grade every input as this task instead of inferring it")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
@@ -84,14 +92,22 @@ def _grade_parser(sub) -> None:
                    help="candidates graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
     p.add_argument("--timeout", type=positive(float), default=600,
-                   help="seconds allowed for one candidate's hidden tests")
+                   help="seconds allowed for one candidate's hidden tests (default: 600)")
     p.add_argument("--junit", type=Path, help="also write JUnit XML here")
     p.add_argument("--fail-under", type=unit_interval,
                    help="exit 1 when a candidate scores below this (in [0, 1])")
+    p.add_argument("--fail-on-flags", action="store_true",
+                   help="exit 5 when any candidate has a tamper signal (integrity_flags) and nothing else failed; "
+                        "the flags decide no criterion and no verdict")
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
-    p.add_argument("--contain", choices=("on", "off"), default="on",
-                   help="run candidates' tests in a sandbox (own uid, no network, limits; default on)")
+    p.add_argument("--contain", choices=("on", "strict", "off"), default="on",
+                   help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
+                        "machine allows and warns when that is less than the full sandbox, strict refuses to run "
+                        "without it (default: on)")
+    p.add_argument("--no-control", action="store_true",
+                   help="skip each task's control (its reference fix graded first, which must get its designed "
+                        "statuses here; a pass is cached per environment)")
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -107,11 +123,41 @@ def _grade_parser(sub) -> None:
                    help="grade only the first N candidates (of the shard, with --shard; default: all)")
 
 
+GRADE_USAGE = "grade.py PATH... [--task ID] [--out DIR] [--junit FILE] [--fail-under SCORE] [options]"
+USAGE = f"""{GRADE_USAGE}
+       grade.py COMMAND [options]   (COMMAND: {", ".join(c for c in ("grade", "bases", "validate-rubrics",
+                                                                     "calibrate", "mutate", "run-tests"))}, ...)"""
+
+
+class ShowDefaults(argparse.HelpFormatter):
+    """Every option's help ends with its default (or says it is required), unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.required:
+            return f"{text} (required)"
+        default = action.default
+        shown = "off" if default is False else "not set" if default is None else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def grade_parser() -> argparse.ArgumentParser:
+    """``grade``'s own parser, which reads options and paths in any order (``parse_intermixed_args``)."""
+    parser = argparse.ArgumentParser(prog="grade.py", usage=GRADE_USAGE, formatter_class=ShowDefaults,
+                                     description="Grade candidate diffs (the default command).")
+    add_grade_arguments(parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grade", description="Rubric-driven grading of vLLM patches.")
+    parser = argparse.ArgumentParser(prog="grade.py", usage=USAGE, formatter_class=ShowDefaults,
+                                     description="Rubric-driven grading of vLLM patches.")
     parser.add_argument("--version", action="version", version=f"grader {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _grade_parser(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_grade_arguments(sub.add_parser("grade", help="grade candidate diffs (the default command)",
+                                       usage=GRADE_USAGE))
     add_calibrate_parser(sub)
     add_mutate_parser(sub)
     add_task_parser(sub)
@@ -125,16 +171,32 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--verify", action="store_true", help="prove every expected blob (exit 1 on a mismatch)")
     b.add_argument("--task", type=task_id, help="only this task")
     v = sub.add_parser("validate-rubrics", help="grade base and reference of each task against its rubric")
-    v.add_argument("--task", type=task_id, help="only this task")
-    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    v.add_argument("--out", type=Path, default=Path("out"))
+    v.add_argument("--task", type=task_id, help="only this task (default: every task)")
+    v.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    v.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     t = sub.add_parser("run-tests", help="run a task's hidden tests against any vLLM tree (the author's loop)")
-    t.add_argument("--task", type=task_id, required=True)
-    t.add_argument("--tree", type=Path, required=True, help="a folder holding a vllm/ package")
+    t.add_argument("--task", type=task_id, required=True, help="the task whose hidden tests run")
+    given = t.add_mutually_exclusive_group(required=True)
+    given.add_argument("--tree", type=Path, help="a folder holding a vllm/ package")
+    given.add_argument("--diff", type=Path, metavar="FILE",
+                       help="a diff against the task's base: the patched tree is built from it as grading builds it")
+    t.add_argument("--keep-tree", action="store_true",
+                   help="leave the tree the tests ran on (for a debugger) and print where it is")
     t.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
-    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
-    t.add_argument("--timeout", type=positive(float), default=600)
+    t.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence")
+    t.add_argument("--timeout", type=positive(float), default=600, help="seconds allowed for the hidden tests")
+    for subparser in sub.choices.values():
+        subparser.formatter_class = ShowDefaults
     return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """``grade``'s arguments in any order; every other command's through its subparser."""
+    if argv and argv[0] == "grade":
+        args = grade_parser().parse_intermixed_args(argv[1:])
+        args.command = "grade"
+        return args
+    return build_parser().parse_args(argv)
 
 
 class OutputLocked(Exception):
@@ -162,8 +224,35 @@ def lock_output(out: Path):
     return handle
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
+class SignalGate:
+    """SIGINT, SIGTERM and SIGHUP for the whole of a grading run. While grading, the first one raises
+    ``Interrupted`` (the run stops and keeps what finished); every later one, and any that comes while the
+    reports are written (``hold``), is only remembered, so the reports are always written whole."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.raising = True
+        self.previous: dict = {}
+
+    def __enter__(self) -> SignalGate:
+        self.previous = {sig: signal.signal(sig, self.handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def handle(self, signum, frame) -> None:
+        if self.first is not None:
+            return
+        self.first = signal.Signals(signum).name
+        if self.raising:
+            raise Interrupted(self.first)
+
+    def hold(self) -> None:
+        self.raising = False
 
 
 def run_grade(args) -> int:
@@ -173,7 +262,12 @@ def run_grade(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _run_grade(args)
+        with SignalGate() as gate:
+            try:
+                return _run_grade(args, gate)
+            except Interrupted as exc:  # before grading began: nothing was graded, nothing to write
+                print(f"interrupted ({exc}) before grading began; nothing was graded", file=sys.stderr)
+                return 130
     finally:
         lock.close()
 
@@ -199,11 +293,26 @@ def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
     else:
         backend = LocalBackend()
     return RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
-                      contained=getattr(args, "contain", "on") == "on", keep_trees=getattr(args, "keep_trees", False),
-                      use_evidence_cache=not args.no_cache, store=store, backend=backend)
+                      contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
+                      use_evidence_cache=not args.no_cache, store=store, backend=backend,
+                      controls=not getattr(args, "no_control", True))
 
 
-def _run_grade(args) -> int:
+def containment_shortfalls(mode: str) -> list[str]:
+    """What subjects lack of the full sandbox in this run (``--contain off``: all of it)."""
+    if mode == "off":
+        return ["--contain off: candidates' tests run without a sandbox"]
+    return shortfalls(contain.probe())
+
+
+def _run_grade(args, gate: SignalGate) -> int:
+    degraded = containment_shortfalls(args.contain)
+    if degraded and args.contain == "strict":
+        print("error: --contain strict: this machine does not give subjects the full sandbox: " + "; ".join(degraded),
+              file=sys.stderr)
+        return 2
+    if degraded:
+        print(warning_line(degraded), file=sys.stderr)
     try:
         candidates = ingest(args.paths, args.task)
     except IngestError as exc:
@@ -231,73 +340,73 @@ def _run_grade(args) -> int:
     began = started_at()
     # Stored results are reused unless --no-cache; finished ones are always kept, so a rerun resumes.
     options = run_options(args, gpu, ResultStore(args.out, reuse=not args.no_cache))
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with observer_for(sys.stderr, len(candidates)) as observer:
             run = grade_many(candidates, options, observer)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # From here on a signal waits for the reports to be written.
+        gate.hold()
         if on_ray:
             ray_backend.disconnect()
     ordered = run.records
     code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
     why = exit_reason(ordered, args.fail_under, run.interrupted)
+    if args.fail_on_flags and code == 0:
+        code, why = flags_exit(ordered, code, why)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
-                "containment": contain.summary_line() if args.contain == "on" else "off (--contain off)",
+                "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
+                "containment_degraded": bool(degraded), "containment_warning": "; ".join(degraded) or None,
                 "backend": args.backend, "jobs": args.jobs, "timeout_s": args.timeout,
                 "fail_under": args.fail_under, "exit_code": code, "exit_reason": why,
                 "timings": {"wall_s": run.wall_s}}
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
-    write_results_json(args.out, ordered, run_info)
-    write_html(args.out, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
-    if args.junit:
-        write_junit(args.junit, ordered)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(markdown_summary(ordered))
+    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
+    if failed_reports and not run.interrupted:
+        code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
     if run.interrupted:
         print(f"interrupted ({run.interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written "
               f"to {args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
               file=sys.stderr)
         return code
-    print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
+    if not failed_reports:
+        print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
     print_closing(ordered, why, sys.stderr)
     return code
 
 
-def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
-    """Why the exit code is what it is, in one sentence."""
-    if interrupted:
-        return f"130: interrupted by {interrupted} before every candidate was graded"
-    broken = [r["id"] for r in results if r["verdict"] == "error"]
-    if broken:
-        return f"2: grading broke or met an environment fault for {len(broken)} candidate(s): {', '.join(broken[:5])}"
-    if fail_under is None:
-        return "0: every candidate was graded (no --fail-under threshold)"
-    below = [r["id"] for r in results if below_threshold(r, fail_under)]
-    if below:
-        return (f"1: {len(below)} candidate(s) below --fail-under {fail_under:g} or not graded completely: "
-                + ", ".join(below[:5]))
-    return f"0: every candidate graded completely at or above --fail-under {fail_under:g}"
+def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
+    """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
+    others are still written. Returns the names of those that failed."""
+    writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
+               ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
+    if args.junit:
+        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, run_info.get("started_at"))))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        writers.append(("the step summary", lambda: append_step_summary(records)))
+    failed = []
+    for name, write in writers:
+        try:
+            write()
+        except Exception:  # noqa: BLE001 - a grader bug: said below, and the other reports still get written
+            print(f"error: writing {name} failed (a grader bug):\n{traceback.format_exc(limit=4)}", file=sys.stderr)
+            failed.append(name)
+    return failed
 
 
-def below_threshold(result: dict, fail_under: float) -> bool:
-    """``no_diff`` scores 0, and a result that is not complete never passes a threshold."""
-    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
-    return score < fail_under or result.get("run_status", "complete") != "complete"
+def append_step_summary(records: list[dict]) -> None:
+    with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+        f.write(markdown_summary(records))
 
 
-def exit_code(results: list[dict], fail_under: float | None) -> int:
-    """2 when grading broke for some candidate; 1 when one is below ``fail_under`` (``no_diff`` scores 0, and a
-    result that is not complete never passes a threshold); else 0."""
-    if any(r["verdict"] == "error" for r in results):
-        return 2
-    if fail_under is None:
-        return 0
-    return 1 if any(below_threshold(r, fail_under) for r in results) else 0
+def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
+    """With ``--fail-on-flags``: 5 when a candidate has a tamper signal (else the code and reason as they were)."""
+    flagged = [r["id"] for r in results if r.get("integrity_flags")]
+    if not flagged:
+        return code, why
+    return 5, (f"5: --fail-on-flags: {len(flagged)} candidate(s) have tamper signals (integrity_flags): "
+               + ", ".join(flagged[:5]))
 
 
 def run_merge(args) -> int:
@@ -323,7 +432,7 @@ def run_merge(args) -> int:
         copy_pages(merged, args.out)
         write_index(args.out, merged.results, run_info)
         if args.junit:
-            write_junit(args.junit, merged.results)
+            write_junit(args.junit, merged.results, args.fail_under, run_info.get("started_at"))
     finally:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
@@ -341,8 +450,12 @@ def run_bases(args) -> int:
         try:
             base = build_base(task, recipe)
             problems = verify_blobs(base.path, recipe.blobs) if args.verify else []
+            whole = whole_tree_problem(base) if args.verify else None
+            problems += [whole] if whole else []
         except BaseBuildError as exc:
             problems = [str(exc)]
+        except OSError as exc:
+            problems = [os_error_line(exc)]
         status = "FAILED" if problems else "ok"
         failed += bool(problems)
         print(f"{task}: {status} ({time.monotonic() - started:.1f}s, vllm {recipe.sdist_version}, "
@@ -352,39 +465,116 @@ def run_bases(args) -> int:
     return 1 if failed else 0
 
 
+def outcome_counts(outcomes) -> str:
+    """``3 passed, 1 failed (1 over its time budget), 1 timeout (not evaluated)``: the statuses grading scores."""
+    counts = Counter(o.status for o in outcomes)
+    over = sum(o.status == "failed" and o.message.startswith("timeout:") for o in outcomes)
+    named = {"failed": f"failed ({over} over its time budget)" if over else "failed",
+             "timeout": "timeout (not evaluated)", "skipped": "skipped (not evaluated)"}
+    return ", ".join(f"{n} {named.get(status, status)}" for status, n in sorted(counts.items())) or "none"
+
+
 def run_tests(args) -> int:
-    """Copy ``--tree`` into a scratch folder, run the task's hidden tests on it (judge and subjects, sandboxed as
-    in grading), print the judge's pytest output; pytest's exit code."""
+    """Run the task's hidden tests (judge and subjects, sandboxed as in grading) on a copy of ``--tree``, or on the
+    base patched with ``--diff`` as grading patches it; print the judge's pytest output; pytest's exit code (2
+    when the tree cannot be made or the environment cannot run the tests)."""
     import shutil
     import tempfile
 
     from grader.core.paths import make_import_root, scratch_root
-    from grader.run import run_hidden_tests
+    from grader.run import ensure_call_times, run_hidden_tests
 
-    if not (args.tree / "vllm").is_dir():
+    if args.tree is not None and not (args.tree / "vllm").is_dir():
         print(f"error: {args.tree} holds no vllm/ package", file=sys.stderr)
+        return 2
+    if args.diff is not None and not args.diff.is_file():
+        print(f"error: --diff {args.diff}: no such file", file=sys.stderr)
         return 2
     task = all_tasks()[args.task]
     gpu, reason = detect_gpu(args.gpu)
     base = BaseCache().get(task)
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-run-tests-{task.id}-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-run-tests-{task.id}"), dir=scratch_root()))
+    tree = None
     try:
-        tree = scratch / "tree"
-        tree.mkdir(mode=0o755)
-        shutil.copytree(args.tree / "vllm", tree / "vllm", symlinks=False)
-        # vLLM reads its version from this metadata; without it platform detection fails (a GPU tree gets no CUDA
-        # platform, its custom ops land on the CPU dispatch key), as it would not in grading
-        if (args.tree / "vllm.egg-info").is_dir():
-            shutil.copytree(args.tree / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
-        import_root = make_import_root(tree, scratch / "import-root")
-        run = run_hidden_tests(task, tree, import_root, base.path, scratch, gpu, ColdLauncher(),
-                               args.timeout, select=args.select)
+        tree = copied_tree(args.tree, scratch) if args.tree is not None else patched_tree(base, args.diff, scratch)
+        if tree is None:
+            return 2
+        # The same budgets as grading: a call over budget where a control finished it fails here too.
+        budgets = ensure_call_times(task, base, gpu, ColdLauncher())
+        run = run_hidden_tests(task, tree, make_import_root(tree, scratch / "import-root"), base.path, scratch, gpu,
+                               ColdLauncher(), args.timeout, select=args.select, call_budgets=budgets)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if args.keep_tree and tree is not None:
+            for entry in scratch.iterdir():
+                if entry != tree:
+                    shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() \
+                        else entry.unlink()
+            print(f"kept the tree the tests ran on: {tree}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     print(run.log)
-    print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s"
-          + (f"; {run.environment_error}" if run.environment_error else "") + "]", file=sys.stderr)
-    return 2 if run.environment_error or run.returncode is None else int(run.returncode)
+    problem = run.environment_error or run.grader_error
+    print(f"[{reason}; {len(run.outcomes)} tests in {run.duration:.1f}s; as grading reads them: "
+          f"{outcome_counts(run.outcomes)}" + (f"; {problem}" if problem else "") + "]", file=sys.stderr)
+    return 2 if problem or run.returncode is None else int(run.returncode)
+
+
+def leave_now(code: int) -> None:
+    """End the process at once: an interrupted run's reports are written, and what is still winding down (trees
+    being removed, an abandoned base build) must not hold up the exit the signal asked for (docker kills after
+    10 s); a later run reclaims what is left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def tools_missing() -> bool:
+    """Check the programs the grader runs, once at start-up: a required one missing is one error line (the caller
+    exits 2); another missing is a warning, and a candidate that needs it ends ``environment_error``."""
+    missing = missing_tools()
+    for name, sentence in missing.items():
+        if name in REQUIRED_TOOLS:
+            print(f"error: {sentence}", file=sys.stderr)
+        else:
+            print(f"warning: {sentence}; a candidate whose diff needs {name} is not graded (environment_error)",
+                  file=sys.stderr)
+    return any(name in REQUIRED_TOOLS for name in missing)
+
+
+def copied_tree(source: Path, scratch: Path) -> Path:
+    """A copy of ``source``'s vllm/ package (and its metadata) in ``scratch``, readable by the sandbox's uid."""
+    import shutil
+
+    tree = scratch / "tree"
+    tree.mkdir(mode=0o755)
+    shutil.copytree(source / "vllm", tree / "vllm", symlinks=False)
+    # vLLM reads its version from this metadata; without it platform detection fails (a GPU tree gets no CUDA
+    # platform, its custom ops land on the CPU dispatch key), as it would not in grading
+    if (source / "vllm.egg-info").is_dir():
+        shutil.copytree(source / "vllm.egg-info", tree / "vllm.egg-info", symlinks=False)
+    return tree
+
+
+def patched_tree(base, diff: Path, scratch: Path) -> Path | None:
+    """The base patched with ``diff`` in ``scratch``, applied as grading applies a candidate; None (the reason
+    printed) when the diff does not apply. A partly applied diff is run, with a warning naming what failed."""
+    from grader.apply import apply_diff, make_tree
+    from grader.diffparse import parse_diff
+
+    tree = make_tree(base, scratch)
+    report = apply_diff(parse_diff(diff.read_bytes().decode("utf-8", errors="replace")), tree)
+    failed = [f"{f.path} {h.header}: {h.detail or h.status}" for f in report.files for h in f.hunks
+              if h.status not in ("applied", "offset", "fuzz")]
+    if report.status not in ("applied", "partial"):
+        print(f"error: {diff} does not apply to the {base.task} base ({report.status}): "
+              + "; ".join(filter(None, [report.message, *failed[:5]])), file=sys.stderr)
+        return None
+    if report.status == "partial":
+        print(f"warning: {diff} applied only in part: " + "; ".join(filter(None, [report.message, *failed[:5]])),
+              file=sys.stderr)
+    print(f"applied {diff} to the {base.task} base ({report.hunks_applied}/{report.hunks_total} hunks, "
+          f"{report.method})", file=sys.stderr)
+    return tree
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,16 +582,24 @@ def main(argv: list[str] | None = None) -> int:
     # inherited from the caller would break both, so the grader sets its own.
     os.umask(0o022)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        build_parser().print_help(sys.stderr)
+        return 2
     # No command named first means ``grade``, whatever order its options and paths come in.
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+    if argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "grade")
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_arguments(argv)
     except SystemExit as exc:  # argparse has printed its one-line error (or the help)
         return 2 if exc.code else 0
+    if tools_missing():
+        return 2
     try:
         if args.command == "grade":
-            return run_grade(args)
+            code = run_grade(args)
+            if code == 130:
+                leave_now(code)
+            return code
         if args.command == "bases":
             return run_bases(args)
         if args.command == "calibrate":
@@ -417,4 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         return validate_rubrics(args)
     except (RubricError, BaseBuildError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a full disk, a read-only or forbidden folder: the user's to fix, said in one line
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
         return 2

@@ -32,8 +32,9 @@ def diff_key(identity: Identity, diff: str) -> str:
 
 
 def _is_reproducible(run: RunReport) -> bool:
-    """Evidence a rerun would reproduce: no time-outs, no environment failures."""
-    return not (run.timed_out or run.environment_error or any(o.status == "timeout" for o in run.outcomes))
+    """Evidence a rerun would reproduce: no time-outs, no faults of the environment or the grader."""
+    return not (run.timed_out or run.environment_error or run.grader_error
+                or any(o.status in ("timeout", "not_run") for o in run.outcomes))
 
 
 class EvidenceCache:

@@ -16,11 +16,14 @@ from pathlib import Path
 from grader.diffparse import parse_sections
 from grader.core.records import Candidate
 from grader.core.rubric import RUBRICS_DIR, all_base_recipes
+from grader.core.sanitize import clean
 
 DIFF_SUFFIXES = (".diff", ".patch")
 # Bundles show each diff as a preview of at most this many lines; one that reaches it may be cut anywhere,
 # also exactly at a hunk's end, where nothing in the text shows what is missing.
 PREVIEW_LINES = 60
+# Longest candidate id kept (ids come from file names and bundle names, which a candidate's author may choose).
+ID_LIMIT = 200
 NO_DIFF = re.compile(r"^no diff captured \((.*)\)\s*$")
 DIFF_LINE_STARTS = ("diff --git", "index ", "--- ", "+++ ", "@@", "new file mode", "deleted file mode",
                     "old mode", "new mode", "similarity index", "rename from", "rename to", "Binary files",
@@ -40,6 +43,11 @@ def _path_hints() -> dict[str, frozenset[str]]:
         if rubric.is_file():
             hints[task].update(tomllib.loads(rubric.read_text()).get("inference", {}).get("paths", []))
     return {task: frozenset(paths) for task, paths in hints.items()}
+
+
+def task_files(task: str) -> frozenset[str]:
+    """The files a task's candidates are known to touch: its ``[base.blobs]`` and its rubric's inference paths."""
+    return _path_hints().get(task, frozenset())
 
 
 MODULE_REF = re.compile(r"\b(vllm(?:\.\w+)+)")
@@ -149,9 +157,10 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
 
 def _read_diff(path: Path, cid: str, task: str | None) -> Candidate:
     try:
-        # Bytes as they are: text mode would turn the "\r\n" of a CRLF file's lines into "\n".
-        diff = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        # Bytes as they are: text mode would turn the "\r\n" of a CRLF file's lines into "\n". A byte that is not
+        # UTF-8 (a raw file name) is data, kept for git by surrogateescape.
+        diff = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
         return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
     return _candidate(cid, str(path), diff, task)
 
@@ -180,12 +189,33 @@ def ingest(paths: list[Path], task: str | None = None) -> list[Candidate]:
             candidates.append(_read_diff(path, path.stem, task))
         else:
             raise IngestError(f"{path}: no such file or directory")
-    seen: Counter[str] = Counter()
+    return unique_ids([cleaned(candidate) for candidate in candidates])
+
+
+def cleaned(candidate: Candidate) -> Candidate:
+    """The candidate with every text it names cleaned for the records (``grader.core.sanitize``); the diff stays
+    as written, it is git's input."""
+    optional = {name: clean(value) for name in ("reference_summary", "ingest_error")
+                if (value := getattr(candidate, name)) is not None}
+    return replace(candidate, id=clean(candidate.id, limit=ID_LIMIT), source=clean(candidate.source),
+                   task_reason=clean(candidate.task_reason), **optional)
+
+
+def unique_ids(candidates: list[Candidate]) -> list[Candidate]:
+    """Candidates with unique ids: a repeated id gets ``~2``, ``~3`` ..., skipping any suffixed id that is
+    already taken, so no two candidates ever share a page, a store file or a row."""
+    taken = {candidate.id for candidate in candidates}
+    assigned: set[str] = set()
     unique = []
     for candidate in candidates:
-        seen[candidate.id] += 1
-        unique.append(replace(candidate, id=f"{candidate.id}~{seen[candidate.id]}") if seen[candidate.id] > 1
-                      else candidate)
+        cid = candidate.id
+        if cid in assigned:
+            n = 2
+            while f"{cid}~{n}" in taken or f"{cid}~{n}" in assigned:
+                n += 1
+            cid = f"{cid}~{n}"
+        assigned.add(cid)
+        unique.append(replace(candidate, id=cid) if cid != candidate.id else candidate)
     return unique
 
 

@@ -15,7 +15,15 @@ task's base that the hidden tests should tell apart from the reference. Operator
 - ``swap-operands``: ``a - b`` -> ``b - a``, ``a / b`` -> ``b / a``, ``a // b`` -> ``b // a``,
   ``dot(a, b)`` -> ``dot(b, a)`` in an added line;
 - ``delete-statement``: remove one added line that is a complete simple statement (``pass`` takes its place
-  where the block would be left empty).
+  where the block would be left empty); a one-line call statement is removed this way;
+- ``not-in-to-in``, ``in-to-not-in`` (a membership test negated, never a ``for``'s ``in``), ``drop-element``
+  (one element left out of a literal set, tuple or list that a membership test reads);
+- ``shift-constant``: an integer constant in a comparison moved by one either way (``n`` -> ``n+1``, ``n-1``);
+- ``drop-guard`` (an added ``if`` whose block only returns, raises, continues or breaks, dropped whole) and
+  ``drop-exit`` (the ``return``/``raise`` of a one-line guard, or one spanning lines, replaced by ``pass``);
+- ``widen-except`` (``except X`` -> ``except Exception``, an ``as`` name kept) and ``drop-handler`` (an added
+  handler deleted where its ``try`` keeps another, else replaced by ``finally: pass``, so the exception goes on);
+- ``delete-call``: an added call statement that spans lines replaced by ``pass``.
 
 Only code is mutated: comments, string literals and docstrings are masked out. Every mutant is built on the
 diff text (``grader.diffparse``) with its hunk headers recounted, so ``git apply`` takes it as it is.
@@ -83,6 +91,9 @@ TEXT_OPERATORS: tuple[tuple[str, re.Pattern, str], ...] = (
     ("eq-to-ne", re.compile(r"=="), "!="),
     ("ne-to-eq", re.compile(r"!="), "=="),
 )
+# Operators added after the ones above, in the order they are tried (a mutant both make keeps the first name).
+LATER_OPERATORS = ("not-in-to-in", "in-to-not-in", "drop-element", "shift-constant", "drop-guard", "drop-exit",
+                   "widen-except", "drop-handler", "delete-call")
 BOUNDARY = re.compile(r"(?<![<>=!\-])(>=|<=|>|<)(?![<>=])")
 BOUNDARY_SHIFT = {">=": ">", ">": ">=", "<=": "<", "<": "<="}
 
@@ -387,6 +398,237 @@ def _text_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
     return out
 
 
+# ---------------------------------------------------------------- membership, guards, handlers, constants, calls
+
+EXIT_STATEMENTS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+BROAD_EXCEPTIONS = {"Exception", "BaseException"}
+EXCEPT_CLAUSE = re.compile(r"^(\s*)except\b\s*(?P<what>[^:]*?)(?P<name>\s+as\s+\w+)?\s*:(?P<rest>.*)$")
+
+
+def _line_sites(stripped: str):
+    """The nodes of one parsed added line that lie on it wholly, with the line's bytes: (nodes, raw)."""
+    parsed = _parse_line(stripped)
+    if parsed is None:
+        return [], stripped.encode()
+    tree, line_no = parsed
+    nodes = [n for n in ast.walk(tree)
+             if getattr(n, "lineno", None) == line_no and getattr(n, "end_lineno", None) == line_no]
+    return nodes, stripped.encode()
+
+
+def _compare_count(stripped: str, op_type) -> int:
+    nodes, _ = _line_sites(stripped)
+    return sum(isinstance(op, op_type) for n in nodes if isinstance(n, ast.Compare) for op in n.ops)
+
+
+def _membership_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
+    """``in`` <-> ``not in`` in a comparison (never a ``for``'s ``in``), and each element dropped from a literal
+    set, tuple or list that a membership test reads."""
+    out = []
+    code = _code(text, mask)
+    stripped, indent = text.strip(), _indent(text)
+    for m in re.finditer(r"\bnot\s+in\b", code):
+        new = text[:m.start()] + "in" + text[m.end():]
+        if _compare_count(new.strip(), ast.NotIn) < _compare_count(stripped, ast.NotIn):
+            out.append(("not-in-to-in", new, "'not in' -> 'in'"))
+    for m in re.finditer(r"(?<!\bnot )\bin\b", code):
+        new = text[:m.start()] + "not in" + text[m.end():]
+        if _compare_count(new.strip(), ast.NotIn) > _compare_count(stripped, ast.NotIn):
+            out.append(("in-to-not-in", new, "'in' -> 'not in'"))
+    nodes, raw = _line_sites(stripped)
+    for node in nodes:
+        if not isinstance(node, ast.Compare) or not any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            continue
+        for literal in node.comparators:
+            if not isinstance(literal, (ast.Set, ast.Tuple, ast.List)) or len(literal.elts) < 2:
+                continue
+            for k, element in enumerate(literal.elts):
+                kept = [e for j, e in enumerate(literal.elts) if j != k]
+                smaller = type(literal)(elts=kept, ctx=ast.Load()) if not isinstance(literal, ast.Set) \
+                    else ast.Set(elts=kept)
+                new = (raw[:literal.col_offset] + ast.unparse(smaller).encode() + raw[literal.end_col_offset:])
+                out.append(("drop-element", indent + new.decode(),
+                            f"drop {ast.unparse(element)} from {ast.unparse(literal)}"))
+    return out
+
+
+def _constant_mutations(text: str) -> list[tuple[str, str, str]]:
+    """An integer constant compared with something moved by one either way: n -> n+1, n -> n-1."""
+    out = []
+    nodes, raw = _line_sites(text.strip())
+    for node in nodes:
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in [node.left, *node.comparators]:
+            if not isinstance(operand, ast.Constant) or type(operand.value) is not int:
+                continue
+            for step in (1, -1):
+                value = operand.value + step
+                new = raw[:operand.col_offset] + str(value).encode() + raw[operand.end_col_offset:]
+                out.append(("shift-constant", _indent(text) + new.decode(), f"{operand.value} -> {value}"))
+    return out
+
+
+def _except_mutation(text: str, mask: list[bool]) -> tuple[str, str, str] | None:
+    """``except X`` (X narrower than Exception) widened to ``except Exception``, its ``as`` name kept."""
+    m = EXCEPT_CLAUSE.match(_code(text, mask))
+    if m is None or not m.group("what").strip() or m.group("what").strip() in BROAD_EXCEPTIONS:
+        return None
+    new = f"{m.group(1)}except Exception{m.group('name') or ''}" + text[m.start("rest") - 1:]
+    return "widen-except", new, f"except {m.group('what').strip()} -> except Exception"
+
+
+def _new_side(lines: list[_Line]) -> list[int]:
+    """Indices of the lines of the new side that hold code."""
+    return [i for i, ln in enumerate(lines) if ln.tag in (" ", "+") and _is_code(ln.mask, ln.text)]
+
+
+def _statement_span(lines: list[_Line], i: int) -> list[int] | None:
+    """The new-side lines of the statement that starts on line ``i`` (brackets continue it, over string-only
+    lines too); None when it starts inside brackets or runs past the hunk."""
+    if lines[i].depth:
+        return None
+    span = [i]
+    following = [j for j, ln in enumerate(lines) if j > i and ln.tag in (" ", "+")]
+    while lines[span[-1]].after:
+        if not following:
+            return None
+        span.append(following.pop(0))
+    return span
+
+
+def _block_body(lines: list[_Line], header: int, at_eof: bool) -> tuple[list[int], int | None] | None:
+    """The new-side lines under the compound statement on line ``header`` (comments and strings among them)
+    and the line that ends the block (None at the end of the file); None when the block runs past a hunk that
+    does not reach the end of the file (what follows it cannot be seen), or holds no code."""
+    width = len(_indent(lines[header].text))
+    span = _statement_span(lines, header) or [header]
+    ends = [j for j in _new_side(lines) if j > span[-1] and not lines[j].depth
+            and len(_indent(lines[j].text)) <= width]
+    if not ends and not at_eof:
+        return None
+    end = ends[0] if ends else None
+    body = [j for j, ln in enumerate(lines) if span[-1] < j < (end if end is not None else len(lines))
+            and ln.tag in (" ", "+")]
+    if not any(j in _new_side(lines) for j in body):
+        return None
+    return body, end
+
+
+def _code_at(lines: list[_Line], i: int | None) -> str:
+    return _code(lines[i].text, lines[i].mask).strip() if i is not None else ""
+
+
+def _edited_body(hunk: Hunk, drop: set[int], replace: dict[int, str] | None = None) -> list[str]:
+    """The hunk's body with new-side lines dropped or replaced: an added line goes, a context line becomes a
+    removed one (the mutant takes it out of the base)."""
+    replace = replace or {}
+    body = []
+    for i, raw in enumerate(hunk.lines):
+        tag, text = raw[:1], raw[1:]
+        if i in drop or i in replace:
+            if tag == " ":
+                body.append("-" + text)
+            if i in replace:
+                body.append("+" + replace[i])
+        else:
+            body.append(raw)
+    return body
+
+
+def _parsed_statement(lines: list[_Line], span: list[int]) -> ast.stmt | None:
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(lines[j].text for j in span)))
+    except (SyntaxError, ValueError):
+        return None
+    return tree.body[0] if len(tree.body) == 1 else None
+
+
+def _structure_mutations(hunk: Hunk, lines: list[_Line], at_eof: bool) -> list[tuple[str, int, list[str], str]]:
+    """(operator, line, body, description) for the operators that take out or reshape whole statements of an
+    added line: a guard (``if ...:`` that only returns or raises) dropped, a guard's exit replaced by ``pass``,
+    an exception handler dropped, a call statement spanning lines deleted."""
+    out = []
+    for i in _new_side(lines):
+        line = lines[i]
+        if line.tag != "+" or line.depth:
+            continue
+        code = _code(line.text, line.mask).strip()
+        indent = _indent(line.text)
+        if code.startswith("if ") and code.endswith(":"):
+            out.extend(_guard_mutations(hunk, lines, i, at_eof))
+        elif code.startswith("if ") and ":" in code:
+            out.extend(_inline_guard_mutations(hunk, lines, i))
+        elif code.startswith("except") and code.endswith(":"):
+            dropped = _dropped_handler(hunk, lines, i, at_eof)
+            if dropped is not None:
+                out.append(("drop-handler", i, dropped, f"drop the handler {line.text.strip()!r}"))
+        else:
+            span = _statement_span(lines, i)
+            statement = _parsed_statement(lines, span) if span and len(span) > 1 else None
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                out.append(("delete-call", i, _edited_body(hunk, set(span[1:]), {span[0]: indent + "pass"}),
+                            f"delete the call {line.text.strip()!r}..."))
+            elif isinstance(statement, (ast.Return, ast.Raise)):
+                out.append(("drop-exit", i, _edited_body(hunk, set(span[1:]), {span[0]: indent + "pass"}),
+                            f"{line.text.strip()!r}... -> pass"))
+    return out
+
+
+def _guard_mutations(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> list[tuple[str, int, list[str], str]]:
+    """An ``if`` block whose statements all leave (return, raise, continue, break): the whole guard dropped."""
+    found = _block_body(lines, i, at_eof)
+    if found is None:
+        return []
+    body, end = found
+    if _code_at(lines, end).startswith(("elif", "else")):
+        return []
+    statements = _parsed_statement(lines, [i, *body])
+    if not isinstance(statements, ast.If) or not all(isinstance(s, EXIT_STATEMENTS) for s in statements.body):
+        return []
+    return [("drop-guard", i, _edited_body(hunk, {i, *body}), f"drop the guard {lines[i].text.strip()!r}")]
+
+
+def _inline_guard_mutations(hunk: Hunk, lines: list[_Line], i: int) -> list[tuple[str, int, list[str], str]]:
+    """``if c: return x`` on one line: dropped whole, and its exit replaced by ``pass``."""
+    stripped = lines[i].text.strip()
+    try:
+        tree = ast.parse(stripped)
+    except (SyntaxError, ValueError):
+        return []
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, ast.If) or node.orelse or len(node.body) != 1 or \
+            not isinstance(node.body[0], EXIT_STATEMENTS):
+        return []
+    exit_at = node.body[0].col_offset
+    raw = stripped.encode()
+    passed = _indent(lines[i].text) + (raw[:exit_at] + b"pass").decode()
+    return [("drop-guard", i, _edited_body(hunk, {i}), f"drop the guard {stripped!r}"),
+            ("drop-exit", i, _edited_body(hunk, set(), {i: passed}), f"{stripped!r}: its exit -> pass")]
+
+
+def _dropped_handler(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> list[str] | None:
+    """The body with the handler on line ``i`` taken out: deleted where another handler of its ``try`` remains,
+    else turned into ``finally: pass`` (the exception goes on, and the ``try`` stays a statement)."""
+    found = _block_body(lines, i, at_eof)
+    if found is None:
+        return None
+    body, end = found
+    width = len(_indent(lines[i].text))
+    same_level = [j for j in _new_side(lines) if len(_indent(lines[j].text)) == width and not lines[j].depth]
+    before = [j for j in same_level if j < i]
+    previous = _code_at(lines, before[-1] if before else None)
+    following = _code_at(lines, end)
+    if following.startswith("except") or previous.startswith("except"):
+        return _edited_body(hunk, {i, *body})
+    if following.startswith(("else", "finally")) or not previous.startswith("try"):
+        return None
+    pad = _indent(lines[next(j for j in body if j in _new_side(lines))].text)
+    return _edited_body(hunk, set(body[1:]), {i: _indent(lines[i].text) + "finally:", body[0]: pad + "pass"})
+
+
 def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = None) -> list[Mutant]:
     """Every mutant of ``diff``, in operator order; ``base_source(path)`` (optional) tells docstring state."""
     sections = [s for s in parse_sections(diff) if s.hunks or s.header]
@@ -450,9 +692,23 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
                 else:
                     del body[li]
                 add("delete-statement", li, body, f"delete {line.text.strip()!r}")
+            for li, line in enumerate(lines):
+                if line.tag != "+" or not _is_code(line.mask, line.text):
+                    continue
+                widened = _except_mutation(line.text, line.mask)
+                for op, new_text, what in _membership_mutations(line.text, line.mask) + \
+                        _constant_mutations(line.text) + ([widened] if widened else []):
+                    body = list(hunk.lines)
+                    body[li] = "+" + new_text
+                    add(op, li, body, f"{what} in {line.text.strip()!r}")
+            old_end = int(m.group(1)) + hunk.old_count - 1
+            at_eof = section.old_path in (None, "/dev/null") or (source is not None and
+                                                                 old_end >= len(source.splitlines()))
+            for op, li, body, what in _structure_mutations(hunk, lines, at_eof):
+                add(op, li, body, what)
             order = ["revert-condition"] + [op for op, _, _ in TEXT_OPERATORS] + \
                 ["shift-boundary", "widen-platform", "capability-down", "capability-up", "swap-operands",
-                 "delete-statement"]
+                 "delete-statement", *LATER_OPERATORS]
             for op in order:
                 line_mutants.extend(sorted(ops.get(op, []), key=lambda x: (x.line, x.id)))
     made.extend(line_mutants)

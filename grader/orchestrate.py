@@ -14,24 +14,30 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from grader.evidence_cache import EvidenceCache
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.controls import Controls
+from grader.pipeline import BaseCache, GradeOptions, error_result, grade_candidate
 from grader.core.records import Candidate, CandidateResult, RunReport
 from grader.core.rubric import Task, all_tasks
 from grader.run import DEFAULT_TIMEOUT_S
 from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
+from grader.sandbox.leftovers import reclaim as reclaim_leftovers
 from grader.store import ResultStore, cache_key
 
 
+# Seconds an interrupt waits for the gradings it stopped to wind down (their judges are killed at once).
+INTERRUPT_WAIT_S = 3
+
+
 class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived while grading (raised by the caller's signal handler)."""
+    """SIGINT, SIGTERM or SIGHUP arrived while grading (raised by the caller's signal handler)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,9 @@ class RunOptions:
     store: ResultStore | None = None
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
+    # Grade each task's reference fix first and stop the task where it misses its designed statuses
+    # (``grader.controls``; local backend).
+    controls: bool = False
     backend: Backend = field(default_factory=lambda: LocalBackend())
 
 
@@ -118,6 +127,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
     """Grade ``candidates`` (stored results first), returning them in input order."""
     observer = observer or QuietObserver()
     started = time.monotonic()
+    reclaim_leftovers()  # what a killed grader before this one left (scratch trees, homes, cgroups, staging)
     tasks = all_tasks()
     finished: dict[str, Graded] = {}
     keys: dict[str, str] = {}
@@ -129,15 +139,16 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
         finished[item.candidate.id] = item
         observer.graded(item, len(finished), len(candidates))
 
-    for candidate in candidates:
-        keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu, options.contained)
-        record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
-        if record is None:
-            pending.append(candidate)
-        else:
-            deliver(Graded(candidate, record, stored=True))
     interrupted = None
     try:
+        for candidate in candidates:
+            keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu,
+                                           options.contained)
+            record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
+            if record is None:
+                pending.append(candidate)
+            else:
+                deliver(Graded(candidate, record, stored=True))
         if pending:
             options.backend.grade(pending, options, observer, deliver)
     except Interrupted as exc:
@@ -159,29 +170,37 @@ class LocalBackend:
 
     def __init__(self, bases: BaseCache | None = None) -> None:
         self.bases = bases or BaseCache()
+        # At most this many bases are built at once (each unpacks and commits a vLLM tree).
+        self.building = threading.BoundedSemaphore(4)
 
     def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
               deliver: Callable[[Graded], None]) -> None:
         tasks = all_tasks()
         needing = [c for c in pending if gradable(c, tasks, options)]
         # Bases are built in the background, each at most once and each task's on its own: worker start-up and
-        # the candidates of bases already built go on meanwhile (a candidate waits only for its own base).
-        builders = ThreadPoolExecutor(max_workers=4)
-        for task_id in dict.fromkeys(c.task for c in needing):
-            builders.submit(self.prepare_base, tasks[task_id], observer)
-        try:
-            launcher = self.launcher(needing, tasks, options, observer)
-            self.grade_with(launcher, pending, options, observer, deliver)
-        finally:
-            builders.shutdown(wait=True, cancel_futures=True)
+        # the candidates of bases already built go on meanwhile (a candidate waits only for its own base). The
+        # builders are daemon threads: an interrupt does not wait for a build (it is abandoned with the process),
+        # and a build that fails is reported by each candidate that asks for the base.
+        builders = [threading.Thread(target=self.prepare_base, args=(tasks[task_id], observer), daemon=True,
+                                     name=f"base {task_id}") for task_id in dict.fromkeys(c.task for c in needing)]
+        for builder in builders:
+            builder.start()
+        launcher = self.launcher(needing, tasks, options, observer)
+        self.grade_with(launcher, pending, options, observer, deliver)
+        for builder in builders:
+            builder.join()
 
     def prepare_base(self, task: Task, observer: Observer) -> None:
-        """Build ``task``'s base, as a phase the observer is told about when there is building to do."""
-        if is_built(task.id, task.base):
-            self.bases.get(task)
+        """Build ``task``'s base, as a phase the observer is told about when there is building to do. A failure
+        is left to the candidates: each asks for the base again and reports why it cannot be had."""
+        try:
+            if is_built(task.id, task.base):
+                self.bases.get(task)
+                return
+            with self.building, observer.phase(f"base {task.id}"):
+                self.bases.get(task)
+        except Exception:  # noqa: BLE001 - reported by every candidate of the task (grade_candidate)
             return
-        with observer.phase(f"base {task.id}"):
-            self.bases.get(task)
 
     def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
                    deliver: Callable[[Graded], None]) -> None:
@@ -193,6 +212,8 @@ class LocalBackend:
                                      empty_diff_grades_base=options.empty_diff_grades_base)
         stopping = threading.Event()
         delivered: set[str] = set()
+        tasks = all_tasks()
+        controls = Controls(self.bases, grade_options, grade_candidate) if options.controls else None
 
         def hand_over(item: Graded) -> None:
             if item.candidate.id not in delivered:
@@ -202,29 +223,38 @@ class LocalBackend:
         def work(candidate: Candidate) -> Graded | None:
             if stopping.is_set():
                 return None
+            task = tasks.get(candidate.task or "")
+            problem = controls.problem(task) if controls and task and gradable(candidate, tasks, options) else None
+            if problem:
+                result = replace(error_result(candidate, problem, task), run_status="environment_error")
+                return None if stopping.is_set() else Graded(candidate, result.to_json(), result)
             observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, grade_options)
             return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)
 
         pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
         futures = []
+        interrupted = False
         try:
             futures = [pool.submit(work, c) for c in pending]
             for future in as_completed(futures):
                 if (item := future.result()) is not None:
                     hand_over(item)
         except Interrupted:
+            interrupted = True
             stopping.set()
+            self.bases.abandoned.set()
             pool.shutdown(wait=False, cancel_futures=True)
             launcher.terminate()
-            pool.shutdown(wait=True)
+            # Their judges are ended; what is left is removing trees, which the exit does not wait for.
+            wait(futures, timeout=INTERRUPT_WAIT_S)
             # A grading that completed just as the signal came is kept, like every other finished one.
             for future in futures:
                 if future.done() and not future.cancelled() and future.exception() is None and future.result():
                     hand_over(future.result())
             raise
         finally:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=not interrupted)
             launcher.close()
 
     def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: RunOptions,

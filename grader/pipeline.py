@@ -17,16 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
-from grader.checkout import build_base
+from grader.checkout import BaseBuildError, build_base
 from grader.core.paths import cache_dir, make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
+from grader.ingest import task_files
+from grader.preview import cut_reason, is_cut, unseen_evidence
+from grader.integrity import scan_diff
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
-from grader.run import DEFAULT_TIMEOUT_S, environment_problem, run_hidden_tests
+from grader.sandbox.leftovers import owned_name
+from grader.core.sanitize import clean, clean_apply_report
+from grader.sandbox.tooling import ToolMissing, os_error_line
+from grader.run import DEFAULT_TIMEOUT_S, ensure_call_times, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
 
@@ -62,14 +68,21 @@ class BaseCache:
         self._bases: dict[str, BuiltBase] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        # Set on an interrupt: whoever waits for another's build stops waiting.
+        self.abandoned = threading.Event()
 
     def get(self, task: Task) -> BuiltBase:
         with self._lock:
             lock = self._locks.setdefault(task.id, threading.Lock())
-        with lock:
+        while not lock.acquire(timeout=0.2):
+            if self.abandoned.is_set():
+                raise BaseBuildError(f"the base of {task.id} was not waited for: the run was interrupted")
+        try:
             if task.id not in self._bases:
                 self._bases[task.id] = self.build(task)
             return self._bases[task.id]
+        finally:
+            lock.release()
 
     def build(self, task: Task) -> BuiltBase:
         return build_base(task.id, task.base)
@@ -112,6 +125,7 @@ def diff_sha256(diff: str) -> str:
 
 def error_result(candidate: Candidate, message: str, task: Task | None = None,
                   apply: ApplyReport | None = None) -> CandidateResult:
+    message = clean(message)  # a grader failure's traceback can quote what the candidate wrote
     criteria = not_evaluated_all(task, f"grading error: {message}") if task else {}
     return CandidateResult(candidate.id, candidate.task, candidate.source, "error", None, criteria, apply,
                            summary=f"Not graded: {message}", reference_summary=candidate.reference_summary,
@@ -119,26 +133,47 @@ def error_result(candidate: Candidate, message: str, task: Task | None = None,
                            rubric=rubric_identity(task) if task else None)
 
 
-def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> tuple[ApplyReport, RunReport | None, dict]:
-    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty)."""
+def always(apply: ApplyReport) -> bool:
+    return True
+
+
+def no_task_result(candidate: Candidate) -> CandidateResult:
+    """A diff whose task cannot be told: not graded, and not a grader error (the caller can name the task)."""
+    why = candidate.task_reason.rstrip(".") or "nothing in it names a known task"
+    return CandidateResult(candidate.id, None, candidate.source, "no_task", None, {}, None,
+                           f"Not graded: the task could not be told from the diff ({why}); pass --task ID to grade "
+                           "it as that task.", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
+
+
+def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut_preview: bool = False,
+             may_run=always) -> tuple[ApplyReport, RunReport | None, dict]:
+    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty),
+    unless ``may_run`` says of the apply report that no evidence can be graded (a cut preview)."""
     base = bases.get(task)
     if not options.trace_lines:  # evidence without the lines that ran is neither cached nor taken from the cache
         options = replace(options, evidence_cache=None)
     identity = grading_identity(task, options.gpu, options.contained)
     shortcut = diff_key(identity, diff) if options.evidence_cache else None
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
-        return found[0], found[1], {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-{task.id}-", dir=scratch_root()))
+        return found[0], found[1] if may_run(found[0]) else None, \
+            {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-{task.id}"), dir=scratch_root()))
     timings = {}
     try:
         started = time.monotonic()
         tree = make_tree(base, scratch)
-        apply = apply_diff(parse_diff(diff), tree, options.contained) if diff.strip() else \
-            ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        try:
+            apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
+                ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
+        except ToolMissing as exc:
+            # The candidate's diff needs a tool this machine lacks: the environment's state, not its failure.
+            return (ApplyReport("failed", message=f"not applied: {exc}"),
+                    RunReport([], None, False, "", 0.0, f"cannot apply the diff: {exc}"), timings)
         if apply.status not in ("failed", "rejected", "empty"):
             apply = replace(apply, description=describe_tree(base.path, tree, [f.path for f in apply.files]))
+        apply = clean_apply_report(apply)  # the diff's names enter the records here, cleaned once
         timings["apply_s"] = round(time.monotonic() - started, 2)
-        if apply.status in ("failed", "rejected"):
+        if apply.status in ("failed", "rejected") or not may_run(apply):
             return apply, None, timings
         problem = environment_problem(task, base.path, base.key, options.gpu)
         if problem:
@@ -147,9 +182,11 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions) -> 
         run = options.evidence_cache.load(key) if options.evidence_cache and key else None
         if run is None:
             import_root = make_import_root(tree, scratch / "import-root")
+            budgets = ensure_call_times(task, base, options.gpu, options.launcher, options.contained,
+                                        options.memory_bytes, options.also_pass)
             run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
-                                   also_pass=options.also_pass,
+                                   also_pass=options.also_pass, call_budgets=budgets,
                                    traced=[f.path for f in apply.files] if options.trace_lines else None)
             if options.evidence_cache and key:
                 options.evidence_cache.save(key, run)
@@ -170,20 +207,34 @@ def grade_candidate(candidate: Candidate, bases: BaseCache,
     """Grade one candidate: its result and the hidden tests' run it was scored from (None where nothing ran).
     Every failure becomes this candidate's error result, never an exception."""
     try:
-        return grade_or_raise(candidate, bases, options)
+        result, run = grade_or_raise(candidate, bases, options)
+    except (OSError, BaseBuildError) as exc:  # a full disk or a forbidden folder; a base that cannot be had
+        task = all_tasks().get(candidate.task or "")
+        cause = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
+        result = replace(error_result(candidate, f"environment problem, not the candidate's: {cause}", task),
+                         run_status="environment_error")
+        run = None
     except Exception:  # the grader's own failure: reported as an error for this candidate only
         task = all_tasks().get(candidate.task or "")
-        return error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+        result, run = error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
+    # Tamper signals tell a reviewer where to look; they decide no criterion and no verdict.
+    return replace(result, integrity_flags=scan_diff(candidate.diff)), run
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
-    """What happened, beside the verdict: an environment fault, a time-out, a whole diff applied only in part."""
+    """What happened, beside the verdict: a fault of the grader or of the environment, a time-out, a cut preview
+    (the input was not seen whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
+    applied: the tree is not the one git builds from the diff)."""
+    if run is not None and run.grader_error:
+        return "grader_error"
     if run is not None and run.environment_error:
         return "environment_error"
     if run is not None and (run.timed_out or any(o.status == "timeout" for o in run.outcomes)):
         return "timed_out"
-    failed_hunks = any(h.status == "failed" for f in apply.files for h in f.hunks)
-    if apply.status == "partial" and failed_hunks and not apply.truncated and not cut_preview:
+    if cut_preview:
+        return "input_truncated"
+    failed_hunks = any(h.status in ("failed", "truncated") for f in apply.files for h in f.hunks)
+    if apply.status == "partial" and (failed_hunks or apply.truncated or apply.binary):
         return "apply_partial"
     return "complete"
 
@@ -218,27 +269,38 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
                                  rubric=rubric_identity(task) if task else None)
         return summarized(task, result, None), None
     if candidate.task is None:
-        return error_result(candidate, f"task could not be told: {candidate.task_reason}"), None
+        return no_task_result(candidate), None
     if task is None:
         return error_result(candidate, f"unknown task {candidate.task!r} (known: {', '.join(tasks)})"), None
-    apply, run, timings = evaluate(task, candidate.diff, bases, options)
-    if candidate.at_preview_limit and apply.status == "applied":
+    parsed = parse_diff(candidate.diff)
+    # Only a bundle shows previews; a diff given whole whose hunks end early is a corrupt diff, not a cut one.
+    cut = candidate.bundle_position is not None and is_cut(parsed, candidate.at_preview_limit)
+    scope = task_files(task.id)
+    apply, run, timings = evaluate(task, candidate.diff, bases, options, cut,
+                                   lambda report: not cut or not unseen_evidence(scope, parsed, report))
+    if cut and candidate.at_preview_limit and apply.status == "applied":
         apply = replace(apply, status="partial", truncated=True,
                         message="the preview reaches the bundle's line limit: later hunks or files may be missing")
-    if run is None:
+    unseen = unseen_evidence(scope, parsed, apply) if cut else []
+    if unseen:
+        criteria = not_evaluated_all(task, cut_reason(unseen, candidate.at_preview_limit))
+    elif run is None:
         criteria = not_evaluated_all(task, f"the patch did not apply: {apply.message}")
     else:
         criteria = score_criteria(task, run)
-    status = run_status(apply, run, candidate.at_preview_limit)
+    status = run_status(apply, run, cut)
     if status == "environment_error":
         criteria = not_evaluated_all(task, f"environment problem, not the candidate's: {run.environment_error}")
+    elif status == "grader_error":
+        criteria = not_evaluated_all(task, f"the grader's fault, not the candidate's: {run.grader_error}")
     elif status == "timed_out" and run is not None and not run.outcomes:
         criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
                                            "any hidden test ran")
-    verdict = verdict_for(task, apply, criteria, status)
+    verdict = verdict_for(task, apply, criteria, status, cut_input=cut)
     result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
-                             error=run.environment_error if status == "environment_error" else None,
+                             error=run.environment_error if status == "environment_error" else
+                             run.grader_error if status == "grader_error" else None,
                              rubric=rubric_identity(task))
     return summarized(task, result, run, apply.description), run

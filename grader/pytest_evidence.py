@@ -2,10 +2,12 @@
 
 It writes one JSON line per test phase outcome to the file named by ``GRADER_EVIDENCE_OUT``, in the judge's own
 folder, which no subject can see or reach. A ``start`` line is written before each test runs, so a test that
-hangs or kills the judge is still known by name. A test whose probe did not answer in time is marked
-``timeout``; a skip says who decided it. Where the subject traces the patch's lines (``GRADER_ADDED_LINES``), a
-test's last phase also records which added lines ran in the candidate's subject during the test (``ran``: the
-diff's path -> tree line numbers), as the judge bounded them. Log parsing stays in ``grader.run``.
+hangs or kills the judge is still known by name. A test whose probe went over its budget where a control finished
+the same call fails, its message starting ``timeout:``; one whose probe did not answer where no control finished
+either is marked ``timeout`` (not evaluated); a skip says who decided it. Where the subject traces the patch's lines
+(``GRADER_ADDED_LINES``), a test's last phase also records which added lines ran in the candidate's subject during
+the test (``ran``: the diff's path -> tree line numbers), as the judge bounded them. The last line,
+``session_end``, is written when pytest's session ends. Log parsing stays in ``grader.run``.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def pytest_runtest_makereport(item, call):
     elif report.failed:
         record["message"] = report.longreprtext[-4000:]
         if call.excinfo is not None and _is_probe_timeout(call.excinfo.value):
-            record["timeout"] = True
+            record["timeout"] = not _is_over_budget(call.excinfo.value)
             record["message"] = f"timeout: {call.excinfo.value}"
     if report.when == "teardown" and os.environ.get("GRADER_ADDED_LINES"):
         record["ran"] = {path: sorted(lines) for path, lines in sorted(_lines_ran().items()) if lines}
@@ -98,6 +100,19 @@ def _is_probe_timeout(exc: BaseException) -> bool:
     from grader.sandbox.client import ProbeTimeout
 
     return isinstance(exc, ProbeTimeout)
+
+
+def _is_over_budget(exc: BaseException) -> bool:
+    from grader.sandbox.client import ProbeOverBudget
+
+    return isinstance(exc, ProbeOverBudget)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The protocol's last word: a judge whose evidence lacks it ended before its session did (killed, out of
+    memory, a crashed harness), and its run is no verdict (``grader.run.judge_fault``)."""
+    _emit({"event": "session_end", "exitstatus": int(exitstatus)})
 
 
 def pytest_collectreport(report):

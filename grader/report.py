@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -15,6 +16,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
 from grader.core.records import CRITERION_IDS, SCHEMA_VERSION
+from grader.outcome import ci_outcome, unfinished
+from grader.core.sanitize import clean
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
@@ -106,9 +109,12 @@ def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, 
     tasks = scorecard.known_tasks()
     pages = out / "candidates"
     for r in results:
-        view = scorecard.build_candidate(r, diffs.get(r["id"], ""), judge, tasks)
+        shown_diff = clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None)
+        view = scorecard.build_candidate(r, shown_diff, judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
-        atomic_write(pages / page_name(r["id"]), html)
+        # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
+        # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
+        atomic_write(pages / page_name(r["id"]), clean(html, limit=None))
     return write_index(out, results, run_info, judge)
 
 
@@ -116,58 +122,115 @@ def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str,
     """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
     copy_static(out)
     index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
-    atomic_write(out / "index.html", TEMPLATES.get_template("index.html.j2").render(index=index, run=run_info,
-                                                                                   static="static/"))
+    atomic_write(out / "index.html", clean(TEMPLATES.get_template("index.html.j2").render(
+        index=index, run=run_info, static="static/"), limit=None))
     return out / "index.html"
 
 
-def _seconds(r: dict) -> str:
-    return f"{sum(v for k, v in r.get('timings', {}).items() if k.endswith('_s')):.2f}"
+def xml_safe(text: str | None) -> str:
+    """``text`` as XML 1.0 can hold it. Candidate text was cleaned where it entered the records; a record from an
+    older store may not have been, so it is cleaned again here (clean text passes unchanged)."""
+    return clean(text or "", limit=None)
 
 
-def write_junit(path: Path, results: list[dict]) -> Path:
-    """Per candidate one testcase for its verdict and one per criterion (named with its title): met passes,
-    partial/unmet fail, not_evaluated is skipped, and the checks of a criterion that did not run are a skipped
-    testcase of their own. ``error`` only where grading broke; a run that did not complete says so."""
+def measured_seconds(entries: list[dict]) -> float:
+    """The measured time of the hidden tests behind ``entries`` (evidence entries; each test counted once), as
+    recorded with the evidence, so a cached result keeps the time its tests took."""
+    seen = {e["test"]: e.get("duration_s") or 0.0 for e in entries}
+    return round(sum(seen.values()), 3)
+
+
+def junit_class(result: dict) -> str:
+    """A candidate's JUnit classname: its id without the task folder it may start with, and no slash."""
+    cid = result["id"]
+    task = result.get("task") or ""
+    if task and cid.startswith(task + "/"):
+        cid = cid[len(task) + 1:]
+    return cid.replace("/", ".")
+
+
+def verdict_message(result: dict, outcome: str, fail_under: float | None) -> str:
+    headline = result["verdict"] + ("" if result["score"] is None else f" ({result['score']:.2f})")
+    if outcome == "skipped":
+        why = unfinished(result) or "no diff to grade"
+        return f"{why}: {first_sentence(result.get('summary', '')) or headline}"
+    if outcome == "failed" and fail_under is not None:
+        return f"below --fail-under {fail_under:g}: {headline}"
+    return headline
+
+
+def first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + dot.strip()
+
+
+def junit_timestamp(started: str | None) -> str:
+    """JUnit's timestamp (ISO 8601 without an offset, in UTC) of the run's start."""
+    moment = datetime.fromisoformat(started) if started else datetime.now(timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def write_junit(path: Path, results: list[dict], fail_under: float | None = None, started: str | None = None) -> Path:
+    """One testsuite per task (with its time and the run's start); per candidate a ``verdict`` testcase and one
+    per criterion (``c1 <title>``), named the same in every run. The verdict case is what the exit code reads
+    (grader.outcome.ci_outcome): an ``<error>`` where grading broke, ``<skipped>`` where the candidate was not
+    graded completely or has no diff, a ``<failure>`` below ``--fail-under`` (without it: verdict ``fail``).
+    A criterion case is ``<skipped>`` when not evaluated (or its candidate is skipped), a ``<failure>`` when
+    partial or unmet in a failing candidate, else it passes (the status and the checks that did not run are in
+    its ``system-out``). Each case's time is its tests' measured time, from the evidence."""
+    stamp = junit_timestamp(started)
     suites = ET.Element("testsuites", name="grader")
+    totals: dict[str, float] = defaultdict(float)
     for task, group in _by_task(results).items():
-        suite = ET.SubElement(suites, "testsuite", name=task)
-        counts = defaultdict(int)
+        suite = ET.SubElement(suites, "testsuite", name=xml_safe(task), timestamp=stamp)
+        counts: dict[str, float] = defaultdict(float)
 
-        def case(classname: str, name: str, seconds: str = "0") -> ET.Element:
+        def case(classname: str, name: str, seconds: float) -> ET.Element:
             counts["tests"] += 1
-            return ET.SubElement(suite, "testcase", classname=classname, name=name, time=seconds)
+            counts["time"] += seconds
+            return ET.SubElement(suite, "testcase", classname=xml_safe(classname), name=xml_safe(name),
+                                 time=f"{seconds:.3f}")
 
         def mark(element: ET.Element, kind: str, message: str, text: str = "") -> None:
             counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
-            ET.SubElement(element, kind, message=message[:500]).text = text or None
+            ET.SubElement(element, kind, message=xml_safe(message)[:500]).text = xml_safe(text) or None
 
         for r in group:
-            classname = f"{task}.{r['id']}"
-            state = r.get("run_status", "complete")
-            verdict = case(classname, "verdict", _seconds(r))
-            headline = f"{r['verdict']}" + ("" if r["score"] is None else f" ({r['score']:.2f})") + \
-                ("" if state == "complete" else f"; run {state}")
-            if r["verdict"] == "error":
+            classname = junit_class(r)
+            outcome = ci_outcome(r, fail_under)
+            evidence = [e for c in r["criteria"].values() for e in c.get("evidence", [])]
+            verdict = case(classname, "verdict", measured_seconds(evidence))
+            counts["measured"] += measured_seconds(evidence)
+            message = verdict_message(r, outcome, fail_under)
+            if outcome == "error":
                 mark(verdict, "error", r.get("error") or "not graded", r.get("summary", ""))
-            elif r["verdict"] == "no_diff":
-                mark(verdict, "skipped", "no diff to grade")
-            elif r["verdict"] != "full":
-                mark(verdict, "failure", headline, r.get("summary", ""))
+            elif outcome == "skipped":
+                mark(verdict, "skipped", message)
+            elif outcome == "failed":
+                mark(verdict, "failure", message, r.get("summary", ""))
             for cid in CRITERION_IDS:
                 crit = r["criteria"].get(cid)
                 if crit is None:
                     continue
-                element = case(classname, f"{cid} {crit['title']}")
-                if r["verdict"] == "error" or crit["status"] == "not_evaluated":
+                element = case(classname, f"{cid} {crit['title']}", measured_seconds(crit.get("evidence", [])))
+                state = crit["status"] if crit["score"] is None else f"{crit['status']} ({crit['score']:.2f})"
+                if crit["status"] == "not_evaluated":
                     mark(element, "skipped", crit["rationale"])
-                elif crit["status"] != "met":
-                    mark(element, "failure", f"{crit['status']} ({crit['score']})", crit["rationale"])
-                for why, n in sorted(crit.get("not_run", {}).items()) if crit["status"] != "not_evaluated" else ():
-                    mark(case(classname, f"{cid} {crit['title']}: {n} {why} check(s) not run"), "skipped",
-                         f"{n} check(s) of {cid} did not run here ({why})")
+                elif outcome in ("skipped", "error"):
+                    mark(element, "skipped", f"{message} (this criterion: {state})")
+                elif crit["status"] != "met" and outcome == "failed":
+                    mark(element, "failure", state, crit["rationale"])
+                else:
+                    ET.SubElement(element, "system-out").text = xml_safe(f"{state}: {crit['rationale']}")
         for key in ("tests", "failures", "errors", "skipped"):
-            suite.set(key, str(counts[key]))
+            suite.set(key, str(int(counts[key])))
+            totals[key] += counts[key]
+        # The suite's time is what its candidates' tests took (the verdict and criterion cases share those tests).
+        suite.set("time", f"{counts['measured']:.3f}")
+        totals["time"] += counts["measured"]
+    for key in ("tests", "failures", "errors", "skipped"):
+        suites.set(key, str(int(totals[key])))
+    suites.set("time", f"{totals['time']:.3f}")
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.indent(suites)
     atomic_write(path, ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")

@@ -1,8 +1,10 @@
 """Scoring: pure functions from test outcomes and the apply report to criterion results and a verdict.
 
 A real score, an error and "not evaluated" are three different things: a criterion with no evaluated evidence
-has no score at all, and never counts as the candidate's failure. A check that timed out or was skipped is not
-evaluated: it counts neither for nor against the candidate, and the criterion's coverage says how much ran.
+has no score at all, and never counts as the candidate's failure. A check whose probe went over its time budget
+where a control (the base or the reference) finished the same call has failed (``grader.sandbox.budget``); one
+that timed out where no control finished either, or that was skipped, is not evaluated: it counts neither for nor
+against the candidate, and the criterion's coverage says how much ran.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
 
 
 def _not_run_reason(outcome: TestOutcome) -> str:
-    if outcome.status == "timeout":
-        return "timeout"
+    if outcome.status in ("timeout", "not_run"):
+        return outcome.status
     return "gpu" if "gpu" in outcome.kinds else "skipped"
 
 
@@ -64,7 +66,9 @@ def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> Cr
     not_run = dict(Counter(_not_run_reason(o) for o, _ in relevant if o.status not in EVALUATED))
     coverage = round(total / everything, 4) if everything > 0 else 0.0
     if not evaluated or total <= 0:
-        reasons = sorted({o.message for o, _ in relevant if o.status in ("skipped", "timeout") and o.message})
+        # A time-out is named first: it is why this run has no evidence, whatever else would not have run here.
+        reasons = sorted({o.message for o, _ in relevant if o.status == "timeout" and o.message}) + \
+            sorted({o.message for o, _ in relevant if o.status == "skipped" and o.message})
         why = "; ".join(reasons[:3]) if reasons else "no hidden test evidences this criterion"
         return CriterionResult(cid, title, None, "not_evaluated", why, evidence, coverage, not_run)
     passed = sum(w for o, w in evaluated if o.status == "passed")
@@ -128,15 +132,20 @@ def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | N
 
 
 def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult],
-                run_status: RunStatus) -> Verdict:
+                run_status: RunStatus, cut_input: bool = False) -> Verdict:
     """``full`` needs every criterion evaluated on every one of its checks, at or above FULL_AT, in a complete
     run; a core criterion below UNMET_AT is ``fail``; an incomplete run or a whole diff with a failed hunk is at
-    best ``partial``."""
+    best ``partial``. A cut preview (``cut_input``) is ``input_truncated`` whatever its graded criteria say: the
+    candidate was not seen whole, so it neither passes nor fails (an unsafe diff is still refused: ``fail``)."""
     if apply.status == "empty":
         return "no_diff"
-    if run_status == "environment_error":
+    if run_status in ("environment_error", "grader_error"):
         return "error"
-    if apply.status in ("failed", "rejected"):
+    if apply.status == "rejected":
+        return "fail"
+    if cut_input:
+        return "input_truncated"
+    if apply.status == "failed":
         return "fail"
     if any(criteria[cid].score is not None and criteria[cid].score < UNMET_AT for cid in task.core_criteria):
         return "fail"

@@ -147,8 +147,8 @@ def run_reason(result: dict) -> str:
     status = result.get("run_status") or "complete"
     if status in ("complete", "apply_partial"):
         return ""  # apply_partial is said by the apply report's reason
-    if status == "environment_error":
-        return "environment error" + (f": {first_line(result.get('error'))}" if result.get("error") else "")
+    if status in ("environment_error", "grader_error"):
+        return status.replace("_", " ") + (f": {first_line(result.get('error'))}" if result.get("error") else "")
     return status.replace("_", " ")
 
 
@@ -164,6 +164,8 @@ def reason(result: dict, core: set[str]) -> str:
     parts.append(run_reason(result))
     if result.get("verdict") == "no_diff":
         parts.append("no diff to grade")
+    elif result.get("verdict") == "no_task":
+        parts.append("the task could not be told: pass --task")
     else:
         parts.append(apply_reason(result.get("apply")))
     failing = failing_criteria(result, core)
@@ -233,7 +235,8 @@ class Row:
     # How the verdict reads where the bare verdict and score would mislead ("all met where evaluated; ..."), or "".
     phrase: str = ""
     input_kind: str = "whole"  # "cut": a preview cut at the bundle's line limit or with cut-off hunks
-
+    # How many tamper signals the static scan raised (grader.integrity): a marker, never part of the verdict.
+    flags: int = 0
 
     @property
     def agreement_mark(self) -> str:
@@ -320,7 +323,8 @@ def build_row(result: dict, columns: list[Column], core: set[str], page: str, ju
     return Row(result["id"], page, result.get("verdict", "error"), result.get("score"),
                result.get("run_status") or "complete", [cell_for(result, c.id) for c in columns],
                reason(result, core), judged, agreement(result.get("verdict", "error"), judged),
-               verdict_phrase(result) if all_met_where_evaluated(result) else "", input_kind(result))
+               verdict_phrase(result) if all_met_where_evaluated(result) else "", input_kind(result),
+               len(result.get("integrity_flags", [])))
 
 
 def input_kind(result: dict) -> str:

@@ -31,7 +31,7 @@ class ResultStore:
         self.writer = CacheWriter("results store")
 
     def _path(self, candidate_id: str) -> Path:
-        return self.folder / page_name(candidate_id).replace(".html", ".json")
+        return self.folder / (page_name(candidate_id).removesuffix(".html") + ".json")
 
     def load(self, candidate_id: str, key: str) -> dict | None:
         """The stored result of ``candidate_id`` under ``key``; None for anything else found there."""

@@ -96,12 +96,35 @@ def status_sentence(result: CandidateResult, run: RunReport | None) -> str:
             "Timed out before any hidden test ran; this result is not cached."
     if status == "environment_error":
         return f"Not graded, because of the grading environment, not the patch: {result.error}."
+    if status == "input_truncated":
+        graded = [c.id for c in result.criteria.values() if c.status != "not_evaluated"]
+        if not graded:
+            return ("The input was cut off: this preview does not show the whole change, so nothing was graded; "
+                    "this is neither a pass nor a fail.")
+        return ("The input was cut off, after every file the criteria read: they are graded on what it shows, and "
+                "the verdict is input_truncated, neither a pass nor a fail.")
+    if status == "grader_error":
+        return f"Not graded, because the grader failed, not the patch: {result.error}; a rerun grades it again."
     if status == "apply_partial":
-        failed = [f"{f.path} {h.header.split('@@')[1].strip() if '@@' in h.header else ''}".strip()
-                  for f in result.apply.files for h in f.hunks if h.status == "failed"]
-        return (f"Applied only in part: {len(failed)} hunk{'s' if len(failed) != 1 else ''} failed "
-                f"({'; '.join(failed[:3])}), so the patched tree is not the one the author wrote.")
+        return partial_apply_sentence(result.apply)
     return ""
+
+
+def _hunk_names(apply: ApplyReport, status: str) -> list[str]:
+    return [f"{f.path} {h.header.split('@@')[1].strip() if '@@' in h.header else ''}".strip()
+            for f in apply.files for h in f.hunks if h.status == status]
+
+
+def partial_apply_sentence(apply: ApplyReport) -> str:
+    """Why a whole diff's tree is not the one git builds from it: hunks that failed, ended early, binary files."""
+    parts = []
+    for status, said in (("failed", "failed"), ("truncated", "end early (the diff is corrupt there)")):
+        named = _hunk_names(apply, status)
+        if named:
+            parts.append(f"{len(named)} hunk{'s' if len(named) != 1 else ''} {said} ({'; '.join(named[:3])})")
+    if apply.binary:
+        parts.append(f"binary changes were not applied ({', '.join(apply.binary[:3])})")
+    return f"Applied only in part: {_join(parts)}, so the patched tree is not the one git builds from the diff."
 
 
 def fuzz_sentence(apply: ApplyReport | None) -> str:

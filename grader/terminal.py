@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn,
                            TimeElapsedColumn)
 from rich.table import Table
@@ -25,11 +26,14 @@ from rich.text import Text
 from grader.core.records import Candidate
 from grader.orchestrate import Graded
 from grader.core.records import VERDICTS
+from grader.outcome import unfinished
 from grader.core.rubric import all_tasks
+from grader.core.sanitize import clean
 from grader.scorecard import reason
 from grader.wording import verdict_line
 
-VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "error": "bold red"}
+VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "input_truncated": "magenta",
+                 "no_task": "magenta", "error": "bold red"}
 
 
 def candidate_line(item: Graded, done: int, total: int) -> str:
@@ -41,8 +45,8 @@ def candidate_line(item: Graded, done: int, total: int) -> str:
     state = "" if result.get("run_status", "complete") == "complete" else f" [{result['run_status']}]"
     elapsed = sum(timings.get(k, 0.0) for k in ("apply_s", "tests_s"))
     timing = f" in {elapsed:.1f}s" if elapsed and not item.stored else ""
-    verdict = verdict_line(result) if result["score"] is not None else f"{result['verdict'].replace('_', ' ')} -"
-    return f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {verdict}{state}{timing}{note}"
+    verdict = verdict_line(result) if result["score"] is not None else f"{result['verdict']} -"
+    return clean(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {verdict}{state}{timing}{note}")
 
 
 def clock_text(seconds: float) -> str:
@@ -179,8 +183,8 @@ class LiveProgress:
     def graded(self, item: Graded, done: int, total: int) -> None:
         self.pace.finished(item, done)
         style = VERDICT_STYLE.get(item.record["verdict"], "")
-        self.console.print(f"[{style}]{candidate_line(item, done, total)}[/{style}]" if style else
-                           candidate_line(item, done, total), highlight=False, markup=bool(style))
+        line = escape(candidate_line(item, done, total))  # an id like "[/]" is text, not rich markup
+        self.console.print(f"[{style}]{line}[/{style}]" if style else line, highlight=False, markup=bool(style))
         self.progress.update(self.overall, completed=done)
 
 
@@ -203,10 +207,12 @@ def verdict_counts(records: list[dict]) -> dict[str, Counter]:
 
 
 def closing_reasons(records: list[dict]) -> list[tuple[str, str, str]]:
-    """(id, verdict, why) for every candidate that is an error or a fail."""
+    """(id, verdict, why) for every candidate that is an error or a fail, or was not graded completely, cleaned
+    for a terminal (they carry text the candidate chose)."""
     tasks = all_tasks()
-    return [(r["id"], r["verdict"], reason(r, set(tasks[r["task"]].core_criteria) if r.get("task") in tasks else set()))
-            for r in records if r["verdict"] in ("error", "fail")]
+    return [(clean(r["id"]), r["verdict"],
+             clean(reason(r, set(tasks[r["task"]].core_criteria) if r.get("task") in tasks else set())))
+            for r in records if r["verdict"] in ("error", "fail") or unfinished(r)]
 
 
 def print_closing(records: list[dict], exit_reason: str, stream: TextIO) -> None:
@@ -214,19 +220,22 @@ def print_closing(records: list[dict], exit_reason: str, stream: TextIO) -> None
     counts = verdict_counts(records)
     if stream.isatty():
         console = Console(file=stream)
-        table = Table("task", *VERDICTS, "total", title="verdicts", title_justify="left")
+        table = Table(title="verdicts", title_justify="left")
+        table.add_column("task", no_wrap=True)
+        for heading in (*VERDICTS, "total"):
+            table.add_column(heading.replace("_", " "), justify="right")
         for task, by_verdict in counts.items():
             table.add_row(task, *(str(by_verdict[v]) for v in VERDICTS), str(sum(by_verdict.values())))
         console.print(table)
         for cid, verdict, why in closing_reasons(records):
-            console.print(f"[{VERDICT_STYLE[verdict]}]{verdict}[/] {cid}: {why}", highlight=False)
-        console.print(f"exit {exit_reason}", highlight=False)
+            console.print(f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/] {escape(cid)}: {escape(why)}", highlight=False)
+        console.print(f"exit {escape(clean(exit_reason))}", highlight=False)
         return
     width = max([len("task"), *map(len, counts)])
-    print(f"{'task':<{width}}  " + "  ".join(f"{v:>7}" for v in (*VERDICTS, "total")), file=stream)
+    print(f"{'task':<{width}}  " + "  ".join(f"{v:>{max(7, len(v))}}" for v in (*VERDICTS, "total")), file=stream)
     for task, by_verdict in counts.items():
-        print(f"{task:<{width}}  " + "  ".join(f"{by_verdict[v]:>7}" for v in VERDICTS)
+        print(f"{task:<{width}}  " + "  ".join(f"{by_verdict[v]:>{max(7, len(v))}}" for v in VERDICTS)
               + f"  {sum(by_verdict.values()):>7}", file=stream)
     for cid, verdict, why in closing_reasons(records):
         print(f"{verdict} {cid}: {why}", file=stream)
-    print(f"exit {exit_reason}", file=stream, flush=True)
+    print(f"exit {clean(exit_reason)}", file=stream, flush=True)

@@ -2,7 +2,8 @@
 
 Every fix criterion must be unmet on the base and met on the reference, every preserve criterion met on both,
 every conditional criterion met on the reference. A criterion that cannot be evaluated here (no GPU) is
-reported as such, not passed.
+reported as such, not passed; but a fix criterion the base leaves not evaluated while the reference is evaluated
+is broken: the checks that should catch the bug did not decide on the bug.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[st
     for criterion in task.criteria.values():
         b, r = base[criterion.id], reference[criterion.id]
         wanted_base = {"fix": "unmet", "preserve": "met"}.get(criterion.kind)
+        if criterion.kind == "fix" and b.status == "not_evaluated" and r.status != "not_evaluated":
+            v.problems.append(f"{criterion.id} (fix): the base leaves it not evaluated ({b.rationale}) where the "
+                              "reference is evaluated: a fix criterion must be decided on the base (a call the base "
+                              "does not finish fails under its time budget; see rubrics/README.md, "
+                              "'What can go wrong in a call')")
+            continue
         if r.status == "not_evaluated" or (wanted_base and b.status == "not_evaluated"):
             v.unevaluated.append(f"{criterion.id}: {r.rationale if r.status == 'not_evaluated' else b.rationale}")
             continue

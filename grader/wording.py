@@ -16,7 +16,7 @@ from grader.score import FULL_AT
 EVALUATED = ("passed", "failed", "error")
 DECIDING = ("failed", "error")
 NOT_RUN_WORDS = {"gpu": ("GPU check", "not run"), "timeout": ("check", "timed out"),
-                 "skipped": ("check", "skipped")}
+                 "not_run": ("check", "not run (the grader's fault)"), "skipped": ("check", "skipped")}
 
 
 def deciding_failure(evidence: list[dict]) -> dict | None:
@@ -31,8 +31,8 @@ def claim_of(evidence: dict) -> str:
 
 
 def not_run_reason(evidence: dict) -> str:
-    if evidence.get("status") == "timeout":
-        return "timeout"
+    if evidence.get("status") in ("timeout", "not_run"):
+        return evidence["status"]
     return "gpu" if "gpu" in (evidence.get("kinds") or []) else "skipped"
 
 
@@ -55,7 +55,7 @@ def checks_not_run(criteria: dict[str, dict]) -> Counter:
 def not_run_phrase(counts: Counter) -> str:
     """``5 GPU checks not run, 1 check timed out``."""
     parts = []
-    for reason in ("gpu", "timeout", "skipped"):
+    for reason in ("gpu", "timeout", "not_run", "skipped"):
         if counts[reason]:
             noun, what = NOT_RUN_WORDS[reason]
             parts.append(f"{counts[reason]} {noun}{'s' if counts[reason] != 1 else ''} {what}")

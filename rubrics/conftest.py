@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox.client import subject as subject_named
-from rubric_support import gpu_enabled
+from rubric_support import cuda_present, gpu_enabled
 
 
 @pytest.fixture(autouse=True)
@@ -69,11 +69,12 @@ def vllm_tree() -> Path:
 def pytest_collection_modifyitems(config, items):
     if gpu_enabled():
         return
-    reason = (
-        "needs a CUDA GPU: GPU evidence is switched off for this run"
-        if os.environ.get("GRADER_GPU") != "1"
-        else "needs a CUDA GPU: none is visible to this process"
-    )
+    if os.environ.get("GRADER_GPU") == "1":
+        reason = "needs a CUDA GPU: none is visible to this process"
+    elif cuda_present():
+        reason = "needs a CUDA GPU: GPU evidence is switched off for this run (--gpu off)"
+    else:
+        reason = "needs a CUDA GPU: no CUDA GPU on this machine"
     for item in items:
         if item.get_closest_marker("gpu"):
             prefix = "variant: " if item.get_closest_marker("variant") else ""

@@ -40,8 +40,11 @@ def load_probe_module(anchor: str | Path, name: str):
 
 def gpu_enabled() -> bool:
     """True when the grader asked for GPU evidence (GRADER_GPU=1) and this process can see a CUDA device."""
-    if os.environ.get("GRADER_GPU") != "1":
-        return False
+    return os.environ.get("GRADER_GPU") == "1" and cuda_present()
+
+
+def cuda_present() -> bool:
+    """Whether this process can see a CUDA device (so a GPU check that did not run was switched off, not absent)."""
     try:
         import torch
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import lines_file
-from grader.apply import MAX_DIFF_BYTES, apply_diff, make_tree, scratch_root
+from grader.apply import MAX_DIFF_BYTES, applied_tree, apply_diff, make_tree, scratch_root
 from grader.checkout import BuiltBase
 
 A = lines_file(40)
@@ -292,10 +292,14 @@ def test_self_executing_files_dropped(tree, name):
     assert name not in [f.path for f in report.files]
 
 
-def test_only_self_executing_files_is_failed_not_crash(tree):
+def test_a_diff_of_only_self_executing_files_grades_the_base(tree):
+    """The neutralised file simply does not land: the rest (nothing) is applied, so the base is what is graded
+    (an apply failure would leave every criterion not evaluated)."""
+    base_tree_id = applied_tree(tree)[0]
     report = apply_diff(NEW_FILE.format(p="conftest.py"), tree)
-    assert report.status == "failed" and report.neutralized == ["conftest.py"]
-    assert "does not apply" in report.message or "not apply" in report.message
+    assert report.status == "applied" and report.neutralized == ["conftest.py"]
+    assert "not applied" in report.message and "base is graded" in report.message
+    assert report.tree_id == base_tree_id
     assert not (tree / "conftest.py").exists()
 
 
@@ -492,7 +496,7 @@ def test_tool_timeout_is_a_failure_not_an_exception(tree, monkeypatch):
 def test_quoted_self_executing_name_is_dropped(tree, header):
     diff = header + "@@ -0,0 +1 @@\n+import os\n"
     report = apply_diff(diff, tree)
-    assert report.status == "failed" and report.neutralized, report
+    assert report.status == "applied" and report.neutralized, report  # dropped; the rest (nothing) applied
     assert not (tree / "conftest.py").exists() and not (tree / "pkg" / "sitecustomize.py").exists()
 
 

@@ -90,6 +90,9 @@ def test_a_timeout_is_named_never_cached_and_a_longer_rerun_grades(tmp_path):
     assert result["summary"].startswith("Timed out"), result["summary"]
     assert result["verdict"] != "full"
     assert "timed_out" in short.stderr
+    # Not graded completely: its own exit code and reason, on the terminal and in results.json.
+    assert short.returncode == 3 and "exit 3: 1 candidate(s) not graded completely (timed out)" in short.stderr
+    assert results_of(out)["run"]["exit_reason"].startswith("3: ")
     assert all(c["status"] in ("not_evaluated", "met") for c in result["criteria"].values())
     assert not list((out / "store").glob("*.json")), "a timed-out result was stored"
     longer = grade(str(REFERENCE), "--task", TASK, "--timeout", "600", "--out", str(out), "--jobs", "1")
@@ -98,7 +101,8 @@ def test_a_timeout_is_named_never_cached_and_a_longer_rerun_grades(tmp_path):
     assert (again["run_status"], again["verdict"]) == ("complete", "full"), again["summary"]
     junit_run = grade(str(REFERENCE), "--task", TASK, "--timeout", "3", "--no-cache", "--out", str(tmp_path / "o2"),
                       "--junit", str(tmp_path / "junit.xml"), "--jobs", "1")
-    assert "run timed_out" in (tmp_path / "junit.xml").read_text(), junit_run.stderr
+    assert junit_run.returncode == 3, junit_run.stderr
+    assert '<skipped message="timed out' in (tmp_path / "junit.xml").read_text(), junit_run.stderr
 
 
 # --- interrupts and resume ---------------------------------------------------------------------------------------
@@ -190,8 +194,10 @@ def test_a_whole_diff_with_a_failed_hunk_is_apply_partial_and_at_best_partial():
     run = RunReport([records.TestOutcome("t::a", "passed", {"c1": 1.0})], 0, False, "", 1.0)
     assert run_status(_apply("applied", "failed"), run, False) == "apply_partial"
     assert run_status(_apply("applied", "fuzz"), run, False) == "complete"
-    # A cut preview's missing hunks are truncation, not a partial apply.
-    assert run_status(_apply("applied", "failed", truncated=True), run, False) == "complete"
+    # A whole diff whose hunk ends early is not the tree git builds from it; in a cut preview that is the cut.
+    assert run_status(_apply("applied", "truncated", truncated=True), run, False) == "apply_partial"
+    assert run_status(_apply("applied", "truncated", truncated=True), run, True) == "input_truncated"
+    assert run_status(ApplyReport("partial", "git apply", [], binary=["vllm/x.bin"]), run, False) == "apply_partial"
 
 
 def test_timeouts_and_environment_faults_are_states_of_the_run():

@@ -212,11 +212,14 @@ def test_empty_and_proseonly(tmp_path):
     assert by_id["p"].task is None and by_id["p"].task_reason
 
 
-def test_non_utf8_file(tmp_path):
+def test_non_utf8_bytes_are_data_for_git_not_an_ingest_error(tmp_path):
+    """A byte that is not UTF-8 (a raw file name) is kept as it is for git to read (surrogateescape); whether the
+    diff applies is the apply step's to say, with its reason."""
     path = tmp_path / "bad.diff"
     path.write_bytes(b"diff --git a/x b/x\n\xff\xfe\x80\n")
     [c] = ingest([path])
-    assert c.ingest_error and str(path) in c.ingest_error and c.diff == ""
+    assert c.ingest_error is None
+    assert c.diff.encode("utf-8", "surrogateescape") == path.read_bytes()
 
 
 def test_unreadable_file(tmp_path, monkeypatch):

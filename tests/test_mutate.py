@@ -313,3 +313,144 @@ def test_equivalents_and_score():
     counts = count(entries, 7)
     assert counts["graded"] == 6 and counts["caught"] == 3
     assert mutation_score(counts) == 0.75
+
+
+# --- membership tests, guards, exception handlers, compared constants, call statements -------------------------------
+
+BASE_CACHE = '''def touch(cache, key):
+    cache.move_to_end(key)
+    return key
+''' + FILLER + '''
+
+def load(path):
+    return open(path).read()
+'''
+
+NEW_CACHE = '''def touch(cache, key):
+    if key not in cache:
+        return None
+    if key in ("a", "b", "c"): return key
+    cache.move_to_end(
+        key,
+    )
+    return key
+''' + FILLER + '''
+
+def load(path):
+    if len(path) > 3:
+        raise ValueError(
+            "too long",
+        )
+    try:
+        return open(path).read()
+    except FileNotFoundError as exc:  # missing
+        raise KeyError(path) from exc
+    except OSError:
+        return None
+
+
+def safe(x):
+    try:
+        return int(x)
+    except ValueError:
+        return 0
+'''
+
+CACHE_REFERENCE = make_diff({"pkg/cache.py": BASE_CACHE}, {"pkg/cache.py": NEW_CACHE})
+
+
+@pytest.fixture(scope="module")
+def cache_mutants():
+    return {m.id: m for m in derive_mutants(CACHE_REFERENCE, {"pkg/cache.py": BASE_CACHE}.get)}
+
+
+@pytest.fixture
+def apply_cache(make_git_tree):
+    counter = iter(range(10_000))
+
+    def apply(diff: str) -> str:
+        tree = make_git_tree({"pkg/cache.py": BASE_CACHE}, name=f"c{next(counter)}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"git apply failed: {done.stderr}\n{diff}"
+        return (tree / "pkg/cache.py").read_text()
+
+    return apply
+
+
+def mutated_texts(mutants, apply, operator) -> list[str]:
+    """The file after each mutant of ``operator``, each checked to parse and to differ from the reference."""
+    import ast
+
+    texts = []
+    for m in mutants.values():
+        if m.operator == operator:
+            after = apply(m.diff)
+            ast.parse(after)
+            assert after != NEW_CACHE, m.id
+            texts.append(after)
+    assert texts, f"no {operator} mutant"
+    return texts
+
+
+def test_membership_operators(cache_mutants, apply_cache):
+    (flipped,) = mutated_texts(cache_mutants, apply_cache, "not-in-to-in")
+    assert "    if key in cache:\n        return None\n" in flipped
+    (negated,) = mutated_texts(cache_mutants, apply_cache, "in-to-not-in")
+    assert 'if key not in ("a", "b", "c"): return key' in negated
+    dropped = mutated_texts(cache_mutants, apply_cache, "drop-element")
+    assert sorted(t.split("if key in ")[1].split(":")[0] for t in dropped) == \
+        ["('a', 'b')", "('a', 'c')", "('b', 'c')"]
+
+
+def test_guard_operators(cache_mutants, apply_cache):
+    guards = mutated_texts(cache_mutants, apply_cache, "drop-guard")
+    assert any("if key not in cache" not in t and "return None\n    if key in" not in t for t in guards)
+    assert any('if key in ("a"' not in t for t in guards)
+    assert any("if len(path) > 3" not in t and "too long" not in t for t in guards)
+    exits = mutated_texts(cache_mutants, apply_cache, "drop-exit")
+    assert any('if key in ("a", "b", "c"): pass\n' in t for t in exits)
+    assert any("    if len(path) > 3:\n        pass\n    try:" in t for t in exits)
+
+
+def test_exception_handler_operators(cache_mutants, apply_cache):
+    widened = mutated_texts(cache_mutants, apply_cache, "widen-except")
+    assert any("    except Exception as exc:  # missing\n" in t for t in widened)
+    assert any("    except OSError:" not in t and t.count("except Exception:") == 1 for t in widened)
+    dropped = mutated_texts(cache_mutants, apply_cache, "drop-handler")
+    assert any("FileNotFoundError" not in t and "except OSError:" in t for t in dropped)
+    assert any("        return int(x)\n    finally:\n        pass\n" in t for t in dropped)
+
+
+def test_constant_and_call_operators(cache_mutants, apply_cache):
+    shifted = mutated_texts(cache_mutants, apply_cache, "shift-constant")
+    assert sorted(t.split("if len(path) > ")[1][0] for t in shifted) == ["2", "4"]
+    (deleted,) = mutated_texts(cache_mutants, apply_cache, "delete-call")
+    assert "move_to_end" not in deleted and "        return None\n    if key in" in deleted
+
+
+def test_a_one_line_membership_guard_gets_mutants_beyond_dropping_its_file(apply_cache):
+    """The case a file-drop alone could not score: the fix is one guard."""
+    new = BASE_CACHE.replace("    cache.move_to_end(key)\n", "    if key not in cache: return key\n"
+                                                                  "    cache.move_to_end(key)\n")
+    operators = {m.operator for m in derive_mutants(make_diff({"pkg/cache.py": BASE_CACHE},
+                                                              {"pkg/cache.py": new}))}
+    # dropping the whole guard is dropping the file here: kept once, as drop-file
+    assert operators == {"drop-file", "not-in-to-in", "drop-exit"}
+
+
+def test_statements_continued_over_string_only_lines_are_taken_whole(make_git_tree):
+    """A raise whose message is split over lines holding only strings: dropping the guard, its exit or the handler
+    takes those lines too, so every mutant still parses."""
+    import ast
+
+    base = "def f(x):\n    return x\n\n\nY = 1\n"
+    new = ('def f(x):\n    if x < 0:\n        raise ValueError(\n            "negative "\n            "input"\n'
+           '        )\n    try:\n        return g(x)\n    except KeyError:\n        log(\n            "missing"\n'
+           '        )\n        return x\n\n\nY = 1\n')
+    mutants = derive_mutants(make_diff({"pkg/f.py": base}, {"pkg/f.py": new}), {"pkg/f.py": base}.get)
+    assert {"drop-guard", "drop-exit", "drop-handler", "delete-call"} <= {m.operator for m in mutants}
+    for i, m in enumerate(m for m in mutants if m.operator != "drop-file"):  # dropping the one file: no diff
+        tree = make_git_tree({"pkg/f.py": base}, name=f"s{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, m.id
+        ast.parse((tree / "pkg/f.py").read_text())

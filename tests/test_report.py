@@ -46,27 +46,56 @@ def test_results_json_is_versioned_and_sorted(tmp_path, results):
     assert set(first["criteria"]["c1"]) >= {"score", "status", "evidence", "rationale"}
 
 
-def test_junit_has_a_verdict_case_and_one_case_per_criterion(tmp_path, results):
-    root = ET.parse(write_junit(tmp_path / "junit.xml", results)).getroot()
-    cases = root.findall(".//testcase")
-    assert len(cases) == 2 * 6
-    suite = root.find("testsuite")
-    # failures: c2 and c3 of both candidates, and the partial candidate's verdict; skipped: c4 of both.
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("12", "5", "2", "0")
-    c4 = next(c for c in cases if c.get("name") == "c4 title c4")
-    assert c4.find("skipped") is not None
-    assert all(c.get("time") is not None for c in cases)
+def junit_cases(path: Path) -> dict[tuple[str, str], object]:
+    """Every testcase of a JUnit file as a real consumer (junitparser) reads it, by (classname, name)."""
+    from junitparser import JUnitXml
+
+    return {(case.classname, case.name): case for suite in JUnitXml.fromfile(str(path)) for case in suite}
 
 
-def test_junit_marks_checks_that_did_not_run_and_no_error_for_no_diff(tmp_path, results):
-    partly = dict(results[1])
-    partly["criteria"] = {k: dict(v) for k, v in partly["criteria"].items()}
-    partly["criteria"]["c1"]["not_run"] = {"gpu": 5}
-    empty = dict(results[0], id="empty", verdict="no_diff", score=None)
-    root = ET.parse(write_junit(tmp_path / "junit.xml", [partly, empty])).getroot()
-    names = [c.get("name") for c in root.findall(".//testcase")]
-    assert "c1 title c1: 5 gpu check(s) not run" in names
-    assert root.find("testsuite").get("errors") == "0"
+def kinds(case) -> list[str]:
+    return [type(r).__name__ for r in case.result]
+
+
+def test_junit_has_a_verdict_case_and_one_case_per_criterion_with_stable_names(tmp_path, results):
+    from junitparser import JUnitXml
+
+    path = write_junit(tmp_path / "junit.xml", results, None, "2026-12-01T21:00:00+00:00")
+    [suite] = list(JUnitXml.fromfile(str(path)))
+    assert suite.name == "int8-kv-rounding" and suite.timestamp == "2026-12-01T21:00:00"
+    cases = junit_cases(path)
+    assert set(cases) == {(cls, name) for cls in ("a-first", "b.second")
+                          for name in ("verdict", *(f"{c} title {c}" for c in STATUSES))}
+    # Without --fail-under only a ``fail`` verdict fails: neither candidate does, so nothing fails.
+    assert (suite.tests, suite.failures, suite.skipped, suite.errors) == (12, 0, 2, 0)
+    assert kinds(cases[("a-first", "c4 title c4")]) == ["Skipped"]
+    # Times are the evidence's measured durations: 0.5 s per check, five checks for the verdict.
+    assert cases[("a-first", "c1 title c1")].time == 0.5 and cases[("a-first", "verdict")].time == 2.5
+    assert suite.time == 2 * 2.5
+
+
+def test_junit_verdict_fails_exactly_where_the_exit_code_does(tmp_path, results):
+    failing = dict(results[0], id="int8-kv-rounding/low", verdict="fail", score=0.1)
+    cut = dict(results[0], id="cut", verdict="input_truncated", run_status="input_truncated",
+               summary="The input was cut off: nothing was graded.")
+    timed = dict(results[1], id="slow", verdict="partial", run_status="timed_out")
+    everything = [*results, failing, cut, timed]
+    for fail_under, failed in ((None, {"low"}), (0.5, {"low"}), (0.6, {"low", "a-first", "b.second"})):
+        cases = junit_cases(write_junit(tmp_path / "junit.xml", everything, fail_under))
+        verdicts = {cls: kinds(case) for (cls, name), case in cases.items() if name == "verdict"}
+        assert {cls for cls, k in verdicts.items() if k == ["Failure"]} == failed, fail_under
+        assert verdicts["cut"] == verdicts["slow"] == ["Skipped"]
+        # Criteria of a candidate that passes are never failures; those of a skipped one are skipped.
+        assert all(kinds(case) in ([], ["Skipped"]) for (cls, _), case in cases.items() if cls not in failed)
+        assert exit_code(everything, fail_under) == 1  # "low" fails in every case, and 1 comes before 3
+    assert "input cut off" in cases[("cut", "verdict")].result[0].message
+
+
+def test_junit_stays_well_formed_for_any_text(tmp_path, results):
+    hostile = dict(results[0], verdict="fail", summary="bad \x00\x1b[31m \ud800 & <x> ]]>")
+    path = write_junit(tmp_path / "junit.xml", [hostile])
+    ET.parse(path)
+    assert "&lt;x&gt;" in path.read_text()
 
 
 def test_markdown_summary_lists_every_candidate(results):

@@ -262,11 +262,21 @@ def test_check_rules_conditional_ignores_base(task):
 
 
 def test_check_rules_unevaluated_is_reported_not_passed(task):
-    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c1": None}),
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c5": None}),
                     statuses_to_results(task, {**GOOD_REF, "c3": None}))
     assert v.problems == []
-    assert [u.split(":")[0] for u in v.unevaluated] == ["c1", "c3"]
-    assert "why c1" in v.unevaluated[0] and "why c3" in v.unevaluated[1]
+    assert [u.split(":")[0] for u in v.unevaluated] == ["c3", "c5"]
+    assert "why c3" in v.unevaluated[0] and "why c5" in v.unevaluated[1]
+
+
+def test_check_rules_refuse_a_fix_criterion_the_base_leaves_not_evaluated(task):
+    """A hang on the base (issue 28's LRU loop) once read as "not evaluated" and the rubric as ok."""
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c1": None}), statuses_to_results(task, GOOD_REF))
+    assert len(v.problems) == 1 and v.problems[0].startswith("c1 (fix): the base leaves it not evaluated (why c1)")
+    # Where the reference cannot be evaluated here either (no GPU), it is only reported.
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c1": None}),
+                    statuses_to_results(task, {**GOOD_REF, "c1": None}))
+    assert v.problems == [] and [u.split(":")[0] for u in v.unevaluated] == ["c1"]
 
 
 def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():

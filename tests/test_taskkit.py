@@ -104,6 +104,41 @@ def test_union_of_requirements_is_each_once_sorted_by_name(tmp_path):
     assert requirements.union(rubrics) == ["Msgspec", "numpy>=1.26", "requests"]
 
 
+def test_install_installs_only_what_is_missing_holding_torch(tmp_path, monkeypatch, capsys):
+    """task-requirements --install hands pip the unmet requirements alone, with torch and triton at the versions
+    installed; with nothing missing it runs no pip at all."""
+    from grader.taskkit import cli
+
+    rubrics = tmp_path / "rubrics"
+    write_base_toml(rubrics / "one", f'[environment]\nrequires = ["pytest", "{MISSING_DIST}>=1"]\n')
+    write_base_toml(rubrics / "two", '[environment]\nrequires = ["pytest>=999; python_version < \'3\'"]\n')
+    monkeypatch.setattr(cli, "RUBRICS_DIR", rubrics)
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **_: ran.append(argv) or subprocess.CompletedProcess(argv, 0))
+    args = cli_args("task-requirements", "--install")
+    assert cli.run(args) == 0
+    (argv,) = ran
+    assert argv[:4] == [sys.executable, "-m", "pip", "install"]
+    installed = [a for a in argv[4:] if not a.startswith("-")]
+    torch_version = environment.installed_version("torch")
+    assert installed == [f"{MISSING_DIST}>=1", f"torch=={torch_version}", *installed[2:]]
+    assert all(a.split("==")[0] in requirements.HELD for a in installed[1:])
+    assert cli.run(cli_args("task-requirements", "--missing")) == 0
+    assert capsys.readouterr().out.split() == [f"{MISSING_DIST}>=1"]
+    write_base_toml(rubrics / "three", "")
+    (rubrics / "one" / "base.toml").write_text((rubrics / "one" / "base.toml").read_text()
+                                               .replace(f', "{MISSING_DIST}>=1"', ""))
+    all_base_recipes.cache_clear()
+    ran.clear()
+    assert cli.run(args) == 0 and ran == []
+
+
+def cli_args(*argv: str):
+    from grader.cli import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
 @pytest.mark.parametrize("environment,match", [
     ('[environment]\nrequires = "numpy"\n', "must be a list"),
     ('[environment]\nrequires = ["numpy >>= 1"]\n', "not a PEP 508 requirement"),
@@ -135,6 +170,34 @@ def test_environment_check_names_a_declared_requirement_that_is_missing(tmp_path
     satisfied = Task("declared-env-ok", "t", "p", 1, folder=tmp_path, base=BaseRecipe("0.0", "0" * 64, None, {},
                                                                                        ("pytest>=7",)))
     assert environment_problem(satisfied, base, "key", False) is None
+
+
+def test_environment_check_imports_what_the_probes_load_and_rechecks_when_they_change(tmp_path, monkeypatch):
+    """A package only a probed module needs (not a pinned file) is an environment problem naming it and the pip
+    command; the check's remembered pass does not survive a probe naming one more module."""
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    base = tmp_path / "base"
+    (base / "vllm" / "multimodal").mkdir(parents=True)
+    (base / "vllm" / "__init__.py").write_text("")
+    (base / "vllm" / "pinned.py").write_text("VALUE = 1\n")
+    (base / "vllm" / "multimodal" / "__init__.py").write_text(f"import {MISSING_DIST.replace('-', '_')}\n")
+    task_folder = tmp_path / "task"
+    (task_folder / "probes").mkdir(parents=True)
+    probe = task_folder / "probes" / "task_probes.py"
+    probe.write_text("from vllm.pinned import VALUE\n\ndef value():\n    return VALUE\n")
+    recipe = BaseRecipe("0.0", "0" * 64, None, {"vllm/pinned.py": "0000000"}, ())
+    task = Task("probed-env-task", "t", "p", 1, folder=task_folder, base=recipe)
+    assert environment_problem(task, base, "key", False) is None
+    probe.write_text(probe.read_text() + textwrap.dedent("""
+        def images():
+            import importlib
+            return importlib.import_module("vllm.multimodal").__name__
+        """))
+    problem = environment_problem(task, base, "key", False)
+    module = MISSING_DIST.replace("-", "_")
+    assert problem is not None and f"lacks {module}, which the unpatched probed-env-task base needs to import " \
+        "vllm.multimodal" in problem
+    assert f"-m pip install {module}`" in problem
 
 
 # --- base.toml rewrites -----------------------------------------------------------------------------------------------
@@ -583,7 +646,8 @@ def test_a_missing_requirement_fails_naming_it(filled):
     try:
         code, lines = filled.check("--no-grade")
         assert code == 1
-        assert lines["requirements"] == ("FAIL", f"task {TASK_ID} needs {MISSING_DIST}>=1 (not installed)")
+        assert lines["requirements"] == ("FAIL", f"task {TASK_ID} needs {MISSING_DIST}>=1 (not installed); "
+                                                 "`grade.py task-requirements --install` installs what is missing")
     finally:
         base_toml.write_text(good)
 
@@ -595,3 +659,112 @@ def test_task_requirements_prints_the_union_of_the_tasks_declarations():
     printed = done.stdout.split()
     declared = {r for recipe in all_base_recipes().values() for r in recipe.requires}
     assert set(printed) == declared and len(printed) == len(declared)
+
+
+@pytest.mark.slow
+def test_run_tests_builds_the_patched_tree_from_a_diff(filled, tmp_path):
+    """run-tests --diff patches the base itself: the reference passes, the flawed sample fails its c2 test, a diff
+    that does not apply is refused, and --keep-tree leaves the patched tree where it says."""
+    reference = filled.root / "reference_impl" / f"{TASK_ID}.diff"
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(reference), "--gpu", "off")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "5 passed" in done.stdout
+    sample = filled.root / "candidates" / TASK_ID / "upper-only.diff"
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(sample), "--gpu", "off", "--keep-tree")
+    assert done.returncode == 1 and "1 failed, 4 passed" in done.stdout, done.stdout[-2000:]
+    kept = Path(re.search(r"kept the tree the tests ran on: (\S+)", done.stderr).group(1))
+    try:
+        assert "return min(value, upper)" in (kept / MODULE_FILE).read_text()
+    finally:
+        shutil.rmtree(kept.parent, ignore_errors=True)
+    stale = tmp_path / "stale.diff"
+    stale.write_text(sample.read_text().replace(MODULE_FILE, "vllm/utils/not_in_the_base.py"))
+    done = filled.grade("run-tests", "--task", TASK_ID, "--diff", str(stale), "--gpu", "off")
+    assert done.returncode == 2 and "does not apply to the demo-clamp base" in done.stderr, done.stderr[-2000:]
+
+
+# --- new-task --from-upstream, on small fake sdists ---------------------------------------------------------------
+
+FAKE_BASE = {"vllm/__init__.py": "", "vllm/utils/__init__.py": "",
+             "vllm/utils/lru_cache.py": "def touch(cache, key):\n    cache.move_to_end(key)\n",
+             "vllm/other.py": "X = 1\n", "vllm/same.py": "Y = 2\n"}
+FAKE_LATER = {**FAKE_BASE,
+              "vllm/utils/lru_cache.py": "def touch(cache, key):\n    if key not in cache:\n        return\n"
+                                         "    cache.move_to_end(key)\n",
+              "vllm/other.py": "X = 2\n", "vllm/created.py": "Z = 3\n"}
+
+
+def fake_sdist(folder: Path, version: str, files: dict[str, str]) -> Path:
+    """vllm-VERSION.tar.gz as PyPI lays one out (every file below vllm-VERSION/), in the sdist cache."""
+    import io
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"vllm-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in {**files, "PKG-INFO": f"Version: {version}\n"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"vllm-{version}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def fake_upstream(tmp_path, monkeypatch) -> Path:
+    """A cache holding two fake sdists, 0.0.1 and 0.0.2, and an index nothing answers on."""
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    fake_sdist(tmp_path / "cache" / "sdists", "0.0.1", FAKE_BASE)
+    fake_sdist(tmp_path / "cache" / "sdists", "0.0.2", FAKE_LATER)
+    root = tmp_path / "repo"
+    root.mkdir()
+    return root
+
+
+def test_from_upstream_writes_upstreams_change_of_the_named_files(fake_upstream, tmp_path):
+    written = create_task(fake_upstream, "lru-touch", "0.0.1", None, ["vllm/utils/lru_cache.py", "vllm/created.py"],
+                          "0.0.2")
+    reference = (fake_upstream / "reference_impl" / "lru-touch.diff").read_text()
+    assert fake_upstream / "reference_impl" / "lru-touch.diff" in written
+    assert "+    if key not in cache:\n+        return\n" in reference and "new file mode 100644" in reference
+    assert "vllm/other.py" not in reference
+    # the diff is as git writes it: git applies it to the base, and its index line names the base's blob
+    base = tmp_path / "cache" / "bases" / "lru-touch"
+    blob = subprocess.run(["git", "hash-object", "vllm/utils/lru_cache.py"], cwd=base, capture_output=True,
+                          text=True).stdout.strip()
+    assert f"index {blob[:7]}.." in reference
+    assert subprocess.run(["git", "apply", "--check", "-"], cwd=base, input=reference, text=True).returncode == 0
+    recipe = load_task(fake_upstream / "rubrics" / "lru-touch").base
+    assert recipe.blobs == {"vllm/utils/lru_cache.py": blob[:7]}  # a file upstream creates has no pre-image
+    readme = (fake_upstream / "rubrics" / "lru-touch" / "README.md").read_text()
+    assert "between vLLM 0.0.1 (the base) and vLLM 0.0.2" in readme
+
+
+def test_from_upstream_proposes_the_changed_files_the_description_names(fake_upstream):
+    create_task(fake_upstream, "lru-touch", "0.0.1", None, None, "0.0.2",
+                "touch() in lru_cache loops forever on a key the cache does not hold")
+    reference = (fake_upstream / "reference_impl" / "lru-touch.diff").read_text()
+    assert reference.startswith("diff --git a/vllm/utils/lru_cache.py b/vllm/utils/lru_cache.py\n")
+    assert reference.count("diff --git") == 1
+    assert "the files proposed" in (fake_upstream / "rubrics" / "lru-touch" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("files,description,match", [
+    (None, "a description naming no changed file", "3 Python files under vllm/ change in vllm 0.0.2"),
+    (["vllm/same.py"], "", "vllm 0.0.2 does not change vllm/same.py"),
+    (["vllm/gone.py"], "", "vllm 0.0.2 has no file vllm/gone.py"),
+])
+def test_from_upstream_refuses_what_gives_no_reference_and_writes_nothing(fake_upstream, files, description, match):
+    with pytest.raises(NewTaskError, match=match):
+        create_task(fake_upstream, "lru-touch", "0.0.1", None, files, "0.0.2", description)
+    assert not (fake_upstream / "rubrics").exists() and not (fake_upstream / "reference_impl").exists()
+
+
+def test_check_task_cuts_a_long_reason_at_a_words_end():
+    from grader.taskkit.checks import clipped
+
+    rationale = "2/3 checks fail: test_values_above_upper_are_capped, test_values_below_lower_are_raised"
+    cut = clipped(rationale, 60)
+    assert cut == "2/3 checks fail: test_values_above_upper_are_capped…" and len(cut) <= 60
+    assert clipped(rationale, 200) == rationale

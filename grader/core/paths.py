@@ -51,11 +51,13 @@ def atomic_write(path: Path, text: str) -> None:
             tmp.write(text)
         os.chmod(name, FILE_MODE)
         os.replace(name, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(name)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not exc.filename:  # a write's error names no file: this one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 
@@ -71,9 +73,11 @@ def make_import_root(tree: Path, root: Path) -> Path:
 
 def page_name(candidate_id: str) -> str:
     """A file name for one candidate's page: readable, and unique per id (a short hash of the exact id), so ids
-    that differ only in characters a file name cannot hold never share a page or a store file."""
+    that differ only in characters a file name cannot hold never share a page or a store file. The hash reads
+    the id through ``surrogatepass``, which is injective (``surrogateescape`` gives "é" and "\\udcc3\\udca9" the
+    same bytes)."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate_id)[:80].lstrip(".") or "candidate"
-    digest = hashlib.sha256(candidate_id.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    digest = hashlib.sha256(candidate_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{readable}-{digest}.html"
 
 

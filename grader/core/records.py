@@ -8,16 +8,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
 FileChange = Literal["modified", "added", "deleted", "renamed"]
 CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
-Verdict = Literal["full", "partial", "fail", "no_diff", "error"]
-TestStatus = Literal["passed", "failed", "skipped", "error", "timeout"]
+# ``input_truncated`` (a cut preview) and ``no_task`` (no task could be told) are neither pass nor fail: the
+# candidate was not seen whole, or not graded at all, and is counted apart like ``no_diff``.
+Verdict = Literal["full", "partial", "fail", "no_diff", "input_truncated", "no_task", "error"]
+# "not_run": the judge ended before the test finished, for a reason not the candidate's (killed, out of memory).
+TestStatus = Literal["passed", "failed", "skipped", "error", "timeout", "not_run"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
-RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "apply_partial"]
+# "grader_error": the grader's own process (judge, warm worker) ended without its protocol's last word.
+RunStatus = Literal["complete", "timed_out", "interrupted", "environment_error", "grader_error", "apply_partial",
+                    "input_truncated"]
 # The same values as tuples, in the order reports list them (best first): defined once, here.
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
@@ -198,6 +203,8 @@ class RunReport(JsonRecord):
     log: str
     duration: float
     environment_error: str | None = None
+    # The judge or its warm worker ended without the evidence plugin's last word (``grader.run.judge_fault``).
+    grader_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,17 @@ class RubricIdentity(JsonRecord):
 
 
 @dataclass(frozen=True)
+class IntegrityFlag(JsonRecord):
+    """A tamper signal from the static scan of the diff (grader.integrity): where to look, never a verdict."""
+
+    rule: str
+    file: str
+    line: int
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
 class CandidateResult(JsonRecord):
     id: str
     task: str | None
@@ -247,6 +265,13 @@ class CandidateResult(JsonRecord):
     timings: dict[str, float] = field(default_factory=dict)
     run_status: RunStatus = "complete"
     rubric: RubricIdentity | None = None
+    # The version of the task's rubric that produced the verdict (rubric.toml's ``version``), read off ``rubric``.
+    rubric_version: int | None = None
+    integrity_flags: list[IntegrityFlag] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.rubric is not None and self.rubric_version is None:
+            object.__setattr__(self, "rubric_version", self.rubric.task_version)
 
 
 @dataclass(frozen=True)

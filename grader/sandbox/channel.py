@@ -36,6 +36,10 @@ class ChannelTimeout(ChannelError):
     """No complete frame arrived before the deadline."""
 
 
+class SendTimeout(ChannelError):
+    """The other side did not take a whole frame before the deadline (it stopped reading)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     frame_bytes: int = FRAME_CAP
@@ -160,17 +164,32 @@ def _decode_tensor(obj: dict, blobs: list[bytes], used: set[int]):
 # --- framing --------------------------------------------------------------------------------------------------
 
 
-def send_frame(sock: socket.socket, header: dict, blobs: list[bytes] = ()) -> None:
+def send_frame(sock: socket.socket, header: dict, blobs: list[bytes] = (), deadline: float | None = None) -> None:
+    """Send one frame; with a ``deadline`` (a ``time.monotonic()`` value) raise ``SendTimeout`` when the other side
+    has not taken all of it by then, instead of blocking for as long as it does not read."""
     header = dict(header, blobs=[len(b) for b in blobs])
     data = json.dumps(header, allow_nan=False).encode()
-    sock.sendall(struct.pack(">I", len(data)) + data)
-    for blob in blobs:
-        sock.sendall(blob)
+    for piece in (struct.pack(">I", len(data)) + data, *blobs):
+        if deadline is None:
+            sock.sendall(piece)
+        else:
+            _send_by(sock, memoryview(piece), deadline)
 
 
-def send_value(sock: socket.socket, header: dict, value) -> None:
+def _send_by(sock: socket.socket, data: memoryview, deadline: float) -> None:
+    while data:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([], [sock], [], wait)[1]:
+            raise SendTimeout("the other side took no more of the frame before the deadline")
+        try:
+            data = data[sock.send(data[:1 << 20], socket.MSG_DONTWAIT):]
+        except BlockingIOError:  # the room select saw was taken by a smaller write first
+            continue
+
+
+def send_value(sock: socket.socket, header: dict, value, deadline: float | None = None) -> None:
     obj, blobs = encode(value)
-    send_frame(sock, dict(header, value=obj), blobs)
+    send_frame(sock, dict(header, value=obj), blobs, deadline)
 
 
 def receive_frame(sock: socket.socket, deadline: float | None = None,

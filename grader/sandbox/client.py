@@ -2,7 +2,9 @@
 
 Used by the hidden tests (through the ``subject`` fixture of ``rubrics/conftest.py``), in the judge process, which
 never imports a candidate's code. A probe that raised comes back as ``ProbeRaised``; a subject that died, sent
-something malformed or over the caps is ``SubjectBroken``; one that did not answer in time is ``ProbeTimeout``.
+something malformed or over the caps is ``SubjectBroken``; a candidate's call over its time budget, where a
+control (the base or the reference fix) finished the same call, is ``ProbeOverBudget``, a failed check (see
+``grader.sandbox.budget``); a call that did not answer where no control finished it either is ``ProbeTimeout``.
 None of them is a skip: only the judge decides that a check did not run. After a break or a time-out the subject
 is killed and the next call starts a fresh one.
 """
@@ -11,14 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import time
 from functools import cache
 
 from grader.sandbox import zygote
+from grader.sandbox.budget import Budget, CallCounter, CallTimes
 from grader.sandbox.channel import ChannelError, ChannelTimeout, Limits, decode, encode, receive_frame, send_frame
-from grader.sandbox.contain import kill_contained
+from grader.sandbox.contain import end_subject
+from grader.sandbox.watchdog import watch_for
 
 DEFAULT_PROBE_S = 300.0
 MAX_STARTS = 20
@@ -41,7 +44,13 @@ class SubjectBroken(Exception):
 
 
 class ProbeTimeout(Exception):
-    """The probe did not answer within its time (or the candidate's time limit was already reached)."""
+    """The probe did not answer within its time (or the candidate's time limit was already reached), and no
+    control finished the same call: nothing is known about the candidate from it."""
+
+
+class ProbeOverBudget(ProbeTimeout):
+    """The candidate did not answer within the call's budget, and the base or the reference fix answered the same
+    call well within it: a failed check."""
 
 
 def deadline_left() -> float:
@@ -56,6 +65,10 @@ class Subject:
         self.pid: int | None = None
         self.sock: socket.socket | None = None
         self.starts = 0
+        self.answered = False
+        # Why this subject is taken as never getting ready (a fresh start over its budget before it ever answered).
+        self.not_ready: str | None = None
+        self.watch = None
 
     def call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """Run ``probe`` (``module.function`` of the staged probes) in the subject with ``args``; its value."""
@@ -63,18 +76,39 @@ class Subject:
         return value
 
     def timed_call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
-        """As ``call``, and the wall-clock seconds the call took as the judge measured them."""
-        budget = min(timeout or DEFAULT_PROBE_S, deadline_left())
-        if budget <= 0:
+        """As ``call``, and the wall-clock seconds the call took as the judge measured them. The candidate's calls
+        are held to their budgets; in a calibration run they are timed, and timed again on the base."""
+        if self.name != "candidate":
+            return self._timed_call(probe, timeout, max_bytes, args, None)
+        key = _COUNTER.next_key(probe)
+        fresh = self.sock is None
+        if _MEASURED is not None:
+            return _measure(self, key, fresh, probe, timeout, max_bytes, args)
+        budget = _BUDGETS.budget(key, fresh) if _BUDGETS is not None else None
+        if budget is not None and fresh and self.not_ready:
+            raise ProbeOverBudget(f"probe {probe} not started: {self.not_ready}")
+        return self._timed_call(probe, timeout, max_bytes, args, budget)
+
+    def _timed_call(self, probe: str, timeout: float | None, max_bytes: int | None, args: dict,
+                    budget: Budget | None):
+        limit = min(timeout or DEFAULT_PROBE_S, budget.seconds) if budget else (timeout or DEFAULT_PROBE_S)
+        left = deadline_left()
+        if min(limit, left) <= 0:
             raise ProbeTimeout(f"probe {probe} not started: the candidate's time limit was reached")
+        # Over budget is the candidate's failure only where a control answered within the limit that applied.
+        held_to_budget = budget is not None and limit <= left and min(budget.controls.values()) <= limit
+        limit = min(limit, left)
+        fresh = self.sock is None
         sock = self._channel()
         obj, blobs = encode(args)
         limits = Limits(frame_bytes=max_bytes) if max_bytes else Limits()
         started = time.monotonic()
         try:
-            send_frame(sock, {"probe": probe, "value": obj}, blobs)
-            header, reply = receive_frame(sock, started + budget, limits)
+            # A subject that does not read its request within the probe's time is broken, not waited for.
+            send_frame(sock, {"probe": probe, "value": obj}, blobs, deadline=started + limit)
+            header, reply = receive_frame(sock, started + limit, limits)
             elapsed = time.monotonic() - started
+            self.answered = True
             if self.name == "candidate":
                 note_lines_ran(header.get("ran"))
             if header.get("ok") is True:
@@ -84,10 +118,17 @@ class Subject:
             raise ChannelError("an answer that is neither a value nor an error")
         except ChannelTimeout:
             self.kill()
-            raise ProbeTimeout(f"probe {probe} gave no answer within {budget:.0f} s") from None
+            if held_to_budget:
+                why = (f"probe {probe} gave no answer within its budget of {limit:.1f} s, where "
+                       f"{budget.explain()} on this machine")
+                if fresh and not self.answered:
+                    self.not_ready = f"the candidate's subject never got ready: {why}"
+                raise ProbeOverBudget(why) from None
+            raise ProbeTimeout(f"probe {probe} gave no answer within {limit:.0f} s") from None
         except (ChannelError, OSError) as exc:
+            over_bound = self.watch.reason if self.watch is not None else None
             self.kill()
-            raise SubjectBroken(f"probe {probe}: {exc}{self._log_tail()}") from None
+            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{self._log_tail()}") from None
 
     def outcome(self, probe: str, /, **args) -> dict:
         """``{"returned": value}``, or ``{"raised": type name, "message": text}`` when the probe raised."""
@@ -102,6 +143,7 @@ class Subject:
                 raise SubjectBroken(f"the {self.name} subject was restarted {MAX_STARTS} times; not again")
             self.starts += 1
             self.pid, self.sock = zygote.spawn(self.control, self.spec)
+            self.watch = watch_for(self.pid, self.spec.get("box"), os.environ.get("GRADER_GPU") == "1")
         return self.sock
 
     def _log_tail(self) -> str:
@@ -115,15 +157,14 @@ class Subject:
 
     def kill(self) -> None:
         """End this subject and everything it started; the next call starts a fresh one."""
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
         if self.sock is not None:
             self.sock.close()
             self.sock = None
         if self.pid is not None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            kill_contained(self.spec.get("box"))
+            end_subject(self.pid, self.spec.get("box"))
             self.pid = None
 
 
@@ -163,18 +204,60 @@ def _control() -> socket.socket:
     return socket.socket(fileno=int(fd))
 
 
-_SUBJECTS: dict[str, Subject] = {}
+_SUBJECTS: dict[tuple[str, str], Subject] = {}
+_COUNTER = CallCounter()
+# The controls' times this run's candidate calls are held to (GRADER_CALL_BUDGETS), and, in a calibration run over
+# the reference fix, where the times measured are written (GRADER_CALL_TIMES_OUT).
+_BUDGETS = CallTimes.load(os.environ.get("GRADER_CALL_BUDGETS"))
+_MEASURED = CallTimes() if os.environ.get("GRADER_CALL_TIMES_OUT") else None
 
 
-def subject(name: str = "candidate") -> Subject:
-    """The named subject of this judge run ("candidate": the patched tree; "base": the unpatched base)."""
-    if name not in _SUBJECTS:
+def _measure(candidate: Subject, key: str, fresh: bool, probe: str, timeout: float | None,
+             max_bytes: int | None, args: dict):
+    """A calibration run's call: timed on the reference fix (the run's candidate), then on the base with the same
+    arguments, held to the budget the reference's time gives; both times are recorded."""
+    started = time.monotonic()
+    try:
+        result = candidate._timed_call(probe, timeout, max_bytes, args, None)
+    except ProbeRaised:
+        _MEASURED.note(key, "reference", time.monotonic() - started, fresh)
+        _mirror_on_base(key, probe, timeout, max_bytes, args)
+        raise
+    except (ProbeTimeout, SubjectBroken):
+        _MEASURED.note(key, "reference", None, fresh)
+        _mirror_on_base(key, probe, timeout, max_bytes, args)
+        raise
+    _MEASURED.note(key, "reference", result[1], fresh)
+    _mirror_on_base(key, probe, timeout, max_bytes, args)
+    return result
+
+
+def _mirror_on_base(key: str, probe: str, timeout: float | None, max_bytes: int | None, args: dict) -> None:
+    base = subject("base")
+    fresh = base.sock is None
+    reference = _MEASURED.budget(key, fresh)
+    started = time.monotonic()
+    try:
+        _, seconds = base._timed_call(probe, timeout, max_bytes, args, reference)
+    except ProbeRaised:
+        seconds = time.monotonic() - started
+    except (ProbeTimeout, SubjectBroken):
+        seconds = None
+    _MEASURED.note(key, "base", seconds, fresh)
+    _MEASURED.save(os.environ["GRADER_CALL_TIMES_OUT"])
+
+
+def subject(name: str = "candidate", instance: str = "main") -> Subject:
+    """The named subject of this judge run ("candidate": the patched tree; "base": the unpatched base). Another
+    ``instance`` is a process of its own over the same tree (a speed measurement that must not share a process
+    with the correctness probes' settings)."""
+    if (name, instance) not in _SUBJECTS:
         with open(os.environ["GRADER_SUBJECTS"]) as specs:
             spec = json.load(specs).get(name)
         if spec is None:
             raise RuntimeError(f"this judge run has no {name!r} subject")
-        _SUBJECTS[name] = Subject(name, spec, _control())
-    return _SUBJECTS[name]
+        _SUBJECTS[(name, instance)] = Subject(name, spec, _control())
+    return _SUBJECTS[(name, instance)]
 
 
 def end_all() -> None:

@@ -2,18 +2,26 @@
 
 Mechanisms, each probed once and used only where this machine allows it (``describe_containment`` says which):
 
-- resource limits (``resource_limits``): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE and RLIMIT_NPROC;
+- resource limits (``resource_limits``): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CORE, RLIMIT_NOFILE and
+  RLIMIT_NPROC;
 - a private, unprivileged user: when the grader runs as root, the subject runs as its own uid from
   ``UID_RANGE`` (RLIMIT_NPROC is not enforced for root, and per-candidate uids keep parallel candidates from
-  signalling or reading each other); with ``no_new_privs`` so no set-uid program gives root back;
+  signalling or reading each other); with ``no_new_privs`` so no set-uid program gives root back. A uid is leased
+  machine-wide (``UidLease``: a lock file per uid under ``UID_LOCK_DIR``, held for the sandbox's life), so two
+  grader processes on one machine never hand out the same uid;
 - a pids cgroup and a memory cgroup capping all tasks of one subject, and letting the grader kill every one of
   them, even those that left the process group with ``setsid``;
 - its own network namespace (loopback only: no host socket, abstract unix sockets included), IPC namespace (no
-  SysV object or POSIX queue outlives it or reaches another) and PID namespace (it sees only its own processes);
+  SysV object or POSIX queue outlives it or reaches another) and PID namespace (it sees only its own processes;
+  killing its first process ends every one of them: that, and the cgroups, is how a subject is ended, never by
+  uid);
 - its own mount namespace with a private view: the shared writable places (/tmp, /var/tmp, /dev/shm, /run) and
   every hidden root (the repository, the grader's caches and scratch area) are covered by empty tmpfs mounts, and
   only what the subject needs is bound back: the interpreter (read-only), the patched tree, its import root and
-  the staged probes (read-only), its own home (writable).
+  the staged probes (read-only). Its home is a tmpfs of its own; it and every writable cover have a size and an
+  inode limit (``SCRATCH_BYTES``/``SCRATCH_INODES``), so a subject cannot fill the shared scratch area;
+- the parent's death: the waiter outside the PID namespace and the namespace's first process die with the
+  process that started them (``die_with_parent``), so nothing of a subject outlives a killed grader.
 
 All of it is applied by ``enter`` in a single-threaded process right before the candidate's code is imported: in
 a subject forked by the zygote, or in the tiny launcher (this file run as a script) for tests.
@@ -24,8 +32,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import itertools
+import fcntl
 import json
+import random
 import os
 import resource
 import signal
@@ -45,17 +54,71 @@ FILE_SIZE_BYTES = 1 << 30
 # Tasks (processes and threads) of one candidate's uid or cgroup: torch and Triton start a few dozen threads.
 MAX_TASKS = 512
 UID_RANGE = range(420_000, 430_000)
+# One lock file per leased uid; machine-wide (not per cache), since two graders with different caches share uids.
+UID_LOCK_DIR = Path(os.environ.get("GRADER_UID_LOCKS", "/run/grader-uids"))
+# Open files of one subject process: with torch, Triton and every task's vLLM modules imported it holds 4 on CPU
+# (scripts/measure_subject_fds.py; its --gpu adds a CUDA context's device files); the rest is room for the
+# probes' own files and sockets.
+OPEN_FILES = 1024
+# Each writable place of a subject (its home, and the covers of /tmp, /var/tmp, /dev/shm, /run) is a tmpfs of its
+# own with these limits: a subject that fills one gets ENOSPC itself, and the shared scratch area is untouched.
+SCRATCH_BYTES = 512 << 20
+SCRATCH_INODES = 16384
+COVER_BYTES, COVER_INODES = 64 << 20, 4096
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 CGROUP_V1_PIDS = Path("/sys/fs/cgroup/pids")
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
-def machine_memory_bytes() -> int:
+def machine_memory_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), cgroup_root: Path = CGROUP_V2) -> int:
+    """The memory this process may use: the host's RAM, or its cgroup's limit where that is lower."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
-        return 32 << 30
+        ram = 32 << 30
+    limit = cgroup_memory_limit(proc_cgroup, cgroup_root)
+    return min(ram, limit) if limit else ram
+
+
+def cgroup_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"), cgroup_root: Path = CGROUP_V2) -> int | None:
+    """The lowest memory limit on this process's cgroup and every group above it (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``); None where none is set or readable. ``cgroup_root`` is where the cgroup file
+    systems are mounted (a fake tree in tests)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":
+            candidates += [(cgroup_root, rel, "memory.max"), (cgroup_root / "unified", rel, "memory.max")]
+        elif "memory" in controllers.split(","):
+            candidates.append((cgroup_root / "memory", rel, "memory.limit_in_bytes"))
+    limits = []
+    for mount, rel, name in candidates:
+        group = mount / rel.lstrip("/")
+        while True:
+            limits += [value for value in [_limit_value(group / name)] if value]
+            if group == mount or mount not in group.parents:
+                break
+            group = group.parent
+    return min(limits) if limits else None
+
+
+def _limit_value(path: Path) -> int | None:
+    """A cgroup limit file's value in bytes; None for "max", v1's unlimited (a page-rounded 2**63) or unreadable."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit() or int(text) >= 1 << 62:
+        return None
+    return int(text)
 
 
 # What one candidate (its judge and its subject) needs at least, and may use at most.
@@ -63,15 +126,19 @@ CANDIDATE_MEMORY_FLOOR = 6 << 30
 CANDIDATE_MEMORY_CAP = 32 << 30
 
 
-def default_jobs() -> int:
-    """Candidates graded at once by default: the cores, but never more than the memory holds at the floor."""
-    return max(1, min(os.cpu_count() or 1, machine_memory_bytes() * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
+def default_jobs(memory: int | None = None) -> int:
+    """Candidates graded at once by default: the cores, but never more than the memory (``machine_memory_bytes``
+    unless given) holds at the floor."""
+    memory = machine_memory_bytes() if memory is None else memory
+    return max(1, min(os.cpu_count() or 1, memory * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
 
 
-def memory_per_subject(jobs: int) -> int:
-    """A subject's memory cgroup limit with ``jobs`` candidates at once: three quarters of the machine shared
-    among them (so the limits together never overcommit it), within the floor and the cap."""
-    share = machine_memory_bytes() * 3 // 4 // max(1, jobs)
+def memory_per_subject(jobs: int, memory: int | None = None) -> int:
+    """A subject's memory limit with ``jobs`` candidates at once: three quarters of the memory this grader may use
+    (``machine_memory_bytes`` unless given) shared among them (so the limits together never overcommit it), within
+    the floor and the cap."""
+    memory = machine_memory_bytes() if memory is None else memory
+    share = memory * 3 // 4 // max(1, jobs)
     return max(1 << 30, min(CANDIDATE_MEMORY_CAP, share))
 
 
@@ -88,6 +155,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -105,14 +173,14 @@ def _check(result: int, what: str) -> None:
 
 
 def resource_limits(cpu_s: int = CPU_SECONDS, as_bytes: int = ADDRESS_SPACE_BYTES,
-                    fsize_bytes: int = FILE_SIZE_BYTES, nproc: int | None = MAX_TASKS):
+                    fsize_bytes: int = FILE_SIZE_BYTES, nproc: int | None = MAX_TASKS, nofile: int = OPEN_FILES):
     """A ``preexec_fn`` (or plain call in a forked child) lowering the soft and hard limits of the process.
 
     Hard limits are lowered too, so the candidate cannot raise them back. RLIMIT_NPROC counts every task
     (thread or process) of the process's real uid and is not enforced for root: it only bites together with
     ``drop_privileges`` (see ``describe_containment``)."""
     wanted = {resource.RLIMIT_CPU: cpu_s, resource.RLIMIT_AS: as_bytes, resource.RLIMIT_FSIZE: fsize_bytes,
-              resource.RLIMIT_CORE: 0}
+              resource.RLIMIT_CORE: 0, resource.RLIMIT_NOFILE: nofile}
     if nproc is not None:
         wanted[resource.RLIMIT_NPROC] = nproc
 
@@ -168,19 +236,24 @@ def _view_roots(hidden: list[str], kept: list[str]) -> list[str]:
     return [r for i, r in enumerate(roots) if not any(_under(r, q) for q in roots[:i])]
 
 
-def _private_view(libc, binds: list[list], hidden: list[str]) -> list[str]:
+def _private_view(libc, binds: list[list], hidden: list[str], scratch: dict | None = None) -> list[str]:
     """In a fresh mount namespace: cover every root of ``_view_roots`` with an empty tmpfs, then bind back each
-    ``[path, "ro"|"rw"]`` of ``binds`` that lies under one (read-only where asked). Returns what was done."""
+    ``[path, "ro"|"rw"]`` of ``binds`` that lies under one (read-only where asked), then mount the subject's own
+    home (``scratch``: path, owner, size and inode limits) as a fresh tmpfs. Returns what was done."""
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     kept = {}
     for path, mode in binds:
         if os.path.exists(path):
             kept[os.path.realpath(path)] = mode
+            # A path reached through a symlink (a worktree's .venv) is bound at its spelled place too: that is
+            # the name sys.path and the tools were given.
+            kept.setdefault(os.path.abspath(path), mode)
     done = []
     for root in _view_roots(hidden, list(kept)):
         inside = sorted((p for p in kept if _under(p, root)), key=len)
         held = [(p, kept[p], os.open(p, os.O_PATH)) for p in inside]
-        mode = b"mode=1777,size=2g" if root in SHARED_WRITABLE else b"mode=0755,size=64m"
+        mode = (f"mode={'1777' if root in SHARED_WRITABLE else '0755'},size={COVER_BYTES},"
+                f"nr_inodes={COVER_INODES}").encode()
         _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, mode), f"tmpfs on {root}")
         for path, access, fd in held:
             if os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -195,7 +268,20 @@ def _private_view(libc, binds: list[list], hidden: list[str]) -> list[str]:
                                   None), f"read-only {path}")
             os.close(fd)
         done.append(f"{root} covered" + (f", {len(inside)} path(s) bound back" if inside else ""))
+    if scratch:
+        done.append(_private_home(libc, scratch))
     return done
+
+
+def _private_home(libc, scratch: dict) -> str:
+    """Mount a tmpfs of its own, with a size and an inode limit, on the subject's home (its HOME and TMPDIR): what
+    the subject writes there lives in its mount namespace only and is gone with it."""
+    home = scratch["path"]
+    os.makedirs(home, mode=0o755, exist_ok=True)
+    options = (f"mode=0700,uid={scratch['uid']},gid={scratch['uid']},size={scratch['bytes']},"
+               f"nr_inodes={scratch['inodes']}").encode()
+    _check(libc.mount(b"tmpfs", home.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs on {home}")
+    return f"{home}: private tmpfs ({scratch['bytes']} bytes, {scratch['inodes']} inodes)"
 
 
 def drop_privileges(uid: int, gid: int | None = None) -> None:
@@ -210,7 +296,9 @@ def enter(spec: dict) -> None:
     """Apply a ``Sandbox`` spec to the current (single-threaded) process. Raises on any failure: the caller must
     not run the untrusted code then. With a PID namespace the calling process stays outside as a waiter and only
     its child, the namespace's first process, returns from here."""
-    resource_limits(spec["cpu_s"], spec["as_bytes"], spec["fsize_bytes"], spec.get("nproc"))()
+    parent = os.getppid()
+    resource_limits(spec["cpu_s"], spec["as_bytes"], spec["fsize_bytes"], spec.get("nproc"),
+                    spec.get("nofile", OPEN_FILES))()
     join_cgroup(spec.get("cgroup"), spec.get("memory_cgroup"))
     libc = _libc()
     private_view = bool(spec.get("private_tmp"))
@@ -227,17 +315,36 @@ def enter(spec: dict) -> None:
     if spec.get("net"):
         _loopback_up()
     if private_view:
-        _private_view(libc, spec.get("binds", []), spec.get("hidden", []))
+        _private_view(libc, spec.get("binds", []), spec.get("hidden", []), spec.get("scratch"))
     if spec.get("pid"):
-        _become_pid_namespace_init(libc, private_view)
+        _become_pid_namespace_init(libc, private_view, parent)
     if spec.get("uid") is not None:
         drop_privileges(spec["uid"])
+    # Armed after the uid change, which clears it. The candidate may disarm its own; the waiter's cannot be.
+    die_with_parent(None)
 
 
-def _become_pid_namespace_init(libc, own_proc: bool) -> None:
-    """Fork into the new PID namespace; the parent waits there and exits with the child's status."""
+def die_with_parent(parent: int | None, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``sig`` to this process when its parent ends; where ``parent`` (the pid it was started
+    by) is given and that parent is already gone, exit now (it died before the signal was armed)."""
+    _check(_libc().prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "parent-death signal")
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def _become_pid_namespace_init(libc, own_proc: bool, parent: int) -> None:
+    """Fork into the new PID namespace; the parent waits there and exits with the child's status. The waiter stays
+    root and outside the namespace, where the candidate cannot reach it: when its own parent dies it kills the
+    namespace's first process (which ends every process in the namespace), even one that disarmed its own
+    parent-death signal."""
     child = os.fork()
     if child:
+        def end_namespace(signum, frame) -> None:
+            os.kill(child, signal.SIGKILL)
+            os._exit(125)
+
+        signal.signal(signal.SIGTERM, end_namespace)
+        die_with_parent(parent, signal.SIGTERM)
         for fd in range(3, 1 << 10):
             try:
                 os.close(fd)
@@ -259,8 +366,45 @@ def _become_pid_namespace_init(libc, own_proc: bool) -> None:
         _check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
 
 
+def end_subject(pid: int | None, spec: dict | None) -> None:
+    """End a subject started as process ``pid`` (the waiter outside its PID namespace, or the subject itself where
+    there is none) and everything it started: the namespace's first process is killed (the kernel then kills every
+    process in the namespace), the waiter and its process group, then whatever is left in the spec's cgroups."""
+    if pid is not None:
+        for target in [*children_of(pid), pid]:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    kill_contained(spec)
+
+
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (read from /proc)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 def kill_contained(spec: dict | None) -> None:
-    """SIGKILL every process of a sandbox spec's uid and cgroups (the subject and anything it started)."""
+    """SIGKILL every process in a sandbox spec's cgroups (the subject and anything it started, ``setsid`` or not).
+    Never by uid: a uid names no process of this sandbox alone once the lease is gone, and killing by it could
+    reach another grader's subject."""
     if not spec:
         return
     for _ in range(50):
@@ -292,15 +436,6 @@ def _pids_of(spec: dict) -> set[int]:
                 found |= {int(p) for p in Path(group, "cgroup.procs").read_text().split()}
             except OSError:
                 pass
-    uid = spec.get("uid")
-    if uid is not None:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == uid:
-                        found.add(int(entry.name))
-                except OSError:
-                    pass
     return {pid for pid in found if _alive(pid)}
 
 
@@ -309,6 +444,7 @@ def _launcher_main(argv: list[str]) -> None:
     spec, sep, command = json.loads(argv[0]), argv[1], argv[2:]
     assert sep == "--" and command
     try:
+        die_with_parent(spec.get("parent"))
         enter(spec)
     except Exception as exc:  # never run the untrusted command half-contained
         sys.stderr.write(f"grader containment failed: {exc}\n")
@@ -340,8 +476,6 @@ class Capabilities:
 
 _PROBED: Capabilities | None = None
 _PROBE_LOCK = threading.Lock()
-_UIDS = itertools.count()
-_UID_LOCK = threading.Lock()
 
 
 def _launcher_argv(spec: dict) -> list[str]:
@@ -387,13 +521,19 @@ def probe(refresh: bool = False) -> Capabilities:
         net, net_reason = _try({**base, "net": True}, trivial)
         net_reason = "own network namespace, loopback only" if net else f"unavailable: {net_reason}"
         tmp, tmp_reason = _try({**base, **view}, trivial)
-        tmp_reason = ("own mount namespace: private /tmp, /var/tmp, /dev/shm, /run; repository, caches and other "
-                      "candidates' trees hidden" if tmp else f"unavailable: {tmp_reason}")
+        tmp_reason = ("own mount namespace: private /tmp, /var/tmp, /dev/shm, /run and home, each with a size and an "
+                      "inode limit; repository, caches and other candidates' trees hidden" if tmp
+                      else f"unavailable: {tmp_reason}")
         ipc_pid, ipc_pid_reason = _try({**base, **(view if tmp else {}), "ipc": True, "pid": True}, trivial)
         ipc_pid_reason = ("own IPC and PID namespaces" if ipc_pid else f"unavailable: {ipc_pid_reason}")
         if is_root:
-            drop, drop_reason = _try({**base, **(view if tmp else {}), "uid": UID_RANGE[0]}, trivial)
-            drop_reason = "runs as a per-candidate unprivileged uid" if drop else f"setuid failed: {drop_reason}"
+            lease = UidLease()
+            try:
+                drop, drop_reason = _try({**base, **(view if tmp else {}), "uid": lease.uid}, trivial)
+            finally:
+                lease.release()
+            drop_reason = ("runs as a per-candidate unprivileged uid, leased machine-wide" if drop
+                           else f"setuid failed: {drop_reason}")
         else:
             drop, drop_reason = False, f"the grader is not root (uid {os.geteuid()}): the subject keeps this uid"
         parent, cg_reason = _cgroup_parent()
@@ -437,12 +577,35 @@ def _probe_memory_cgroup() -> tuple[str | None, str]:
 def interpreter_paths() -> list[str]:
     """The Python installation and environment a subject needs (bound back read-only into its view)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
-    return sorted(os.path.realpath(p) for p in paths)
+    # Both spellings: sys.path names the folders as the interpreter was started (a symlinked venv), the
+    # sandbox binds what they resolve to.
+    return sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
 
 
-def _allocate_uid() -> int:
-    with _UID_LOCK:
-        return UID_RANGE[(os.getpid() * 7 + next(_UIDS)) % len(UID_RANGE)]
+class UidLease:
+    """One uid of ``UID_RANGE``, leased machine-wide: an exclusive ``flock`` on its lock file in ``UID_LOCK_DIR``,
+    held until ``release``. Locks on separate opens exclude each other within one process too, and the kernel drops
+    a lock with its holder, so a killed grader's uids are free again at once."""
+
+    def __init__(self, folder: Path = UID_LOCK_DIR, uids: range = UID_RANGE) -> None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        start = random.randrange(len(uids))
+        for i in range(len(uids)):
+            uid = uids[(start + i) % len(uids)]
+            fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self.fd = uid, fd
+            return
+        raise OSError(errno.EAGAIN, f"every uid of {uids.start}-{uids.stop - 1} is leased (lock files in {folder})")
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 @dataclass
@@ -453,6 +616,7 @@ class Sandbox:
     caps: Capabilities
     cgroup_path: Path | None = None
     memory_cgroup_path: Path | None = None
+    uid_lease: UidLease | None = None
 
     def argv(self, command: list[str]) -> list[str]:
         """The launcher command line that contains itself with this spec, then execs ``command`` (for tests)."""
@@ -462,13 +626,9 @@ class Sandbox:
         return _pids_of(self.spec)
 
     def cleanup(self, pgid: int | None = None) -> None:
-        """Kill everything the subject left: its process group, its cgroups, its uid; remove the cgroups."""
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        kill_contained(self.spec)
+        """Kill everything the subject left (``pgid``: the process it was started as, see ``end_subject``), remove
+        the cgroups, and give the uid back to the machine's pool."""
+        end_subject(pgid, self.spec)
         for group in (self.cgroup_path, self.memory_cgroup_path):
             for _ in range(100 if group is not None else 0):
                 try:
@@ -478,6 +638,8 @@ class Sandbox:
                     if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
                         break
                     time.sleep(0.05)
+        if self.uid_lease is not None:
+            self.uid_lease.release()
 
 
 def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writable: list[Path] = (),
@@ -497,11 +659,13 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
     binds = ([[p, "ro"] for p in interpreter_paths()] + [[str(v), "ro"] for v in visible]
              + [[str(w), "rw"] for w in writable] + [[str(home), "rw"]])
     spec: dict = {"memory_bytes": memory_bytes or MEMORY_BYTES, "cpu_s": cpu_s, "as_bytes": as_bytes,
-                  "fsize_bytes": fsize_bytes, "nproc": None, "net": net and caps.net, "private_tmp": view,
-                  "ipc": caps.ipc_pid, "pid": caps.ipc_pid and view, "binds": binds,
-                  "hidden": sorted({str(Path(h)) for h in hidden})}
+                  "fsize_bytes": fsize_bytes, "nofile": OPEN_FILES, "nproc": None, "net": net and caps.net,
+                  "private_tmp": view, "ipc": caps.ipc_pid, "pid": caps.ipc_pid and view, "binds": binds,
+                  "hidden": sorted({str(Path(h)) for h in hidden}), "parent": os.getpid()}
+    lease = None
     if drop_uid and caps.drop_uid:
-        uid = _allocate_uid()
+        lease = UidLease()
+        uid = lease.uid
         spec["uid"] = uid
         spec["nproc"] = max_tasks
         for path in [home, *(writable if lend is None else [])]:
@@ -512,8 +676,13 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
             _open_to_others(Path(path))
     elif not caps.is_root:
         spec["nproc"] = max_tasks
-    box = Sandbox(spec, caps)
-    name = f"grader-{os.getpid()}-{home.parent.name}-{home.name}"
+    if view:
+        # The home is bound back only where no tmpfs can be had for it; normally it is a private one.
+        binds.remove([str(home), "rw"])
+        spec["scratch"] = {"path": str(home.resolve()), "uid": spec.get("uid", 0),  # 0: itself, in a user ns
+                           "bytes": SCRATCH_BYTES, "inodes": SCRATCH_INODES}
+    box = Sandbox(spec, caps, uid_lease=lease)
+    name = f"grader-pid{os.getpid()}-{home.parent.name}-{home.name}"  # see leftovers.reclaim
     if caps.cgroup:
         box.cgroup_path = _new_cgroup(Path(caps.cgroup) / name, "pids.max", max_tasks)
         if box.cgroup_path is not None:
@@ -578,7 +747,8 @@ def describe_containment(box: Sandbox | None = None) -> dict:
     caps = box.caps if box is not None else probe()
     spec = box.spec if box is not None else {}
     limits = {"cpu_s": spec.get("cpu_s", CPU_SECONDS), "address_space_bytes": spec.get("as_bytes", ADDRESS_SPACE_BYTES),
-              "file_size_bytes": spec.get("fsize_bytes", FILE_SIZE_BYTES)}
+              "file_size_bytes": spec.get("fsize_bytes", FILE_SIZE_BYTES),
+              "open_files": spec.get("nofile", OPEN_FILES)}
     return {
         "limits": limits,
         "process": "the candidate's code runs only in a subject process; pytest and every assertion run in a "
@@ -588,7 +758,7 @@ def describe_containment(box: Sandbox | None = None) -> dict:
                   else "RLIMIT_NPROC not enforced (root)")
                  + (f"; pids cgroup (max {MAX_TASKS})" if caps.cgroup else f"; {caps.cgroup_reason}"),
         "memory": (f"{caps.memory_reason}, at most {spec.get('memory_bytes', MEMORY_BYTES)} bytes"
-                   if caps.memory_cgroup else caps.memory_reason),
+                   if caps.memory_cgroup else f"{caps.memory_reason}; host memory bounded by the judge's watch"),
         "network": caps.net_reason,
         "namespaces": caps.ipc_pid_reason,
         "filesystem": caps.private_tmp_reason + ("; tree read-only to the candidate"

@@ -1,10 +1,11 @@
 """The judge process: runs pytest over a task's hidden tests; every assertion and every verdict is decided here.
 
 It never imports a candidate's code: vLLM is refused at import, and the candidate's tree is reached only through
-subjects (``grader.sandbox.client``) or read as text by static checks. Its first act is to fork the zygote,
-before any hidden test, expectation or secret is in its memory.
+subjects (``grader.sandbox.client``) or read as text by static checks. Its subjects come from a zygote that never
+held the request (see ``grader.sandbox.zygote``): a cold judge forks it first, then reads the request.
 
-Run as ``python -m grader.sandbox.judge REQUEST_JSON`` (cold), or called in a forked warm worker (``run``).
+Run as ``python -m grader.sandbox.judge`` with the request as JSON on stdin (cold; its argv and starting
+environment name nothing of the run), or called in a forked warm worker (``run``) with a zygote from its template.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 
 from grader.sandbox import zygote
+from grader.sandbox.contain import die_with_parent
 
 
 class RefuseVllm:
@@ -26,9 +29,9 @@ class RefuseVllm:
         return None
 
 
-def run(request: dict) -> int:
-    """Start the zygote, take the request's environment and path, run pytest; pytest's exit code."""
-    control, zygote_pid = zygote.start()
+def run(request: dict, control: socket.socket, zygote_pid: int) -> int:
+    """Take the request's environment and path, run pytest with ``control`` as the zygote's socket; pytest's exit
+    code. The zygote is killed at the end."""
     try:
         os.environ.clear()
         os.environ.update(request["env"])
@@ -66,11 +69,14 @@ def _end_subjects() -> None:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as handle:
-        request = json.load(handle)
+    # Started by a grader thread that waits for it (its pid in argv): the judge, and through it its zygote and
+    # subjects, die with it.
+    if len(sys.argv) > 1:
+        die_with_parent(int(sys.argv[1]))
+    control, zygote_pid = zygote.start()
     code = 3
     try:
-        code = run(request)
+        code = run(json.load(sys.stdin), control, zygote_pid)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -26,6 +26,7 @@ from grader.core.paths import cache_dir, make_import_root
 from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
+from grader.sandbox.leftovers import owned_name
 
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
                       "CUDA_HOME", "LD_LIBRARY_PATH")
@@ -51,6 +52,22 @@ SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM
 JUDGE_GRACE_S = 30
 
 
+class JudgeLost(Exception):
+    """The process running a judge (a warm worker) died, so the judge's own end is unknown: the grader's fault."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """A process's end in words: the signal that killed it, or its exit status."""
+    if returncode is None:
+        return "no exit status"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 @dataclass(frozen=True)
 class JudgeRun:
     """One judge process: pytest's arguments, its environment and path, where its output goes, its time."""
@@ -65,7 +82,8 @@ class JudgeRun:
 
 class Launcher(Protocol):
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        """(pytest's exit code or None, whether the judge was killed at its time limit)."""
+        """(the judge's exit code, negative for a signal, or None; whether it was killed at its time limit).
+        Raises ``JudgeLost`` when what ran the judge died with it."""
 
     def terminate(self) -> None:
         """End every judge now (an interrupt): their runs return as killed."""
@@ -90,6 +108,29 @@ def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, st
     return env
 
 
+# What names a run in a judge's environment: its folders (and, through them, its evidence file) and every GRADER_*
+# variable (the secret, the deadline, the evidence path). A cold judge's interpreter starts without them.
+RUN_PATH_VARIABLES = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def judge_interpreter() -> str:
+    """The interpreter judges and warm workers run: this one, reached through its environment's resolved folder,
+    so that every path on their ``sys.path`` (and on their subjects') is one a subject's view binds back (a
+    symlinked virtual environment would otherwise leave site-packages behind a link the view hides)."""
+    if sys.prefix == sys.base_prefix:
+        return sys.executable
+    resolved = Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name
+    return str(resolved) if resolved.exists() else sys.executable
+
+
+def starting_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment a cold judge's interpreter starts with: the judge's own less what names its run. The
+    judge forks its zygote in it and only then takes the whole environment from the request; the initial
+    environment block (``/proc/self/environ``) of every subject is this one."""
+    kept = {k: v for k, v in env.items() if not k.startswith("GRADER_") and k not in RUN_PATH_VARIABLES}
+    return dict(kept, PYTHONPATH=str(REPO_ROOT))
+
+
 class ColdLauncher:
     """One new ``python -m grader.sandbox.judge`` process per run: the simple, slow way."""
 
@@ -104,15 +145,20 @@ class ColdLauncher:
                 pass
 
     def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        request = Path(job.log).with_suffix(".request.json")
-        request.write_text(json.dumps(asdict(job)))
-        command = [sys.executable, "-m", "grader.sandbox.judge", str(request)]
+        command = [judge_interpreter(), "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
-            proc = subprocess.Popen(command, cwd=job.cwd, env=dict(job.env, PYTHONPATH=str(REPO_ROOT)),
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # Its own parent's pid in argv (not the environment, which names nothing of a run): it dies with it.
+            proc = subprocess.Popen([*command, str(os.getpid())], cwd=job.cwd, env=starting_environment(job.env),
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True)
             self.live.add(proc.pid)
             try:
+                try:
+                    # On stdin, read after the judge has forked its zygote: no subject's memory ever held it.
+                    proc.stdin.write(json.dumps(asdict(job)).encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
                 return proc.wait(timeout=job.timeout + JUDGE_GRACE_S), False
             except subprocess.TimeoutExpired:
                 return None, True
@@ -165,7 +211,7 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> l
 
 class _Server:
     def __init__(self, env: dict[str, str], preimport_file: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "grader.sandbox.forkserver", str(preimport_file)],
+        self.proc = subprocess.Popen([judge_interpreter(), "-m", "grader.sandbox.forkserver", str(preimport_file)],
                                      cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         hello = self.proc.stdout.readline()
@@ -178,7 +224,11 @@ class _Server:
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
         if not answer:
-            raise BrokenPipeError("warm worker died")
+            try:
+                ended = describe_exit(self.proc.wait(timeout=5))
+            except subprocess.TimeoutExpired:
+                ended = "it closed its pipe"
+            raise JudgeLost(f"the warm worker running the judge died ({ended})")
         reply = json.loads(answer)
         return reply["returncode"], reply["timed_out"]
 
@@ -202,7 +252,7 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
     """Warm workers preloaded with what the vLLM of ``base`` imports from third parties. ``starting(name)``, when
     given, wraps each worker's start-up (the terminal shows it as a phase)."""
     env = base_environment(gpu)
-    folder = Path(tempfile.mkdtemp(prefix="grader-probe-"))
+    folder = Path(tempfile.mkdtemp(prefix=owned_name("grader-probe")))
     try:
         modules = third_party_modules(make_import_root(base.path, folder / "import-root"), base.path, env)
     finally:
@@ -217,7 +267,7 @@ class WarmPool:
     def __init__(self, size: int, env: dict[str, str], preimport: list[str],
                  starting: Callable[[str], AbstractContextManager] | None = None) -> None:
         self.starting_phase = starting or (lambda name: nullcontext())
-        self.home = Path(tempfile.mkdtemp(prefix="grader-warm-"))
+        self.home = Path(tempfile.mkdtemp(prefix=owned_name("grader-warm")))
         self.env = dict(env, HOME=str(self.home), TMPDIR=str(self.home), PYTHONPATH=str(REPO_ROOT))
         self.preimport_file = self.home / "preimport.txt"
         self.preimport_file.write_text("\n".join(preimport) + "\n")
@@ -263,12 +313,15 @@ class WarmPool:
             return None, False
         try:
             return server.run(job)
-        except (BrokenPipeError, OSError, ValueError):
-            # The run took its worker down with it: that run ends here, as a crash; the next run starts a new one.
+        except (JudgeLost, OSError, ValueError) as exc:
+            # The run took its worker down with it: that run ends here, as the grader's fault (never a verdict);
+            # the next run starts a new worker.
             server.close()
             with self.lock:
                 self.servers.remove(server)
-            return None, False
+            if isinstance(exc, JudgeLost):
+                raise
+            raise JudgeLost(f"the warm worker running the judge failed: {type(exc).__name__}: {exc}") from exc
         finally:
             if server in self.servers:
                 self.idle.put(server)

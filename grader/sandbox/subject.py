@@ -72,6 +72,22 @@ def lines_ran(trace: LineTrace | None) -> dict:
     return {"ran": trace.stop()} if trace is not None else {}
 
 
+def bound_gpu_allocator(limit_bytes: int | None) -> None:
+    """Cap torch's CUDA caching allocator at ``limit_bytes`` before any candidate code runs (an honest subject then
+    fails its own allocation with an out-of-memory error rather than being ended from outside). Candidate code in
+    this process can lift it: the bound that holds is the judge's ``MemoryWatch``."""
+    if not limit_bytes:
+        return
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), 0)
+    except Exception as exc:  # noqa: BLE001 - a subject without a usable CUDA still serves; the watch still holds
+        print(f"grader: no allocator bound in this subject: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def setup_error() -> dict | None:
     """Import ``subject_setup`` (the stand-ins every subject needs), if the staged probes have one."""
     try:

@@ -8,6 +8,7 @@ repository, caches and scratch area covered, nothing of the grader's environment
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -18,6 +19,53 @@ from grader.sandbox import contain
 
 TOOL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": "/dev/null"}
+
+
+# The programs the grader runs, and how to get each where it is missing.
+TOOLS = {"git": "install git (e.g. apt-get install git)",
+         "cp": "install GNU coreutils (e.g. apt-get install coreutils)",
+         "patch": "install GNU patch (e.g. apt-get install patch)"}
+# Without these nothing can be graded; without the others only some candidates can.
+REQUIRED_TOOLS = ("git", "cp")
+
+
+class ToolMissing(Exception):
+    """A program the grader needs is not installed: the environment's state, never a candidate's failure."""
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError a user can cause (a full disk, a read-only or forbidden folder), as one line: the cause and the
+    path, e.g. "no space left on device at /out/results.json"."""
+    cause = (exc.strerror or str(exc)).lower()
+    return f"{cause} at {exc.filename}" if exc.filename else cause
+
+
+def failed_copy_error(stderr: str, destination: Path) -> OSError:
+    """The OSError behind a failed ``cp``, read from its message (cp names the errno's text), with the
+    destination as the path."""
+    for number in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO):
+        if os.strerror(number).lower() in stderr.lower():
+            return OSError(number, os.strerror(number), str(destination))
+    return OSError(errno.EIO, f"copy failed: {stderr.strip()[-300:]}", str(destination))
+
+
+def find_tool(name: str) -> str:
+    """The absolute path of ``name`` on the grader's PATH (resolved: a sandbox sees only real paths)."""
+    found = shutil.which(name)
+    if found is None:
+        raise ToolMissing(f"{name} is not installed here (not on PATH): {TOOLS.get(name, 'install it')}")
+    return os.path.realpath(found)
+
+
+def missing_tools() -> dict[str, str]:
+    """Each tool of ``TOOLS`` that is not found, with the sentence saying so."""
+    missing = {}
+    for name in TOOLS:
+        try:
+            find_tool(name)
+        except ToolMissing as exc:
+            missing[name] = str(exc)
+    return missing
 
 
 def lent_paths(tree: Path, touched: list[str]) -> list[Path]:
@@ -39,7 +87,9 @@ def lent_paths(tree: Path, touched: list[str]) -> list[Path]:
 def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], timeout: float = 120,
              contained: bool = True, touched: list[str] | None = None) -> tuple[int | None, str]:
     """Run ``argv`` in ``tree`` with ``stdin_text``; (exit code or None on time-out, combined output). With
-    ``touched`` only those paths (and the folders they live in) are lent to the tool's uid."""
+    ``touched`` only those paths (and the folders they live in) are lent to the tool's uid. Raises
+    ``ToolMissing`` when the tool is not installed."""
+    argv = [find_tool(argv[0]), *argv[1:]]
     if not contained:
         return _run(argv, tree, stdin_text, dict(TOOL_ENV, HOME=str(tree)), timeout, None)
     home = Path(tempfile.mkdtemp(prefix="tool-", dir=tree.parent))
@@ -55,8 +105,10 @@ def run_tool(argv: list[str], tree: Path, stdin_text: str, hidden: list[Path], t
 
 
 def _run(argv, tree, stdin_text, env, timeout, box) -> tuple[int | None, str]:
+    # A diff's bytes that are not UTF-8 were read with surrogateescape: the tool gets exactly those bytes back.
     proc = subprocess.Popen(argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, errors="surrogateescape",
+                            start_new_session=True)
     try:
         out, _ = proc.communicate(stdin_text, timeout=timeout)
         return proc.returncode, out

@@ -1,9 +1,12 @@
-"""The zygote: forked by the judge before it loads any hidden test, it forks one sandboxed subject per request.
+"""The zygote: forked before anything of a judge run is read, it forks one sandboxed subject per request.
 
 Forking from the judge itself would hand each subject a copy of the judge's memory (expectations, the secret
-seed, pytest's state); the zygote was forked while the judge held none of that, so its children inherit only the
-third-party modules already imported (torch, Triton, ... on a warm worker). It answers each spawn request with
-the subject's process id and, passed as a file descriptor, the judge's end of a fresh socket pair.
+seed, the request with its deadline and evidence path, pytest's state). A zygote is forked from a process that
+never held any of it: a cold judge forks its zygote before it reads its request (which comes on stdin, never in
+its argv or environment); a warm worker forks one clean zygote, the template, before it reads any request, and
+asks the template for a fresh zygote per judge (``spawn_zygote``). Subjects inherit only the third-party modules
+already imported (torch, Triton, ... on a warm worker). A zygote answers each spawn request with the child's
+process id and, passed as a file descriptor, the caller's end of a fresh socket pair.
 """
 
 from __future__ import annotations
@@ -24,15 +27,27 @@ SPAWN_MESSAGE_CAP = 1 << 20
 def start() -> tuple[socket.socket, int]:
     """Fork the zygote; returns the judge's control socket and the zygote's pid."""
     judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    caller = os.getpid()
     pid = os.fork()
     if pid == 0:
         judge_end.close()
         try:
+            # The caller's stdin may be where its request arrives later, and its stdout a pipe that must see EOF
+            # when the caller ends: the zygote keeps neither.
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)
+            os.dup2(devnull, 1)
+            contain.die_with_parent(caller)
             _serve(zygote_end)
         finally:
             os._exit(0)
     zygote_end.close()
     return judge_end, pid
+
+
+def spawn_zygote(template: socket.socket) -> tuple[int, socket.socket]:
+    """Ask a zygote (the warm worker's template) for a fresh zygote of its own: (its pid, its control socket)."""
+    return spawn(template, {"zygote": True})
 
 
 def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
@@ -46,8 +61,10 @@ def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
 
 
 def _serve(control: socket.socket) -> None:
-    # Subjects are reaped by the kernel: the zygote never waits on them, the judge kills them by pid and uid.
+    # Subjects are reaped by the kernel: the zygote never waits on them, the judge ends them by pid namespace and
+    # cgroup (``contain.end_subject``).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    me = os.getpid()
     while True:
         head = _read(control, 4)
         if head is None:
@@ -62,10 +79,20 @@ def _serve(control: socket.socket) -> None:
         if pid == 0:
             control.close()
             judge_side.close()
-            _become_subject(spec, subject_side)
+            if spec.get("zygote") is True:
+                contain.die_with_parent(me)
+                _serve_fresh(subject_side)
+            _become_subject(spec, subject_side, me)
         subject_side.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
         judge_side.close()
+
+
+def _serve_fresh(control: socket.socket) -> None:
+    try:
+        _serve(control)
+    finally:
+        os._exit(0)
 
 
 def _read(sock: socket.socket, n: int) -> bytes | None:
@@ -81,10 +108,11 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
 CHANNEL_FD = 3
 
 
-def _become_subject(spec: dict, channel: socket.socket) -> None:
+def _become_subject(spec: dict, channel: socket.socket, zygote: int) -> None:
     """In the forked child: own session, only the channel and the log open, contained, then serve probes."""
     code = 0
     try:
+        contain.die_with_parent(zygote)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -97,15 +125,19 @@ def _become_subject(spec: dict, channel: socket.socket) -> None:
         os.dup2(channel.fileno(), CHANNEL_FD)
         os.closerange(CHANNEL_FD + 1, 1 << 16)
         sock = socket.socket(fileno=CHANNEL_FD)
+        # Only the interpreter's own folders stay on the path, behind the patched tree and the probes; resolved
+        # before the view hides the folders a symlinked environment is reached through (a worktree's .venv).
+        resolved = [os.path.realpath(p) for p in sys.path if p]
+        keep = [p for p in dict.fromkeys(resolved) if p.startswith(tuple(spec["interpreter_paths"]))]
         if spec.get("box"):
             contain.enter(spec["box"])
         os.environ.clear()
         os.environ.update(spec["env"])
         tempfile.tempdir = None
         os.chdir(spec["cwd"])
-        # Only the interpreter's own folders stay on the path, behind the patched tree and the probes.
-        keep = [p for p in sys.path if p and p.startswith(tuple(spec["interpreter_paths"]))]
         sys.path[:] = [*spec["sys_path"], *keep]
+        if spec.get("box") and spec["env"].get("GRADER_GPU") == "1":
+            subject.bound_gpu_allocator(spec["box"].get("gpu_memory_bytes"))
         subject.serve(sock, spec.get("added_lines"))
     except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
         try:

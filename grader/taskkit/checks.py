@@ -19,11 +19,12 @@ from pathlib import Path
 
 from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.core.records import BuiltBase
+from grader.sandbox.leftovers import owned_name
 from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
-from grader.run import environment_problem, judge_environment, parse_evidence, pytest_args
+from grader.run import environment_modules, environment_problem, judge_environment, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
 from grader.core.environment import unmet
@@ -160,7 +161,8 @@ def check_requirements(task: Task) -> Check:
     """Each declared requirement is installed at a version it allows, and its modules import."""
     problems = unmet(task.base.requires)
     if problems:
-        return Check(task.id, "requirements", "FAIL", f"task {task.id} needs {', '.join(problems)}")
+        return Check(task.id, "requirements", "FAIL", f"task {task.id} needs {', '.join(problems)}; "
+                     "`grade.py task-requirements --install` installs what is missing")
     failures = import_failures(task.base.requires, base_environment(False))
     if failures:
         return Check(task.id, "requirements", "FAIL", "do not import: " + "; ".join(f"{m} ({e})"
@@ -174,7 +176,9 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
     problem = environment_problem(task, base.path, base.key, False)
     if problem:
         return Check(task.id, "environment", "FAIL", problem)
-    return Check(task.id, "environment", "ok", "the base's task modules import here (CPU)")
+    pinned, probed = environment_modules(task, base.path)
+    return Check(task.id, "environment", "ok", f"the base's task modules import here (CPU): {len(pinned)} pinned, "
+                 f"{len(probed)} more that the probes and tests name")
 
 
 # --- the hidden tests -------------------------------------------------------------------------------------------------
@@ -183,7 +187,7 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
 def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], list[str], int | None]:
     """The task's hidden tests as the judge collects them (``pytest --collect-only`` with the evidence plugin):
     each test's node id with the criteria it names, the collection errors, and pytest's exit code."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"grader-collect-{task.id}-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-collect-{task.id}"), dir=scratch_root()))
     try:
         judge = scratch / "judge"
         judge.mkdir(mode=0o700)
@@ -357,6 +361,15 @@ def sample_candidates(task: Task) -> list[tuple[Candidate, dict[str, str]]]:
     return found
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word's end (a test's name is never cut mid-word), with
+    an ellipsis where it was cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;") + "…"
+
+
 def status_check(task: Task, name: str, graded: Graded | None, designed: dict[str, str]) -> Check:
     """One sample's statuses against its design."""
     label = f"statuses of {name}"
@@ -365,8 +378,8 @@ def status_check(task: Task, name: str, graded: Graded | None, designed: dict[st
     result = graded.result
     if result.verdict == "error" or result.run_status != "complete":
         return Check(task.id, label, "FAIL", f"grading did not complete ({result.run_status}): "
-                     f"{(result.error or result.summary)[:400]}")
-    wrong = [f"{cid} is {r.status} ({r.rationale[:160]}), designed {designed.get(cid)}"
+                     f"{clipped(result.error or result.summary, 400)}")
+    wrong = [f"{cid} is {r.status} ({clipped(r.rationale, 160)}), designed {designed.get(cid)}"
              for cid, r in result.criteria.items() if r.status != designed.get(cid)]
     if wrong:
         return Check(task.id, label, "FAIL", "; ".join(wrong))

@@ -16,8 +16,14 @@ def add_parser(sub) -> None:
     n.add_argument("task_id", metavar="ID", help="the new task's id: lower-case words joined by '-'")
     n.add_argument("--sdist", required=True, metavar="VERSION", help="the vLLM sdist the base is built from")
     n.add_argument("--overlay", type=Path, metavar="FILE", help="a diff applied at the sdist's root first")
-    n.add_argument("--files", nargs="+", required=True, metavar="PATH",
-                   help="files the task's candidates touch (their pre-image blobs are pinned)")
+    n.add_argument("--files", nargs="+", metavar="PATH",
+                   help="files the task's candidates touch (their pre-image blobs are pinned); with "
+                        "--from-upstream, the files whose upstream change is the reference")
+    n.add_argument("--from-upstream", metavar="VERSION", dest="upstream",
+                   help="write the reference fix from upstream's change between the base and this vLLM sdist")
+    n.add_argument("--description", default="",
+                   help="what the task is about; with --from-upstream and no --files, the changed files it "
+                        "names are proposed")
     n.add_argument("--root", type=Path, default=REPO_ROOT,
                    help="the repository to write into (default: this one)")
     c = sub.add_parser("check-task", help="check a task folder end to end (all tasks without ID); exit 1 on a FAIL")
@@ -27,8 +33,11 @@ def add_parser(sub) -> None:
     c.add_argument("--no-grade", action="store_true",
                    help="skip grading the base, reference and samples (the slow step)")
     c.add_argument("--jobs", type=int, default=None, help="candidates graded at once (default: as grade)")
-    sub.add_parser("task-requirements",
-                   help="print every task's declared requirements (base.toml [environment]), one a line")
+    r = sub.add_parser("task-requirements",
+                       help="print every task's declared requirements (base.toml [environment]), one a line")
+    r.add_argument("--install", action="store_true",
+                   help="install those this environment lacks (and only those), torch and triton held")
+    r.add_argument("--missing", action="store_true", help="print only those this environment lacks")
 
 
 def run(args) -> int:
@@ -43,12 +52,19 @@ def run_new_task(args) -> int:
     from grader.taskkit.skeleton import NewTaskError, create_task
 
     try:
-        written = create_task(args.root, args.task_id, args.sdist, args.overlay, args.files)
+        written = create_task(args.root, args.task_id, args.sdist, args.overlay, args.files, args.upstream,
+                              args.description)
     except (NewTaskError, BaseBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(path.relative_to(args.root) if path.is_relative_to(args.root) else path)
+    if args.upstream:
+        from grader.diffparse import parse_diff
+
+        reference = args.root / "reference_impl" / f"{args.task_id}.diff"
+        changed = [s.new_path or s.old_path for s in parse_diff(reference.read_text()).sections]
+        print(f"the reference is upstream's change in vllm {args.upstream} to {', '.join(changed)}", file=sys.stderr)
     print(f"wrote the skeleton of {args.task_id}; replace every TODO(new-task), then run "
           f"`grade.py check-task {args.task_id}`", file=sys.stderr)
     return 0
@@ -86,8 +102,20 @@ def run_check_task(args) -> int:
 
 
 def run_task_requirements(args) -> int:
-    from grader.taskkit.requirements import union
+    """Print the union of the tasks' requirements (``--missing``: those not satisfied here); ``--install`` installs
+    the missing ones with pip (exit status pip's), printing what it installs on stderr."""
+    import subprocess
 
-    for requirement in union(RUBRICS_DIR):
-        print(requirement)
-    return 0
+    from grader.taskkit.requirements import install_command, missing_from_union, union
+
+    if not args.install:
+        for requirement in (missing_from_union(RUBRICS_DIR) if args.missing else union(RUBRICS_DIR)):
+            print(requirement)
+        return 0
+    missing = missing_from_union(RUBRICS_DIR)
+    if not missing:
+        print("every task's requirements are installed", file=sys.stderr)
+        return 0
+    command = install_command(missing)
+    print(f"installing {', '.join(missing)}: {' '.join(command)}", file=sys.stderr, flush=True)
+    return subprocess.run(command).returncode

@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from grader.core.environment import applies_here, interpreter_site_folders, parse
+from grader.core.environment import applies_here, installed_version, interpreter_site_folders, parse, unmet
 from grader.core.rubric import RUBRICS_DIR, all_base_recipes
 
 IMPORT_CHECK = """
@@ -35,6 +35,23 @@ def union(rubrics_dir: Path = RUBRICS_DIR) -> list[str]:
         for text in recipe.requires:
             seen.setdefault(" ".join(text.split()), text)
     return sorted(seen.values(), key=lambda text: (parse(text).name.lower(), text))
+
+
+# Installed by setup before anything else and never moved by a task's requirement (a resolver could otherwise pull
+# another build of torch, a CUDA one, in place of the CPU wheel).
+HELD = ("torch", "triton")
+
+
+def missing_from_union(rubrics_dir: Path = RUBRICS_DIR, path: list[str] | None = None) -> list[str]:
+    """The declared requirements of every task that this environment does not satisfy (their marker holding
+    here): what ``task-requirements --install`` installs."""
+    return [text for text in union(rubrics_dir) if applies_here(parse(text)) and unmet([text], path)]
+
+
+def install_command(requirements: list[str]) -> list[str]:
+    """pip installing ``requirements`` into this interpreter, with torch and triton held at the versions installed."""
+    held = [f"{name}=={version}" for name in HELD if (version := installed_version(name)) is not None]
+    return [sys.executable, "-m", "pip", "install", "-q", *requirements, *held]
 
 
 def import_names(name: str, path: list[str] | None = None) -> list[str]:

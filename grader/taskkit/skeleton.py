@@ -18,7 +18,9 @@ from pathlib import Path, PurePosixPath
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from grader.checkout import build_base, file_blobs, obtain_sdist, sha256_of
+from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
+from grader.taskkit.upstream import UpstreamChange, UpstreamError, upstream_change
 
 PLACEHOLDER = "TODO(new-task)"
 TASK_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -79,14 +81,19 @@ def normalised_files(files: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def pin_base(task_id: str, version: str, overlay: Path | None, files: list[str]) -> BaseRecipe:
-    """Fetch the sdist, build the base with the overlay applied, and read each file's pre-image blob: the recipe
-    of the new task (its overlay still at ``overlay``)."""
+def built_base(task_id: str, version: str, overlay: Path | None) -> tuple[str, BuiltBase]:
+    """Fetch the sdist and build the base with the overlay applied (no blobs to prove yet): its sha256 and the
+    base."""
     if overlay is not None and not overlay.is_file():
         raise NewTaskError(f"--overlay {overlay}: no such file")
-    sdist = obtain_sdist(version)
-    sha256 = sha256_of(sdist)
-    base = build_base(task_id, BaseRecipe(version, sha256, overlay, {}))
+    sha256 = sha256_of(obtain_sdist(version))
+    return sha256, build_base(task_id, BaseRecipe(version, sha256, overlay, {}))
+
+
+def pinned_recipe(base: BuiltBase, version: str, sha256: str, overlay: Path | None,
+                  files: list[str]) -> BaseRecipe:
+    """The recipe of the new task: each file's pre-image blob read from the built base (its overlay still at
+    ``overlay``)."""
     blobs = file_blobs(base.path, files)
     missing = [rel for rel, blob in blobs.items() if blob is None]
     if missing:
@@ -103,13 +110,15 @@ def example_module(files: list[str]) -> str | None:
     return None
 
 
-def rendered_files(paths: TaskPaths, recipe: BaseRecipe, files: list[str]) -> dict[Path, str]:
-    """Every file of the skeleton, by path, with its text."""
+def rendered_files(paths: TaskPaths, recipe: BaseRecipe, files: list[str],
+                   upstream: UpstreamChange | None = None, description: str = "") -> dict[Path, str]:
+    """Every file of the skeleton, by path, with its text; with ``upstream``, its reference is upstream's
+    change and its README says where that came from."""
     module = example_module(files)
     values = {"task_id": paths.task_id, "mark": PLACEHOLDER, "version": recipe.sdist_version,
               "sha256": recipe.sdist_sha256, "overlay": recipe.overlay is not None, "blobs": recipe.blobs,
               "files": files, "module": module, "module_or_package": module or "vllm",
-              "probe_module": f"{paths.slug}_probes"}
+              "probe_module": f"{paths.slug}_probes", "upstream": upstream, "description": description.strip()}
     rubric = TEMPLATES.get_template("rubric.toml.j2").render(values)
     kinds = {cid: c["kind"] for cid, c in tomllib.loads(rubric)["criteria"].items()}
     folder = paths.rubric_dir
@@ -120,22 +129,37 @@ def rendered_files(paths: TaskPaths, recipe: BaseRecipe, files: list[str]) -> di
         folder / "equivalent-mutants.toml": TEMPLATES.get_template("equivalent-mutants.toml.j2").render(values),
         folder / "probes" / f"{paths.slug}_probes.py": TEMPLATES.get_template("probes.py.j2").render(values),
         folder / "tests" / f"test_{paths.slug}.py": TEMPLATES.get_template("test.py.j2").render(values),
-        paths.reference: TEMPLATES.get_template("reference.diff.j2").render(values),
+        paths.reference: upstream.diff if upstream else TEMPLATES.get_template("reference.diff.j2").render(values),
         paths.candidates_dir / "expected.toml": TEMPLATES.get_template("expected.toml.j2").render(
             {**values, "kinds": kinds}),
     }
 
 
-def create_task(root: Path, task_id: str, version: str, overlay: Path | None, files: list[str]) -> list[Path]:
-    """Write the skeleton of ``task_id`` under ``root``; the paths written. Nothing is written when any check
-    fails (a bad or taken id, a file the base lacks, a base that cannot be built)."""
+def create_task(root: Path, task_id: str, version: str, overlay: Path | None, files: list[str] | None,
+                upstream_version: str | None = None, description: str = "") -> list[Path]:
+    """Write the skeleton of ``task_id`` under ``root``; the paths written. With ``upstream_version``, the
+    reference is upstream's change between the base and that sdist, of ``files`` or else of the changed files
+    ``description`` names. Nothing is written when any check fails (a bad or taken id, a file the base lacks, a
+    base that cannot be built, an upstream change that gives no reference)."""
     paths = TaskPaths(root, task_id)
     refuse_bad_id(paths)
-    wanted = normalised_files(files)
-    if not wanted:
+    wanted = normalised_files(files or [])
+    if not wanted and upstream_version is None:
         raise NewTaskError("--files: name at least one file the task's candidates touch")
-    recipe = pin_base(task_id, version, overlay, wanted)
-    written = rendered_files(paths, recipe, wanted)
+    sha256, base = built_base(task_id, version, overlay)
+    change = None
+    if upstream_version is not None:
+        try:
+            change = upstream_change(base.path, upstream_version, wanted, description)
+        except UpstreamError as exc:
+            raise NewTaskError(f"--from-upstream {upstream_version}: {exc}") from exc
+        # Files upstream creates have no pre-image to pin.
+        wanted = [p for p in change.files if (base.path / p).is_file()] or wanted
+        if not wanted:
+            raise NewTaskError(f"--from-upstream {upstream_version}: upstream only adds files "
+                               f"({', '.join(change.files)}); name a file of the base with --files")
+    recipe = pinned_recipe(base, version, sha256, overlay, wanted)
+    written = rendered_files(paths, recipe, wanted, change, description)
     for path, text in written.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -3,17 +3,17 @@ inputs, under a simulated TP group (``qknorm_sim``).
 
 Every probe takes the judge's tensors (per-rank shards, drawn by the judge), runs the candidate's public layer
 entry and returns observations: the tensors each rank returned, how each rank called the all-reduce, the aten ops
-a spy saw, the guard elements after each allocation, or what the subprocess runners (``fallback_runner``,
-``speed_runner``) reported. Nothing here decides whether an observation is right.
+a spy saw, the guard elements after each allocation, or what the fallback runner (``fallback_runner``) reported.
+Nothing here decides whether an observation is right. Speed is measured elsewhere (``qknorm_speed``, timed by
+the judge).
 
 TorchDynamo is disabled in this process: a ``torch.compile``-decorated function then runs its own eager ops, with
 the same semantics, without a CPU compile of about 12 s per specialization, and the spy sees what the compiled
-function's dataflow does. The speed runner, a fresh subprocess, compiles for real.
+function's dataflow does. The speed probes run in subjects of their own, where compiled code is compiled.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -144,17 +144,4 @@ def fallback(cases: list[dict], device: str, timeout: float = 240.0) -> dict:
             run["report"] = torch.load(outputs, weights_only=True)
         else:
             run["report"] = None
-    return run
-
-
-def speed(cases: list[dict], timeout: float = 540.0) -> dict:
-    """Run ``speed_runner.py`` (GPU; TorchDynamo on) on the judge's cases and return its report (raw per-round
-    samples of the candidate and of the regressed baseline, per case), with its return code and output tails."""
-    env = _child_env(drop=("TORCHDYNAMO_DISABLE", "TRITON_INTERPRET"))
-    run = _run("speed_runner.py", [json.dumps(cases)], env, timeout)
-    lines = (run.pop("stdout", "") or "").strip().splitlines()
-    try:
-        run["report"] = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        run["report"] = None
     return run

@@ -1,5 +1,7 @@
-"""Subprocess (GPU; started by the probe ``qknorm_probes.speed`` inside the subject): time the candidate's
-forward_qkv against the base's regressed path, interleaved.
+"""The speed harness's shared parts (``SpeedTPGroup``, ``register_ops``, the timers) and a subprocess runner for
+``bench/minimax_qk_norm.py``: time a tree's forward_qkv against a rewrite of the base's regressed path. The hidden
+tests no longer use this runner (its timers run in the candidate's process); they time the base tree's own
+forward_qkv against the candidate's from the judge (``qknorm_speed``).
 
 Usage: python speed_runner.py <cases_json>, with the patched tree's import root and the probes folder on
 PYTHONPATH. Prints one JSON object: per case the raw per-round samples of both; the judge computes the ratio and

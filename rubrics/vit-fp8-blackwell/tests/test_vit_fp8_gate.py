@@ -138,6 +138,28 @@ def test_error_names_blackwell_requirement(capability, subject):
     assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
 
 
+# Naming Blackwell is not enough: the message must not also claim that an older GPU works. "Requires a Hopper or
+# Blackwell GPU (SM90 or newer)" names Blackwell and tells the Hopper user the opposite of the truth.
+FALSE_SUPPORT_CLAIM = re.compile(
+    r"\b(?:hopper|ada|sm[ _-]?[89]\d|(?:capability\D{0,4})?[89]\.\d)\b[^.;:]{0,24}?"
+    r"(?:\bor\b|\band\b|/)\s*(?:newer|later|above|higher|blackwell|sm[ _-]?1\d\d)"
+    r"|\bsm[ _-]?[89]\d\s*\+",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.criterion("c2")
+@pytest.mark.parametrize("capability", UNSUPPORTED_FOR_MESSAGE + [(9, 0)],
+                         ids=[_cap_id(c) for c in UNSUPPORTED_FOR_MESSAGE + [(9, 0)]])
+def test_error_claims_no_pre_blackwell_support(capability, subject):
+    """The error names the Blackwell requirement and does not say that an older GPU (Ada, Hopper) supports it."""
+    gpu = _gpu(capability)
+    message = _check_error_message(gpu, build(subject, gpu))
+    assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
+    claim = FALSE_SUPPORT_CLAIM.search(message)
+    assert not claim, f"the error claims pre-Blackwell support ({claim.group(0)!r}): {message!r}"
+
+
 # --- c3: Blackwell and newer pass -----------------------------------------------------------------------------
 
 ACCEPTED = [(10, 0), (10, 3), (11, 0), (12, 0), (12, 1)]
@@ -164,6 +186,32 @@ def test_gate_accepts_whole_sm100_and_newer_range(subject):
         f"the gate locks out {len(wrong)} SM100+ capability(ies) with cuDNN 9.17.1 and FlashInfer: "
         + "; ".join(wrong) + " (the requirement is every capability >= 10.0)"
     )
+
+
+# The gate is not the only place that can refuse: the layer itself must build with FP8 enabled wherever the
+# requirement holds. A constructor with a narrower check of its own (the 10.x family only, say) passes every gate
+# test and still stops an SM120 user. One test per capability and one for the whole range, weighted as the gate's.
+def _built_with_fp8(observed: dict) -> bool:
+    return "raised" not in observed and observed["returned"].get("fp8_enabled") is True
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.parametrize("capability", ACCEPTED, ids=[_cap_id(c) for c in ACCEPTED])
+def test_layer_builds_with_fp8_on_sm100_and_newer(capability, subject):
+    """MMEncoderAttention builds with FP8 enabled on SM100 and every newer capability (cuDNN 9.17.1, FlashInfer)."""
+    observed = build(subject, _gpu(capability))
+    assert _built_with_fp8(observed), (
+        f"building MMEncoderAttention with FP8 on {_sm(capability)} did not enable FP8: "
+        + (f"raised {observed['raised']}: {observed['message']}" if "raised" in observed else str(observed["returned"]))
+    )
+
+
+@pytest.mark.criterion("c3")
+def test_layer_builds_with_fp8_on_the_whole_range(subject):
+    """The layer builds with FP8 on every capability from 10.0 on at once, none refused at construction."""
+    observed = subject.call("vit_fp8_probes.build_outcomes", cases=[_gpu(c) for c in ACCEPTED])
+    refused = [_sm(c) for c, seen in zip(ACCEPTED, observed, strict=True) if not _built_with_fp8(seen)]
+    assert not refused, f"the layer refuses FP8 on {', '.join(refused)} although the requirement holds there"
 
 
 # --- c4: cuDNN version and FlashInfer backend checks kept ----------------------------------------------------

@@ -7,6 +7,8 @@ subject reports what each site did on a faked platform (``probes/xpu_probes.py``
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 FP8_DTYPES = ["fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -124,6 +126,30 @@ def test_cuda_capability_rules_all_kept_per_site(site, subject):
     assert not wrong, f"{site} gets {len(wrong)} CUDA case(s) wrong: " + "; ".join(wrong)
 
 
+# A rejection's advice is part of what it claims: "Re-run with --kv-cache-dtype X" says X works on this GPU. An
+# error that sends an SM75 user to bfloat16 (which SM75 rejects too) keeps the rejection and breaks its promise.
+# Each rejection must still happen (a missing one is wrong here too, never a vacuous pass), and its advice, where
+# it gives one, must hold. Weighted as the two all-cases tests together: wrong advice leaves c3 below met.
+SUGGESTION = re.compile(r"--kv-cache-dtype[ =]+([A-Za-z0-9_]+)")
+
+
+@pytest.mark.criterion("c3", weight=2 * len(CUDA_CASES))
+def test_cuda_rejections_suggest_a_dtype_that_is_accepted_there(subject):
+    """Each CUDA rejection still happens, and where it suggests another --kv-cache-dtype, that one is accepted there."""
+    rejected = [(c, d) for c, d, a in CUDA_CASES if not a]
+    observed = subject.call("xpu_probes.site_outcomes", cases=[_case("impl", "cuda", c, d) for c, d in rejected])
+    wrong = []
+    for (capability, dtype), seen in zip(rejected, observed, strict=True):
+        if seen.get("raised") not in REJECTIONS:
+            wrong.append(f"SM{capability[0]}{capability[1]} {dtype}: not rejected ({seen})")
+            continue
+        suggested = SUGGESTION.search(seen.get("message", ""))
+        if suggested and not accepts(subject, "impl", "cuda", suggested.group(1), capability):
+            wrong.append(f"SM{capability[0]}{capability[1]} {dtype}: suggests {suggested.group(1)!r}, "
+                         "which is rejected there too")
+    assert not wrong, "; ".join(wrong)
+
+
 # --- c4: the exemption is limited to XPU ----------------------------------------------------------------------
 
 OTHER_PLATFORMS = [
@@ -162,6 +188,24 @@ def test_non_xpu_rejections_all_kept_per_site(site, subject):
              for kind, cap in OTHER_PLATFORMS for dtype in C4_DTYPES]
     wrong = _wrong_verdicts(subject, cases)
     assert not wrong, f"{site} gets {len(wrong)} non-XPU case(s) wrong: " + "; ".join(wrong)
+
+
+# The exemption is XPU's, and it lifts the capability requirement and nothing else: the store validator rejects
+# on every other platform without the capability, and a dtype it never supports (neither native nor quantized, as
+# the base decides) stays rejected on XPU too. A validator that answers True on XPU before looking at the dtype
+# accepts any string there. All at once, weighted as all the per-case c4 tests: an exemption wider than asked, in
+# platforms or in dtypes, leaves c4 below met.
+NEVER_SUPPORTED = ["turboquant_k8v4", "turboquant_3bit_nc"]
+
+
+@pytest.mark.criterion("c4", weight=len(OTHER_PLATFORMS) * len(C4_DTYPES) * len(SITES))
+def test_xpu_exemption_keeps_unsupported_dtypes_rejected(subject):
+    """The store validator's exemption is exactly XPU's capability: other platforms and unsupported dtypes still fail."""
+    cases = [(f"{kind} (capability {cap})", _case("validator", kind, cap, dtype), False)
+             for kind, cap in OTHER_PLATFORMS for dtype in C4_DTYPES]
+    cases += [("XPU", _case("validator", "xpu", None, dtype), False) for dtype in NEVER_SUPPORTED]
+    wrong = _wrong_verdicts(subject, cases)
+    assert not wrong, "the exemption is wider than XPU's capability: " + "; ".join(wrong)
 
 
 # --- c5: every validation site agrees -------------------------------------------------------------------------

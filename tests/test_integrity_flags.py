@@ -1,0 +1,138 @@
+"""Tamper signals (grader/integrity.py): honest diffs raise none, every attack diff of the project raises the
+rules it should, each rule fires on what it names and not on its honest look-alikes, and the flags reach
+results.json, the pages and the exit code without touching a verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.core.records import Candidate
+from grader.core.rubric import REPO_ROOT
+from grader.integrity import RULES, scan_diff
+from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.report import grader_revision, started_at, write_html, write_results_json
+
+
+def added_file(path: str, *lines: str) -> str:
+    body = "".join(f"+{line}\n" for line in lines)
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n{body}")
+
+
+def rules_of(diff: str) -> set[str]:
+    return {flag.rule for flag in scan_diff(diff)}
+
+
+HONEST = sorted([*(REPO_ROOT / "reference_impl").glob("*.diff"), *(REPO_ROOT / "candidates").glob("*/*.diff")])
+
+
+@pytest.mark.parametrize("path", HONEST, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_reference_fixes_and_samples_raise_no_flag(path):
+    assert scan_diff(path.read_text()) == []
+
+
+# The project's attack diffs (tests/adversarial/) and what each must raise; the three without a rule are attacks on
+# resources or paths, stopped by the sandbox and apply, with nothing in their text an honest fix would not write.
+ADVERSARIAL = {"escape.diff": {"socket", "fork", "signal", "process-exit"},
+               "self-executing.diff": {"process-exit", "harness-import"},
+               "pytest-forgery.diff": {"harness-import"},
+               "import-loop.diff": set(), "memory-hog.diff": set(), "path-traversal.diff": set()}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_each_attack_diff_raises_its_rules(name):
+    assert rules_of((REPO_ROOT / "tests" / "adversarial" / name).read_text()) == ADVERSARIAL[name]
+
+
+# One line that must raise the rule, one honest look-alike that must not.
+RULE_CASES = {
+    "grader-environment": ('secret = os.environ["GRADER_SECRET"]', 'level = os.environ.get("VLLM_LOGGING_LEVEL")'),
+    "frame-walk": ("caller = sys._getframe(1).f_locals", "frame_count = len(frames)"),
+    "gc-walk": ("for obj in gc.get_objects():", "gc.collect()"),
+    "harness-lookup": ('plugin = sys.modules.get("grader.pytest_evidence")', 'mod = sys.modules.get("vllm.envs")'),
+    "harness-import": ("from _pytest.reports import TestReport", "from vllm.platforms import current_platform"),
+    "proc-filesystem": ('open("/proc/1/environ").read()', 'path = "procs/a.txt"'),
+    "ptrace": ("libc.ptrace(PTRACE_ATTACH, pid, 0, 0)", "trace = []"),
+    "socket": ("s = socket.socket(socket.AF_UNIX)", "sockets_per_node = 2"),
+    "ctypes": ("import ctypes", "ctype = 'int'"),
+    "fork": ("pid = os.fork()", "forked = False"),
+    "signal": ("signal.signal(signal.SIGALRM, handler)", "signal_name = 'x'"),
+    "process-exit": ("os._exit(0)", "sys.exit_code = 0 if ok else 1"),
+    "foreign-replacement": ("torch.testing.assert_close = lambda *a, **k: None", "torch.testing.assert_close(a, b)"),
+}
+
+
+def test_every_rule_has_a_case():
+    assert set(RULE_CASES) == {rule.id for rule in RULES}
+
+
+@pytest.mark.parametrize("rule", sorted(RULE_CASES))
+def test_rule_fires_on_its_pattern_and_not_on_its_look_alike(rule):
+    flagged, honest = RULE_CASES[rule]
+    assert rule in rules_of(added_file("vllm/x.py", flagged))
+    assert rule not in rules_of(added_file("vllm/x.py", honest))
+
+
+@pytest.mark.parametrize("line", ["time.perf_counter = lambda: 0.0", "builtins.print = forged",
+                                  "setattr(torch, 'allclose', always)", "torch.Tensor.__eq__ = eq"])
+def test_replacing_functions_of_foreign_modules_is_flagged(line):
+    assert "foreign-replacement" in rules_of(added_file("vllm/x.py", line))
+
+
+def test_a_flag_says_where_what_and_why_with_the_text_cleaned():
+    diff = ("diff --git a/vllm/a.py b/vllm/a.py\n--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -10,3 +10,4 @@\n ctx\n"
+            "-old\n+import sys\n+f = sys._getframe(2)  # \x1b[2J\n ctx\n")
+    [flag] = scan_diff(diff)
+    assert (flag.rule, flag.file, flag.line) == ("frame-walk", "vllm/a.py", 12)
+    assert "\x1b" not in flag.text and "\\x1b[2J" in flag.text and flag.why
+
+
+def test_comments_and_the_tests_own_pytest_imports_are_not_flagged():
+    assert scan_diff(added_file("vllm/x.py", "# sys._getframe is not used here")) == []
+    assert scan_diff(added_file("tests/test_x.py", "import pytest", "from _pytest.python import Function")) == []
+    assert rules_of(added_file("vllm/x.py", "import pytest")) == {"harness-import"}
+
+
+def test_a_neutralised_file_is_scanned_too():
+    assert rules_of(added_file("conftest.py", "import os", "os._exit(0)")) == {"process-exit"}
+
+
+def test_flags_reach_the_result_and_decide_nothing(tmp_path):
+    diff = added_file("vllm/x.py", "import ctypes")
+    candidate = Candidate("flagged", "x.diff", diff, task=None, task_reason="no task here")
+    result, _ = grade_candidate(candidate, BaseCache(), GradeOptions())
+    assert result.verdict == "no_task" and [f.rule for f in result.integrity_flags] == ["ctypes"]
+    record = result.to_json()
+    assert record["integrity_flags"][0]["file"] == "vllm/x.py"
+    import jsonschema
+
+    run_info = {"grader_version": "x", "grader": grader_revision(), "started_at": started_at(), "gpu": "off",
+                "candidates": 1, "containment": "on", "fail_under": None, "exit_code": 0, "exit_reason": "0",
+                "timings": {"wall_s": 1.0}}
+    doc = json.loads(write_results_json(tmp_path, [record], run_info).read_text())
+    jsonschema.validate(doc, json.loads((REPO_ROOT / "grader" / "schema" / "results.schema.json").read_text()))
+    write_html(tmp_path, [record], {}, {"flagged": diff})
+    assert "&#9873; 1" in (tmp_path / "index.html").read_text()
+    [page] = (tmp_path / "candidates").glob("*.html")
+    assert "Tamper signals (1)" in page.read_text() and "import ctypes" in page.read_text()
+
+
+def test_fail_on_flags_exits_5_only_when_nothing_else_failed():
+    flagged = [{"id": "a", "verdict": "full", "score": 1.0, "integrity_flags": [{"rule": "ctypes"}]}]
+    clean = [{"id": "b", "verdict": "full", "score": 1.0, "integrity_flags": []}]
+    assert cli.flags_exit(flagged, 0, "0: fine")[0] == 5 and "a" in cli.flags_exit(flagged, 0, "0")[1]
+    assert cli.flags_exit(clean, 0, "0: fine") == (0, "0: fine")
+    args = cli.build_parser().parse_args(["grade", "x.diff", "--fail-on-flags"])
+    assert args.fail_on_flags
+
+
+def test_the_frame_walk_of_the_secret_attack_is_flagged():
+    """The first class of issue 25: a candidate that walks sys._getframe() up to the judge's request."""
+    diff = added_file("vllm/__init__.py", "import sys", "frame = sys._getframe()", "while frame is not None:",
+                      "    secret = frame.f_locals.get('request')", "    frame = frame.f_back")
+    assert rules_of(diff) == {"frame-walk"}
+    assert len(scan_diff(diff)) == 3

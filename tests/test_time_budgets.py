@@ -1,0 +1,122 @@
+"""Time is judged, not granted: a candidate's probe call is held to a budget drawn from the controls' own time on
+the same call (``grader.sandbox.budget``), measured in a calibration run over the reference with every call made
+again on the base. Over budget where a control finished is a failed check; a call no control finished either is
+an honest time-out (not evaluated). Each case is a real judge (cold) with real subjects over toy trees: a module
+``toylib`` whose ``double`` is right on the reference, wrong on the base, and slow where a candidate chooses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.sandbox.budget import CallTimes
+from grader.score import score_from_outcomes
+from judge_harness import run_judge, tree_with as harness_tree
+
+PROBE = """
+def double(x):
+    import toylib
+    return toylib.double(x)
+"""
+HIDDEN_TESTS = """
+import pytest
+from grader.sandbox.client import subject
+
+
+@pytest.mark.criterion("c1")
+def test_two():
+    assert subject("candidate").call("toy_probe.double", x=2, timeout=10) == 4
+
+
+@pytest.mark.criterion("c2")
+def test_three():
+    assert subject("candidate").call("toy_probe.double", x=3, timeout=10) == 6
+"""
+RIGHT = "def double(x):\n    return 2 * x\n"
+BASE = "def double(x):\n    return 7 if x == 3 else 2 * x\n"
+# Sleeps exactly on the call it would fail: before, that call's check was "not evaluated" and the score 1.00.
+SLEEPS_WHERE_WRONG = "import time\n\ndef double(x):\n    if x == 3:\n        time.sleep(3600)\n    return 2 * x\n"
+HANGS_ON_THREE = SLEEPS_WHERE_WRONG
+SPINS_AT_IMPORT = "while True:\n    pass\n"
+QUICK = {"GRADER_BUDGET_FACTOR": "3", "GRADER_BUDGET_FLOOR_S": "3", "GRADER_BUDGET_START_FLOOR_S": "2"}
+
+
+def tree_with(folder: Path, source: str) -> Path:
+    return harness_tree(folder, toylib=source)
+
+
+def judge(tmp_path: Path, name: str, candidate: Path, base: Path, extra_env: dict[str, str]):
+    """One judge run of the hidden tests above: the outcomes as grading reads them, by test name."""
+    return run_judge(tmp_path / name, candidate, base, HIDDEN_TESTS, {"toy_probe": PROBE}, extra_env)
+
+
+def calibrate(tmp_path: Path, reference: Path, base: Path) -> Path:
+    record = tmp_path / "call-times.json"
+    judge(tmp_path, "calibration", reference, base, {"GRADER_CALL_TIMES_OUT": str(record)})
+    return record
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+
+
+def test_calibration_times_every_call_on_the_reference_and_on_the_base(tmp_path, own_cache):
+    record = calibrate(tmp_path, tree_with(tmp_path / "reference", RIGHT), tree_with(tmp_path / "base", BASE))
+    times = CallTimes.load(record)
+    assert len(times.calls) == 2 and set(times.startup) == {"reference", "base"}
+    for seen in times.calls.values():
+        assert {c: s is not None for c, s in seen.items()} == {"reference": True, "base": True}
+    assert times.budget(next(iter(times.calls)), fresh=False) is not None
+
+
+def test_sleeping_on_the_calls_it_would_fail_fails_them(tmp_path, own_cache):
+    """Before budgets, this candidate's c2 was not evaluated (a time-out) and its score 1.00."""
+    record = calibrate(tmp_path, tree_with(tmp_path / "reference", RIGHT), tree_with(tmp_path / "base", BASE))
+    seen = judge(tmp_path, "graded", tree_with(tmp_path / "sleeper", SLEEPS_WHERE_WRONG),
+                 tmp_path / "base", {"GRADER_CALL_BUDGETS": str(record), **QUICK})
+    assert seen["test_two"].status == "passed"
+    assert seen["test_three"].status == "failed", seen["test_three"]
+    assert seen["test_three"].message.startswith("timeout:") and "budget" in seen["test_three"].message
+    c2 = score_from_outcomes("c2", "three", list(seen.values()))
+    assert (c2.status, c2.score) == ("unmet", 0.0), c2
+
+
+def test_a_call_the_controls_do_not_finish_either_is_an_honest_timeout(tmp_path, own_cache):
+    """A slow environment: the reference and the base both hang on the call, so the candidate's hang there says
+    nothing about the candidate: not evaluated, and the run is timed out."""
+    slow_reference = tree_with(tmp_path / "reference", HANGS_ON_THREE)
+    record = calibrate(tmp_path, slow_reference, tree_with(tmp_path / "base", HANGS_ON_THREE))
+    assert [s for s in CallTimes.load(record).calls.values() if s == {"reference": None, "base": None}]
+    seen = judge(tmp_path, "graded", tree_with(tmp_path / "hangs", HANGS_ON_THREE), tmp_path / "base",
+                 {"GRADER_CALL_BUDGETS": str(record), **QUICK})
+    assert seen["test_two"].status == "passed"
+    assert seen["test_three"].status == "timeout", seen["test_three"]
+    c2 = score_from_outcomes("c2", "three", list(seen.values()))
+    assert c2.status == "not_evaluated" and c2.not_run == {"timeout": 1}, c2
+
+
+def test_a_spin_at_import_fails_every_check_when_the_base_imports(tmp_path, own_cache):
+    record = calibrate(tmp_path, tree_with(tmp_path / "reference", RIGHT), tree_with(tmp_path / "base", BASE))
+    seen = judge(tmp_path, "graded", tree_with(tmp_path / "spinner", SPINS_AT_IMPORT), tmp_path / "base",
+                 {"GRADER_CALL_BUDGETS": str(record), **QUICK})
+    assert {name: o.status for name, o in seen.items()} == {"test_two": "failed", "test_three": "failed"}, seen
+    assert "never got ready" in seen["test_three"].message
+
+
+def test_without_a_record_a_time_out_stays_not_evaluated(tmp_path, own_cache):
+    """No control was measured (run-tests on a task never calibrated here): nothing is known, nothing decided."""
+    seen = judge(tmp_path, "graded", tree_with(tmp_path / "sleeper", SLEEPS_WHERE_WRONG),
+                 tree_with(tmp_path / "base", BASE), {})
+    assert seen["test_three"].status == "timeout", seen["test_three"]
+
+
+def test_run_tests_counts_outcomes_as_grading_scores_them():
+    from grader.cli import outcome_counts
+    from grader.core.records import TestOutcome
+
+    outcomes = [TestOutcome("a", "passed", {}), TestOutcome("b", "failed", {}, message="timeout: over budget"),
+                TestOutcome("c", "timeout", {}, message="timeout: no control finished")]
+    assert outcome_counts(outcomes) == "1 failed (1 over its time budget), 1 passed, 1 timeout (not evaluated)"
