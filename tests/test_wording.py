@@ -10,7 +10,7 @@ from grader.orchestrate import Graded
 from grader.scorecard import build_index, reason
 from grader.summarize import summarize
 from grader.terminal import candidate_line
-from grader.wording import checks_not_run, deciding_failure, verdict_line, verdict_phrase
+from grader.wording import checks_not_run, deciding_failure, not_run_phrase, verdict_line, verdict_phrase
 
 TASK = "xpu-kv-cache-dtypes"
 FILE = "vllm/v1/attention/backends/triton_attn.py"
@@ -72,6 +72,20 @@ def test_a_check_evidencing_two_criteria_counts_once_among_those_not_run():
     shared = entry("test_both_gpu", "skipped", message=GPU_SKIP, kinds=["gpu"])
     criteria = {"c1": {"evidence": [shared, entry("a", "passed")]}, "c2": {"evidence": [shared]}}
     assert checks_not_run(criteria) == {"gpu": 1}
+
+
+def test_a_check_the_grader_did_not_run_is_named_as_the_graders_not_the_candidates():
+    criteria = {"c1": {"evidence": [entry("a", "passed"), entry("b", "not_run"), entry("c", "timeout")]}}
+    counts = checks_not_run(criteria)
+    assert counts == {"not_run": 1, "timeout": 1}
+    assert not_run_phrase(counts) == "1 check timed out, 1 check not run (the grader's fault)"
+
+
+def test_input_truncated_and_no_task_read_as_their_verdicts():
+    for verdict, words in (("input_truncated", "input truncated"), ("no_task", "no task")):
+        data = candidate(verdict, None, {}).to_json()
+        assert verdict_line(data) == words
+        assert f"{verdict} -" in candidate_line(Graded(None, data), 1, 1)
 
 
 def test_other_verdicts_read_as_verdict_and_score():
