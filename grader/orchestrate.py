@@ -110,6 +110,9 @@ class RunOptions:
     cold: bool = False
     contained: bool = True
     keep_trees: bool = False
+    # Record which of the diff's added lines ran in each check (the pages link failing checks to hunks; costs
+    # about 1.3-1.8x the tests' time, bench/linetrace.py; never changes a verdict).
+    trace_lines: bool = False
     # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
     use_evidence_cache: bool = True
     # Finished results, looked up before grading and saved after (None: nothing is looked up or kept).
@@ -143,7 +146,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
     try:
         for candidate in candidates:
             keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu,
-                                           options.contained)
+                                           options.contained, options.trace_lines)
             record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
             if record is None:
                 pending.append(candidate)
@@ -209,7 +212,8 @@ class LocalBackend:
                                      evidence_cache=EvidenceCache() if options.use_evidence_cache else None,
                                      contained=options.contained,
                                      memory_bytes=contain.memory_per_subject(options.jobs),
-                                     empty_diff_grades_base=options.empty_diff_grades_base)
+                                     empty_diff_grades_base=options.empty_diff_grades_base,
+                                     trace_lines=options.trace_lines)
         stopping = threading.Event()
         delivered: set[str] = set()
         tasks = all_tasks()

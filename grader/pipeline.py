@@ -57,7 +57,7 @@ class GradeOptions:
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
     # Record which of the patch's added lines run in each check (for the scorecard; never for the verdict).
-    trace_lines: bool = True
+    trace_lines: bool = False
 
 
 class BaseCache:
@@ -150,9 +150,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
     """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty),
     unless ``may_run`` says of the apply report that no evidence can be graded (a cut preview)."""
     base = bases.get(task)
-    if not options.trace_lines:  # evidence without the lines that ran is neither cached nor taken from the cache
-        options = replace(options, evidence_cache=None)
-    identity = grading_identity(task, options.gpu, options.contained)
+    # Evidence with and without the lines that ran is cached apart (its identity says which).
+    identity = grading_identity(task, options.gpu, options.contained, options.trace_lines)
     shortcut = diff_key(identity, diff) if options.evidence_cache else None
     if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
         return found[0], found[1] if may_run(found[0]) else None, \

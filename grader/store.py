@@ -15,10 +15,10 @@ from grader.core.records import Candidate, CandidateResult, RecordError
 from grader.core.rubric import Task
 
 
-def cache_key(candidate: Candidate, task: Task | None, gpu: bool, contained: bool) -> str:
+def cache_key(candidate: Candidate, task: Task | None, gpu: bool, contained: bool, traced: bool = False) -> str:
     """Same key, same result: the grading's identity (task, rubric, base, environment, switches, schema and
     engine) and everything of the candidate that the result reports."""
-    return grading_identity(task, gpu, contained).key(
+    return grading_identity(task, gpu, contained, traced).key(
         "result", candidate.id, candidate.task, candidate.diff, candidate.reference_summary, candidate.source)
 
 

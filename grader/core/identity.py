@@ -52,6 +52,8 @@ class Identity:
     recipe: str | None = None
     gpu: bool | None = None
     contained: bool | None = None
+    # Whether subjects recorded which changed lines ran (evidence then carries them; the verdict never reads them).
+    traced: bool | None = None
 
     def key(self, purpose: str, *parts: str | None) -> str:
         """The key of ``purpose`` (one per cache) for this identity and ``parts``: any bytes, any characters."""
@@ -71,13 +73,14 @@ def recipe_key(recipe: BaseRecipe) -> str:
     return digest.hexdigest()[:16]
 
 
-def grading_identity(task: Task | None, gpu: bool | None, contained: bool | None) -> Identity:
+def grading_identity(task: Task | None, gpu: bool | None, contained: bool | None,
+                     traced: bool | None = None) -> Identity:
     """The identity of grading against ``task`` (None: a candidate without a known task) with these switches."""
     machine = machine_identity()
     if task is None:
-        return Identity(machine.environment, machine.engine, gpu=gpu, contained=contained)
+        return Identity(machine.environment, machine.engine, gpu=gpu, contained=contained, traced=traced)
     return Identity(machine.environment, machine.engine, task=task.id, rubric=f"{task.version}:{rubric_fingerprint(task)}",
-                    recipe=recipe_key(task.base), gpu=gpu, contained=contained)
+                    recipe=recipe_key(task.base), gpu=gpu, contained=contained, traced=traced)
 
 
 def machine_identity() -> Identity:
