@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser grade test
+.PHONY: setup browser grade test test-slow
 
 
 # Two steps, so that a task's new requirement does not rebuild everything: the grader itself (torch and triton
@@ -38,5 +38,12 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium not installed: the browser test will be skipped"
 
+# The normal run: every fast test, and the samples graded end to end against their designed statuses. The other
+# end-to-end tests (real signals, faults, two graders at once, whole bundles) grade real candidates for minutes
+# each: `make test-slow` runs them (about 50 minutes on 2 cores).
 test: setup browser
-	$(PY) -m pytest tests -q -m "not gpu"
+	$(PY) -m pytest tests -q -m "not gpu and not slow"
+	$(PY) -m pytest tests/test_samples.py -q -m "not gpu"
+
+test-slow: setup browser
+	$(PY) -m pytest tests -q -m "slow and not gpu"
