@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shutil
 import re
 import subprocess
 from pathlib import Path
@@ -552,6 +553,9 @@ def test_git_and_patch_run_unprivileged_and_see_only_the_tree(tree, monkeypatch)
 
     if not contain.probe().drop_uid:
         pytest.skip("no unprivileged uid on this machine")
+    system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if system_python is None:
+        pytest.skip("no python3 on the tools' PATH (/usr/local/bin:/usr/bin:/bin) to probe the sandbox with")
     seen = {}
 
     def spy(argv, tree_, stdin_text, hidden, timeout=120, contained=True, touched=None):
@@ -559,7 +563,7 @@ def test_git_and_patch_run_unprivileged_and_see_only_the_tree(tree, monkeypatch)
 
         code = ("import os, sys; print(os.getuid(), os.path.exists(sys.argv[1] + '/reference_impl'), "
                 "os.access('b.py', os.W_OK))")
-        seen["probe"] = run_tool(["python3", "-c", code, str(apply_module.REPO_ROOT)], tree_, "", hidden,
+        seen["probe"] = run_tool([system_python, "-c", code, str(apply_module.REPO_ROOT)], tree_, "", hidden,
                                  touched=touched)
         return run_tool(argv, tree_, stdin_text, hidden, timeout, contained, touched)
 
