@@ -393,6 +393,8 @@ def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, st
     for name, write in writers:
         try:
             write()
+        except OSError:
+            raise  # a full, read-only or forbidden --out: one line naming it (main), not a grader bug
         except Exception:  # noqa: BLE001 - a grader bug: said below, and the other reports still get written
             print(f"error: writing {name} failed (a grader bug):\n{traceback.format_exc(limit=4)}", file=sys.stderr)
             failed.append(name)

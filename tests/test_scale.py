@@ -18,24 +18,26 @@ from grader.terminal import Pace, ProgressLines
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from corpus import build_corpus, write_corpus  # noqa: E402
+from corpus import build_corpus, first_order, fixed_sources, write_corpus  # noqa: E402
 
 TASK = "int8-kv-rounding"
 
 
 def test_corpus_is_distinct_deterministic_and_covers_every_task(tmp_path):
-    first = build_corpus(400, seed=3, bundle=None)
-    again = build_corpus(400, seed=3, bundle=None)
-    other = build_corpus(400, seed=4, bundle=None)
+    tasks = sorted(p.name for p in (REPO / "rubrics").iterdir() if (p / "rubric.toml").is_file())
+    size = len({e.diff for e in fixed_sources(None, tasks) + first_order(tasks)}) + 40  # 40 drawn at random
+    first = build_corpus(size, seed=3, bundle=None)
+    again = build_corpus(size, seed=3, bundle=None)
+    other = build_corpus(size, seed=4, bundle=None)
     assert [e.diff for e in first] == [e.diff for e in again]
-    assert len(first) == 400 and len({e.diff for e in first}) == 400
+    assert len(first) == size and len({e.diff for e in first}) == size
     assert {e.task for e in first} == {p.name for p in (REPO / "rubrics").iterdir() if (p / "rubric.toml").is_file()}
     assert {e.origin for e in first} == {"sample", "reference", "mutant", "combined"}
     fixed = [e.diff for e in first if e.origin != "combined"]
     assert fixed == [e.diff for e in other if e.origin != "combined"]  # the fixed part does not depend on the seed
     assert [e.diff for e in first if e.origin == "combined"] != [e.diff for e in other if e.origin == "combined"]
     manifest = json.loads(write_corpus(tmp_path, first).read_text())
-    assert len(manifest) == 400 and all((tmp_path / m["task"] / f"{m['name']}.diff").is_file() for m in manifest)
+    assert len(manifest) == size and all((tmp_path / m["task"] / f"{m['name']}.diff").is_file() for m in manifest)
 
 
 def candidates(n: int) -> list[Candidate]:
