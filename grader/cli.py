@@ -258,11 +258,17 @@ class SignalGate:
         self.raising = False
 
 
-def run_grade(args) -> int:
+def locked_output(out: Path):
+    """``out``'s lock (``lock_output``), or None after saying on stderr which run holds it."""
     try:
-        lock = lock_output(args.out)
+        return lock_output(out)
     except OutputLocked as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_grade(args) -> int:
+    if (lock := locked_output(args.out)) is None:
         return 2
     try:
         with SignalGate() as gate:
@@ -424,10 +430,7 @@ def run_merge(args) -> int:
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        lock = lock_output(args.out)
-    except OutputLocked as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    if (lock := locked_output(args.out)) is None:
         return 2
     try:
         interrupted = merged.run_info.get("incomplete", {}).get("reason")

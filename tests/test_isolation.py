@@ -26,6 +26,7 @@ import pytest
 
 from grader.apply import hidden_roots, scratch_root
 from grader.sandbox import channel, client, contain, leftovers
+from test_containment import run_child  # noqa: E402  (the same sandboxed child runner)
 
 REPO = Path(__file__).resolve().parents[1]
 CAPS = contain.probe()
@@ -41,21 +42,6 @@ def scratch():
     os.chmod(path, 0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def run_child(box: contain.Sandbox, code: str, outer_timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``code`` inside ``box``; the outer timeout is the test's own safety net, then everything is ended."""
-    proc = subprocess.Popen(box.argv([sys.executable, "-c", textwrap.dedent(code)]), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, text=True,
-                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
-    try:
-        out, _ = proc.communicate(timeout=outer_timeout)
-    finally:
-        box.cleanup(proc.pid)
-        if proc.returncode is None:
-            proc.kill()
-            out, _ = proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
 def processes_of_uid(uid: int) -> list[int]:
