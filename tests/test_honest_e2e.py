@@ -62,7 +62,7 @@ def test_one_run_of_every_kind_writes_junit_that_agrees_with_the_exit_code(tmp_p
     preview = bundle(tmp_path / "preview.txt", cut)
     # The reference and the failing sample graded once in full: in the run below their evidence is cached.
     warm = grade(str(inputs / "fp8-moe-lora"), "--out", str(tmp_path / "warm"))
-    assert warm.returncode == 0, warm.stderr[-3000:]
+    assert warm.returncode == 1, warm.stderr[-3000:]  # 1: the failing sample is a fail
 
     junit = tmp_path / "junit.xml"
     done = grade(str(inputs), str(preview), "--timeout", "3", "--fail-under", "0.9", "--out", str(tmp_path / "out"),

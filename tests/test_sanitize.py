@@ -195,7 +195,7 @@ def test_hostile_bytes_through_real_grading_and_the_evidence_cache_replay(tmp_pa
         done = subprocess.run([sys.executable, "grade.py", str(tmp_path / "in"), "--out", str(out), "--jobs", "1",
                                "--gpu", "off", "--junit", str(out / "junit.xml")], cwd=REPO_ROOT, capture_output=True,
                               text=True, errors="surrogateescape", timeout=1200)
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.returncode in (0, 1), done.stderr[-3000:]  # graded, none broke (the base may be a fail)
         assert not CONTROL.search(done.stderr + done.stdout), repr(CONTROL.search(done.stderr))
         ET.parse(out / "junit.xml")
         assert len(list((out / "candidates").glob("*.html"))) == 5
