@@ -54,3 +54,10 @@ def private_cache(tmp_path, monkeypatch):
             os.symlink(entry, private / entry.name)
     monkeypatch.setenv("GRADER_CACHE", str(private))
     return private
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A GRADER_CACHE of the test's own (judge secret, compiled modules, records), not the machine's."""
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

@@ -120,12 +120,6 @@ def scanning_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
     return JudgeRun(argv, env, [], str(test.parent), str(log), 120), judge / "evidence.jsonl.seen"
 
 
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_a_subject_finds_no_judge_state_in_its_own_memory(tmp_path, own_cache, warm):
     job, seen = scanning_run(tmp_path)

@@ -64,12 +64,6 @@ def judge_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
     return JudgeRun(argv, env, [], str(test.parent), str(judge / "pytest.log"), 120), judge / "evidence.jsonl.seen"
 
 
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     """Whatever --jobs and the core count, torch in a judge and in its subject runs one intra-op thread: a float
