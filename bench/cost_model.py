@@ -39,11 +39,12 @@ from ray_vs_local import run_mode  # noqa: E402
 SIZES = (10, 1_000, 100_000)
 
 
-def sample_folders(limit: int, work: Path) -> Path:
-    """Every task's sample folder, first ``limit`` diffs each, under one input folder (task from the sub-folder)."""
+def sample_folders(limit: int, work: Path, tasks: list[str] | None = None) -> Path:
+    """Every task's sample folder (or only ``tasks``'), first ``limit`` diffs each, under one input folder (task from
+    the sub-folder)."""
     target = work / "in"
     for folder in sorted((REPO / "candidates").iterdir()):
-        diffs = sorted(folder.glob("*.diff"))[:limit]
+        diffs = sorted(folder.glob("*.diff"))[:limit] if tasks is None or folder.name in tasks else []
         if diffs:
             (target / folder.name).mkdir(parents=True)
             for diff in diffs:

@@ -1,19 +1,28 @@
 """Scaling on one machine: the same corpus graded at several job counts, local and Ray backends side by side.
 
     python bench/scaling.py [--size 1000] [--seed 0] [--jobs 1 2 4 8 16] [--backends local ray] [--gpu off]
-                            [--tasks T ...] [--budget S] [--json FILE]
+                            [--tasks T ...] [--per-job K] [--budget S] [--json FILE] [--work DIR]
 
 The corpus is ``bench/corpus.py``'s: ``--size`` candidates from ``--seed``, of ``--tasks`` only when given.
+Every run grades the whole corpus (strong scaling), or with ``--per-job K`` only ``K * jobs`` candidates drawn
+from it (weak scaling: the same work per job, so a run at 1 job costs no more wall time than one at 16). The
+drawn sets are nested: a random order of the corpus from ``--seed``, cut after ``K * jobs``, so a smaller run's
+candidates are all in every larger run and the same mix of tasks is kept in expectation.
 Each run is ``grade.py CORPUS --no-cache --gpu G --jobs N --backend B`` as a subprocess into its own ``--out``,
 with a GRADER_CACHE of its own into which the built bases, the sdists, the judge secret and the installation's
 one-time records are linked (``bench/throughput.py``), so no run pays for what an installation does once.
 Runs go backend by backend, job counts interleaved from the largest down, so a ``--budget`` (seconds) that runs
 out still leaves the widest runs measured.
 
+With ``--work DIR`` the corpus, the installation records and every finished run are kept there, and the same
+command run again measures only the runs it lacks (the lent GPU machine takes one call per backend: the Ray
+wheel does not fit beside the sdist in one call's carry). A reused run is printed as such, with when it ran.
+
 Per run: wall seconds, candidates per minute, speedup over the same backend at the fewest jobs measured and
 scaling efficiency (speedup / jobs ratio), and Ray's wall time over the local backend's at the same job count.
-Every run must write the same results.json apart from the fields that vary between identical runs
-(``grader.report.comparable``); the bench says so, or lists the candidates that differ.
+Speedup is a ratio of throughputs (candidates per minute), which for strong scaling is the ratio of wall times.
+Every run must give each candidate it shares with another run the same result apart from the fields that vary
+between identical runs (``grader.report.comparable``); the bench says so, or lists the candidates that differ.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -37,39 +47,92 @@ from throughput import fresh_cache, installation, timed  # noqa: E402
 from grader.report import comparable  # noqa: E402
 
 
+def nested_subsets(entries: list, per_job: int | None, jobs: list[int], seed: int) -> dict[int, list]:
+    """The candidates each job count grades: all of them, or the first ``per_job * jobs`` of one seeded order."""
+    if not per_job:
+        return {n: entries for n in jobs}
+    order = list(entries)
+    random.Random(seed).shuffle(order)
+    return {n: order[:per_job * n] for n in jobs}
+
+
+def corpus_folders(work: Path, subsets: dict[int, list]) -> dict[int, Path]:
+    """One corpus folder per distinct subset size (job counts with the same subset share one)."""
+    folders: dict[int, Path] = {}
+    for jobs, entries in subsets.items():
+        folder = work / f"corpus-{len(entries)}"
+        if not folder.exists():
+            write_corpus(folder, entries)
+            shutil.move(str(folder / "manifest.json"), str(work / f"manifest-{len(entries)}.json"))
+        folders[jobs] = folder
+    return folders
+
+
 def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source: Path, records: Path) -> dict:
+    """One run, or the one an earlier invocation over the same ``work`` folder finished."""
     name = f"{backend}-{jobs}"
+    kept = work / f"run-{name}.json"
+    if kept.is_file():
+        return {**json.loads(kept.read_text()), "reused": True}
     out = work / f"out-{name}"
+    shutil.rmtree(out, ignore_errors=True)  # a run cut short by an earlier invocation starts again
     cache = fresh_cache(work, name, source, records)
     argv = [str(corpus), "--out", str(out), "--no-cache", "--gpu", gpu, "--jobs", str(jobs), "--backend", backend]
     seconds = timed(argv, cache)
     document = json.loads((out / "results.json").read_text())
-    return {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": len(document["candidates"]),
-            "per_minute": round(60 * len(document["candidates"]) / seconds, 1), "results": comparable(document)}
+    run = {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": len(document["candidates"]),
+           "per_minute": round(60 * len(document["candidates"]) / seconds, 1),
+           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": comparable(document)}
+    kept.write_text(json.dumps(run) + "\n")
+    return run
+
+
+def work_folder(requested: Path | None, settings: dict) -> Path:
+    """A scratch folder, or ``requested`` kept for a later invocation with the same settings."""
+    if requested is None:
+        return Path(tempfile.mkdtemp(prefix="grader-scaling-"))
+    requested.mkdir(parents=True, exist_ok=True)
+    recorded = requested / "settings.json"
+    if recorded.is_file() and json.loads(recorded.read_text()) != settings:
+        raise SystemExit(f"{requested} holds runs of other settings ({recorded}); use another --work folder")
+    recorded.write_text(json.dumps(settings) + "\n")
+    return requested
+
+
+def made_installation(work: Path, source: Path, jobs: int, tasks: list[str] | None, gpu: str) -> Path:
+    marker = work / "installation-made"
+    if marker.is_file():
+        return work / "cache-installation"
+    records = installation(work, source, jobs, tasks, gpu)
+    marker.write_text("")
+    return records
 
 
 def table(runs: list[dict]) -> list[str]:
     """The scaling table, with speedup and efficiency against each backend's fewest-jobs run."""
     lines = ["| backend | jobs | wall s | candidates/min | speedup | efficiency | ray / local |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    local = {r["jobs"]: r["wall_s"] for r in runs if r["backend"] == "local"}
+    local = {r["jobs"]: r for r in runs if r["backend"] == "local"}
     for backend in dict.fromkeys(r["backend"] for r in runs):
         mine = sorted((r for r in runs if r["backend"] == backend), key=lambda r: r["jobs"])
         first = mine[0]
         for r in mine:
-            speedup = first["wall_s"] / r["wall_s"]
+            speedup = r["per_minute"] / first["per_minute"]
             efficiency = speedup / (r["jobs"] / first["jobs"])
-            versus = f"{r['wall_s'] / local[r['jobs']]:.2f}" if backend != "local" and r["jobs"] in local else ""
+            # per candidate: Ray's seconds per candidate over the local backend's at the same job count
+            versus = (f"{local[r['jobs']]['per_minute'] / r['per_minute']:.2f}"
+                      if backend != "local" and r["jobs"] in local else "")
             lines.append(f"| {backend} | {r['jobs']} | {r['wall_s']:.1f} | {r['per_minute']:.1f} | {speedup:.2f} | "
                          f"{efficiency:.2f} | {versus} |")
     return lines
 
 
 def differing(runs: list[dict]) -> list[str]:
-    """Ids of candidates whose result differs between any two runs."""
+    """Ids of candidates whose result differs between any two runs that graded them."""
     by_id = [{c["id"]: c for c in r["results"]["candidates"]} for r in runs]
     ids = sorted(set().union(*by_id))
-    return [cid for cid in ids if len({json.dumps(run.get(cid), sort_keys=True) for run in by_id}) > 1]
+    return [cid for cid in ids
+            if len({json.dumps(run[cid], sort_keys=True) for run in by_id if cid in run}) > 1]
 
 
 def main() -> int:
@@ -81,35 +144,40 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="job counts (default 1-16)")
     parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=("local", "ray"))
     parser.add_argument("--gpu", choices=("off", "on"), default="off", help="GPU evidence (default: off)")
+    parser.add_argument("--per-job", type=int, help="grade K * jobs candidates per run (default: the whole corpus)")
     parser.add_argument("--budget", type=float, help="seconds after which no further run starts (default: none)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--work", type=Path, help="keep the corpus and finished runs here, for a later invocation")
     args = parser.parse_args()
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="grader-scaling-"))
+    settings = {"size": args.size, "seed": args.seed, "bundle": str(args.bundle), "tasks": args.tasks,
+                "per_job": args.per_job, "gpu": args.gpu}
+    work = work_folder(args.work, settings)
     source = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     entries = build_corpus(args.size, args.seed, args.bundle, args.tasks)
-    corpus = work / "corpus"
-    write_corpus(corpus, entries)
-    shutil.move(str(corpus / "manifest.json"), str(work / "manifest.json"))  # not a candidate
-    records = installation(work, source, max(args.jobs))
-    print(f"corpus: {len(entries)} candidates (size {args.size}, seed {args.seed}); installation records made",
-          flush=True)
+    folders = corpus_folders(work, nested_subsets(entries, args.per_job, args.jobs, args.seed))
+    records = made_installation(work, source, max(args.jobs), args.tasks, args.gpu)
+    sizes = ", ".join(f"{n} jobs {len(list(folders[n].glob('*/*.diff')))}" for n in sorted(folders))
+    print(f"corpus: {len(entries)} candidates (size {args.size}, seed {args.seed}); per run: {sizes}; "
+          "installation records made", flush=True)
     runs: list[dict] = []
     for backend in args.backends:
         for jobs in sorted(args.jobs, reverse=True):
             if args.budget and time.monotonic() - started > args.budget:
                 print(f"skipped {backend} at {jobs} jobs: the budget of {args.budget:g} s is spent", flush=True)
                 continue
-            runs.append(measure(corpus, backend, jobs, args.gpu, work, source, records))
+            runs.append(measure(folders[jobs], backend, jobs, args.gpu, work, source, records))
             r = runs[-1]
-            print(f"{backend:5s} jobs {jobs:3d}: {r['wall_s']:8.1f} s, {r['per_minute']:7.1f} candidates/min",
-                  flush=True)
+            again = f" (reused: measured at {r['measured_at']})" if r.get("reused") else ""
+            print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
+                  f"{r['per_minute']:7.1f} candidates/min{again}", flush=True)
     print("\n".join(table(runs)))
     changed = differing(runs)
     print("identical results in every run" if not changed else
           f"results differ between runs for {len(changed)} candidate(s): {', '.join(changed[:10])}")
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "seed": args.seed, "gpu": args.gpu,
+                                         "per_job": args.per_job, "cpus": os.cpu_count(),
                                          "candidates": len(entries), "differing": changed,
                                          "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs]},
                                         indent=1) + "\n")

@@ -64,10 +64,11 @@ def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] =
 
 
 # Kept in the cache once per installation, like the bases: an environment check's pass per task, the warm workers'
-# preload list and the judge's compiled rubric modules. An untimed grading of one sample per task makes them first,
+# preload list, the judge's compiled rubric modules, each task's control pass and call budgets (the reference and
+# the base timed on each probe call) and the CUDA probe. An untimed grading of one sample per task makes them first,
 # as any earlier grading on the machine would have; making them is a fixed cost (docs/cost-model.md), not what
 # grading a bundle costs.
-INSTALLATION_RECORDS = ("environment-ok", "preimport", "judge-pycache")
+INSTALLATION_RECORDS = ("environment-ok", "preimport", "judge-pycache", "controls", "call-budgets", "cuda-probe")
 
 
 def fresh_cache(work: Path, name: str, source: Path, installation: Path | None = None) -> Path:
@@ -86,10 +87,12 @@ def fresh_cache(work: Path, name: str, source: Path, installation: Path | None =
     return cache
 
 
-def installation(work: Path, source: Path, jobs: int) -> Path:
-    """A cache holding the installation's one-time records, made by grading one sample of every task (untimed)."""
+def installation(work: Path, source: Path, jobs: int, tasks: list[str] | None = None, gpu: str = "auto") -> Path:
+    """A cache holding the installation's one-time records, made by grading one sample of every task (or of
+    ``tasks``) with the GPU switch the timed runs use (untimed)."""
     cache = fresh_cache(work, "installation", source)
-    timed([str(sample_folders(1, work)), "--out", str(work / "out-installation"), "--jobs", str(jobs)], cache)
+    timed([str(sample_folders(1, work, tasks)), "--out", str(work / "out-installation"), "--jobs", str(jobs),
+           "--gpu", gpu], cache)
     return cache
 
 

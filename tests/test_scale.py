@@ -127,3 +127,25 @@ def test_sharded_gradings_merge_into_the_whole_run(tmp_path):
     assert a == b
     assert len(list((tmp_path / "m" / "candidates").glob("*.html"))) == 3
     assert (tmp_path / "m" / "index.html").is_file() and (tmp_path / "m" / "junit.xml").is_file()
+
+
+def test_weak_scaling_subsets_are_nested_and_sized_per_job():
+    from scaling import nested_subsets
+
+    entries = list(range(50))
+    subsets = nested_subsets(entries, 3, [1, 2, 4, 8], seed=0)
+    assert [len(subsets[n]) for n in (1, 2, 4, 8)] == [3, 6, 12, 24]
+    assert all(subsets[n] == subsets[8][:len(subsets[n])] for n in (1, 2, 4))
+    assert subsets[8] != entries[:24]  # drawn in a seeded order, not the corpus's folder order
+    assert nested_subsets(entries, None, [1, 2], seed=0) == {1: entries, 2: entries}
+
+
+def test_scaling_compares_only_candidates_two_runs_share():
+    from scaling import differing
+
+    def run(*results):
+        return {"results": {"candidates": [{"id": cid, "verdict": verdict} for cid, verdict in results]}}
+
+    small, large = run(("a", "full")), run(("a", "full"), ("b", "fail"))
+    assert differing([small, large]) == []
+    assert differing([small, run(("a", "fail"), ("b", "fail"))]) == ["a"]

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Scaling on the lent 16-core H200 machine: bench/scaling.py over one corpus, in two calls of the device tool.
+#
+#   SCALING_PHASE=local bash scripts/gpu/run_scaling.sh   # carry [".whl", ".gpu"]: local backend, CPU evidence at
+#                                                         # 16..1 jobs, then GPU evidence for the GPU tasks at 4..1
+#   SCALING_PHASE=ray   bash scripts/gpu/run_scaling.sh   # carry [".ray"], at once after the first (the machine stays
+#                                                         # warm 30 s): the Ray backend over the same corpus
+#
+# Two calls because one call's carry (64 MiB with the working tree) holds the wheels and the sdist, or the Ray
+# wheel, not both. The second call finds the first's cache, bases and runs under /tmp/scaling and measures only
+# the Ray runs; bench/scaling.py prints the local runs it reuses with when they ran, and checks every candidate's
+# result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
+# serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks.
+# What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-ray.{txt,json}.
+set -o pipefail
+export PYTHONUNBUFFERED=1
+PHASE=${SCALING_PHASE:-local}
+OUT=${OUT:-$(mktemp -d /tmp/scaling-out.XXXX)}
+PY=${PY:-python3}
+PER_JOB=${SCALING_PER_JOB:-3}
+JOBS=${SCALING_JOBS:-"16 8 4 2 1"}
+GPU_JOBS=${SCALING_GPU_JOBS:-"4 2 1"}
+GPU_PER_JOB=${SCALING_GPU_PER_JOB:-2}
+# vit-fp8-blackwell's base is vLLM 0.23.0, whose sdist does not fit in the carry; every other task is graded.
+TASKS=${SCALING_TASKS:-"fp8-moe-lora int8-kv-rounding minimax-qk-norm moe-swap-ab rocm-mx-emulation triton-kv-past-seq-len xpu-kv-cache-dtypes"}
+GPU_TASKS=${SCALING_GPU_TASKS:-"fp8-moe-lora int8-kv-rounding minimax-qk-norm moe-swap-ab"}
+export GRADER_CACHE=/tmp/scaling/cache
+mkdir -p "$OUT" "$GRADER_CACHE/sdists"
+SUMMARY=$OUT/summary.txt
+note() { echo "$*" | tee -a "$SUMMARY"; }
+note "phase $PHASE at $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(nproc) cpus, $(date -u +%FT%TZ)"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+
+if [ "$PHASE" = local ]; then
+  WHEELS=$(ls .whl/*.whl | grep -v typing_extensions)
+  TE_OK=$($PY -c 'from importlib.metadata import version as v; print(int(tuple(map(int, v("typing_extensions").split(".")[:2])) >= (4, 16)))' 2>/dev/null || echo 0)
+  [ "$TE_OK" = 1 ] || WHEELS="$WHEELS $(ls .whl/typing_extensions-*.whl)"
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade $WHEELS > "$OUT/install.log" 2>&1
+  for tool in git patch; do
+    command -v $tool >/dev/null || { gunzip -c .gpu/bin/$tool.gz > /usr/local/bin/$tool && chmod +x /usr/local/bin/$tool; }
+  done
+  cp .gpu/cache/sdists/*.tar.gz "$GRADER_CACHE/sdists/"
+  t0=$(date +%s)
+  for task in $TASKS; do $PY grade.py bases --task "$task" > "$OUT/bases-$task.log" 2>&1 & done; wait
+  note "bases: $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  timeout -k 10 "${SCALING_CPU_LIMIT:-400}" $PY bench/scaling.py --per-job "$PER_JOB" --jobs $JOBS --backends local \
+    --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
+  note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  timeout -k 10 "${SCALING_GPU_LIMIT:-150}" $PY bench/scaling.py --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
+    --gpu on --tasks $GPU_TASKS --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
+  note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
+else
+  [ -d /tmp/scaling/cpu ] || { note "no local runs under /tmp/scaling/cpu: this machine is not the first call's"; exit 3; }
+  SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  tar -C "$SITE" -xJf .ray/ray-pkg.tar.xz
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .ray/*.whl > "$OUT/install-ray.log" 2>&1
+  $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
+  t0=$(date +%s)
+  timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --per-job "$PER_JOB" --jobs $JOBS --backends local ray \
+    --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
+  note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+fi
+exit 0
