@@ -128,8 +128,10 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def differing(runs: list[dict]) -> list[str]:
-    """Ids of candidates whose result differs between any two runs that graded them."""
-    by_id = [{c["id"]: c for c in r["results"]["candidates"]} for r in runs]
+    """Ids of candidates whose result differs between any two runs that graded them. The input's path is left out:
+    with ``--per-job`` each run reads its candidates from a corpus folder of its own."""
+    by_id = [{c["id"]: {k: v for k, v in c.items() if k != "source"} for c in r["results"]["candidates"]}
+             for r in runs]
     ids = sorted(set().union(*by_id))
     return [cid for cid in ids
             if len({json.dumps(run[cid], sort_keys=True) for run in by_id if cid in run}) > 1]

@@ -148,4 +148,7 @@ def test_scaling_compares_only_candidates_two_runs_share():
 
     small, large = run(("a", "full")), run(("a", "full"), ("b", "fail"))
     assert differing([small, large]) == []
+    small["results"]["candidates"][0]["source"] = "corpus-2/a.diff"  # each run reads its own corpus folder
+    large["results"]["candidates"][0]["source"] = "corpus-4/a.diff"
+    assert differing([small, large]) == []
     assert differing([small, run(("a", "fail"), ("b", "fail"))]) == ["a"]
