@@ -18,13 +18,15 @@ import sys
 
 import pytest
 
+from grader.sandbox import protocol
+
 _stream = None
 
 
 def _emit(record: dict) -> None:
     global _stream
     if _stream is None:
-        path = os.environ.get("GRADER_EVIDENCE_OUT")
+        path = os.environ.get(protocol.EVIDENCE_OUT)
         if not path:
             return
         _stream = open(path, "a", buffering=1, encoding="utf-8")
@@ -91,7 +93,7 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo is not None and _is_probe_timeout(call.excinfo.value):
             record["timeout"] = not _is_over_budget(call.excinfo.value)
             record["message"] = f"timeout: {call.excinfo.value}"
-    if report.when == "teardown" and os.environ.get("GRADER_ADDED_LINES"):
+    if report.when == "teardown" and os.environ.get(protocol.ADDED_LINES):
         record["ran"] = {path: sorted(lines) for path, lines in sorted(_lines_ran().items()) if lines}
     _emit(record)
 

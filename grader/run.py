@@ -32,8 +32,9 @@ from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
 from grader.core.sanitize import clean
 from grader.diffparse import parse_diff
-from grader.sandbox import contain
-from grader.sandbox.launch import JudgeLost, JudgeRun, Launcher, base_environment, describe_exit
+from grader.sandbox import contain, protocol
+from grader.sandbox.launch import JudgeLost, Launcher, describe_exit
+from grader.sandbox.protocol import SandboxSpec, SubjectSpec, base_environment, set_up_judge, subject_environment
 from grader.sandbox.leftovers import owned_name
 from grader.sandbox.watchdog import gpu_memory_bound
 from grader.core.probe_modules import probe_modules
@@ -46,28 +47,6 @@ OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # So do the times of vLLM's log lines ("INFO 12-01 15:51:11 [file.py:12] ..."), which a probe's captured output
 # can carry into a failure message.
 LOG_LINE_TIME = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?")
-
-
-def secret_seed() -> str:
-    """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
-    agree), never visible to a subject (the cache folder is hidden from it).
-
-    Made once: the first maker wins, since a hard link never replaces an existing file, and every judge of every
-    thread and process reads the winner's (candidates graded at once must draw the same inputs)."""
-    path = cache_dir() / "judge-secret"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, draft = tempfile.mkstemp(prefix=".judge-secret-", dir=path.parent)  # mode 0600, a name of its own
-        try:
-            os.write(fd, os.urandom(16).hex().encode())
-            os.close(fd)
-            try:
-                os.link(draft, path)
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(draft)
-    return path.read_text().strip()
 
 
 def stage_probes(task: Task, folder: Path) -> Path:
@@ -86,20 +65,9 @@ def stage_probes(task: Task, folder: Path) -> Path:
     return folder
 
 
-def subject_environment(home: Path, gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, str]:
-    """What a subject's process sees: private HOME and caches, nothing of the grader's or the judge's."""
-    env = base_environment(gpu, also_pass)
-    env.update({"HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-                "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
-                "GRADER_GPU": "1" if gpu else "0",
-                # The sandbox's uid has no passwd entry; getpass (torch's caches use it) asks these first.
-                "USER": "grader", "LOGNAME": "grader"})
-    return env
-
-
 def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes: Path, gpu: bool,
                  contained: bool, memory_bytes: int | None = None,
-                 also_pass: tuple[str, ...] = ()) -> tuple[dict, contain.Sandbox | None]:
+                 also_pass: tuple[str, ...] = ()) -> tuple[SubjectSpec, contain.Sandbox | None]:
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
     # CUDA reserves far more address space than it uses: on a GPU run memory is capped by the cgroup alone.
@@ -108,31 +76,10 @@ def subject_spec(name: str, folder: Path, import_root: Path, tree: Path, probes:
                           memory_bytes=memory_bytes) if contained else None
     if box is not None and gpu:
         box.spec["gpu_memory_bytes"] = gpu_memory_bound(box.spec["memory_bytes"])  # see grader.sandbox.watchdog
-    spec = {"name": name, "box": box.spec if box else None, "env": subject_environment(home, gpu, also_pass),
-            "sys_path": [str(import_root), str(probes)], "interpreter_paths": contain.interpreter_paths(),
-            "cwd": str(home), "log": str(folder / "subject.log")}
+    spec = SubjectSpec(name, SandboxSpec.from_json(box.spec) if box else None,
+                       subject_environment(home, gpu, also_pass), (str(import_root), str(probes)),
+                       tuple(contain.interpreter_paths()), str(home), str(folder / "subject.log"))
     return spec, box
-
-
-def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeout: float,
-                      also_pass: tuple[str, ...] = ()) -> dict[str, str]:
-    home = judge / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    env = base_environment(gpu, also_pass)
-    env.update({
-        "HOME": str(home), "TMPDIR": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-        "TRITON_CACHE_DIR": str(home / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
-        "PYTHONPATH": str(REPO_ROOT),
-        "GRADER_VLLM_TREE": str(tree), "GRADER_BASE_TREE": str(base_tree),
-        "GRADER_EVIDENCE_OUT": str(judge / "evidence.jsonl"), "GRADER_SUBJECTS": str(judge / "subjects.json"),
-        "GRADER_GPU": "1" if gpu else "0", "GRADER_DEADLINE": f"{time.time() + timeout:.3f}",
-        "GRADER_SECRET": secret_seed(),
-        # Only the plugins the grader names load: an installed pytest plugin neither shapes the judge's run nor
-        # costs it start-up time (one imported hypothesis at every session's end).
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "GRADER_JUDGE_PYCACHE": str(cache_dir() / "judge-pycache"),
-    })
-    return env
 
 
 ENVIRONMENT_PROBE = """
@@ -200,8 +147,9 @@ def _check_environment(task: Task, base_tree: Path, gpu: bool, pinned: list[str]
     root = Path(tempfile.mkdtemp(prefix=owned_name("grader-env")))
     try:
         os.symlink(base_tree / "vllm", root / "vllm")
-        env = dict(base_environment(gpu), HOME=str(root), TMPDIR=str(root), GRADER_GPU="1" if gpu else "0",
+        env = dict(base_environment(gpu), HOME=str(root), TMPDIR=str(root),
                    PYTHONPATH=os.pathsep.join([str(root), str(SHARED_PROBES)]))
+        env[protocol.GPU] = protocol.gpu_flag(gpu)
         done = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE, *pinned, *probed], env=env, cwd=root,
                               capture_output=True, text=True, timeout=900)
         failures = json.loads(done.stdout.strip().splitlines()[-1])["failures"] if done.stdout.strip() else None
@@ -251,7 +199,7 @@ def added_lines(base_tree: Path, tree: Path, paths: list[str]) -> dict[str, list
 
 
 def trace_request(judge: Path, import_root: Path, lines: dict[str, list[int]]) -> dict[str, list[int]]:
-    """Write the judge's record of what the candidate's subject traces (``GRADER_ADDED_LINES``); the subject's
+    """Write the judge's record of what the candidate's subject traces (``protocol.ADDED_LINES``); the subject's
     share of it: each file as its code objects name it, with its added lines."""
     by_name = {str(import_root / path): {"path": path, "lines": numbers} for path, numbers in lines.items()}
     (judge / "added-lines.json").write_text(json.dumps(by_name))
@@ -278,19 +226,18 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
                                  memory_bytes, also_pass)
         specs[name] = spec
         boxes += [box] if box else []
-    env = judge_environment(judge, tree, base_tree, gpu, timeout, also_pass)
+    extra = {}
     if call_budgets is not None:
-        env["GRADER_CALL_BUDGETS"] = str(call_budgets)
+        extra[protocol.CALL_BUDGETS] = str(call_budgets)
     if call_times_out is not None:
-        env["GRADER_CALL_TIMES_OUT"] = str(call_times_out)
+        extra[protocol.CALL_TIMES_OUT] = str(call_times_out)
     if traced is not None:
-        specs["candidate"]["added_lines"] = trace_request(judge, import_root, added_lines(base_tree, tree, traced))
-        env["GRADER_ADDED_LINES"] = str(judge / "added-lines.json")
-    (judge / "subjects.json").write_text(json.dumps(specs))
-    evidence = judge / "evidence.jsonl"
-    evidence.write_text("")
-    log = judge / "pytest.log"
-    job = JudgeRun(pytest_args(task, select), env, [], str(RUBRICS_DIR), str(log), timeout)
+        specs["candidate"] = replace(specs["candidate"], added_lines=trace_request(
+            judge, import_root, added_lines(base_tree, tree, traced)))
+        extra[protocol.ADDED_LINES] = str(judge / "added-lines.json")
+    folder = set_up_judge(judge, pytest_args(task, select), str(RUBRICS_DIR), tree, base_tree, gpu, timeout, specs,
+                          also_pass, extra)
+    job, evidence, log = folder.request, folder.evidence, folder.log
     started = time.monotonic()
     kills_before = oom_kill_count()
     lost = None
@@ -303,7 +250,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
             box.cleanup()
     duration = time.monotonic() - started
     # What the judge wrote carries text the candidate chose (messages, captured output): cleaned here, once.
-    scrub = path_scrubber(tree, scratch, base_tree, job.env["GRADER_SECRET"])
+    scrub = path_scrubber(tree, scratch, base_tree, job.env[protocol.SECRET])
     text = clean(scrub(_tail(log, 200_000)), limit=None)
     recorded = _head(evidence, EVIDENCE_CAP_BYTES)
     outcomes, collect_errors = parse_evidence(recorded, timed_out)

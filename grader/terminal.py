@@ -29,6 +29,7 @@ from grader.core.records import VERDICTS
 from grader.outcome import unfinished
 from grader.core.rubric import all_tasks
 from grader.core.sanitize import clean
+from grader.sandbox import protocol
 from grader.scorecard import reason
 from grader.wording import verdict_line
 
@@ -106,7 +107,7 @@ class ProgressLines:
     def __init__(self, stream: TextIO | None = None, total: int = 0, every: float | None = None) -> None:
         self.stream = stream or sys.stderr
         self.pace = Pace(total)
-        self.every = every if every is not None else float(os.environ.get("GRADER_PROGRESS_EVERY", PROGRESS_EVERY_S))
+        self.every = every if every is not None else float(os.environ.get(protocol.PROGRESS_EVERY, PROGRESS_EVERY_S))
         self.stopped = threading.Event()
         self.ticker = threading.Thread(target=self.tick, name="progress-lines", daemon=True)
 

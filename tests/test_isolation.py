@@ -604,7 +604,7 @@ time.sleep(300)
 
 
 def cuda_env() -> dict[str, str]:
-    from grader.sandbox.launch import base_environment
+    from grader.sandbox.protocol import base_environment
 
     return dict(base_environment(gpu=True, also_pass=("CUDA_VISIBLE_DEVICES",)), HOME="/tmp")
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.run import judge_environment, path_scrubber, subject_spec
-from grader.sandbox.launch import ColdLauncher, JudgeRun, WarmPool, base_environment
+from grader.run import path_scrubber, subject_spec
+from grader.sandbox.launch import ColdLauncher, WarmPool
+from grader.sandbox.protocol import JudgeRequest, base_environment, set_up_judge
 
 SCAN_PROBE = '''
 import gc, os, sys
@@ -100,7 +101,7 @@ def test_scan():
 '''
 
 
-def scanning_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
+def scanning_run(tmp_path: Path) -> tuple[JudgeRequest, Path]:
     probes = tmp_path / "probes"
     probes.mkdir(parents=True)
     (probes / "scan_probe.py").write_text(SCAN_PROBE)
@@ -109,15 +110,14 @@ def scanning_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
     spec, _ = subject_spec("candidate", tmp_path / "subject", tree, tree, probes, gpu=False, contained=False)
     judge = tmp_path / "judge"
     judge.mkdir()
-    (judge / "subjects.json").write_text(json.dumps({"candidate": spec}))
     log = judge / "pytest.log"
     test = tmp_path / "tests" / "test_scan.py"
     test.parent.mkdir()
     # Where the judge's request used to be written (beside its log): a subject must not know that name either.
     test.write_text(textwrap.dedent(JUDGE_TEST).replace("REQUEST_PATH", repr(str(log.with_suffix(".request.json")))))
-    env = judge_environment(judge, tree, tree, False, 120)
     argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
-    return JudgeRun(argv, env, [], str(test.parent), str(log), 120), judge / "evidence.jsonl.seen"
+    folder = set_up_judge(judge, argv, str(test.parent), tree, tree, False, 120, {"candidate": spec})
+    return folder.request, judge / "evidence.jsonl.seen"
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from grader.core.rubric import REPO_ROOT
-from grader.run import judge_environment, path_scrubber, secret_seed, subject_spec
-from grader.sandbox.launch import SINGLE_THREADED, ColdLauncher, JudgeRun, WarmPool, base_environment
+from grader.run import path_scrubber, subject_spec
+from grader.sandbox.launch import ColdLauncher, WarmPool
+from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment, secret_seed, set_up_judge
 
 JUDGE_TEST = """
 import json, os, sys
@@ -46,7 +47,7 @@ def seen():
 AUTOLOADED = sorted(entry.name for entry in entry_points(group="pytest11"))
 
 
-def judge_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
+def judge_run(tmp_path: Path) -> tuple[JudgeRequest, Path]:
     probes = tmp_path / "probes"
     probes.mkdir()
     (probes / "report_probe.py").write_text(textwrap.dedent(PROBE))
@@ -55,13 +56,12 @@ def judge_run(tmp_path: Path) -> tuple[JudgeRun, Path]:
     spec, _ = subject_spec("candidate", tmp_path / "subject", tree, tree, probes, gpu=False, contained=False)
     judge = tmp_path / "judge"
     judge.mkdir()
-    (judge / "subjects.json").write_text(json.dumps({"candidate": spec}))
     test = tmp_path / "tests" / "test_report.py"
     test.parent.mkdir()
     test.write_text(textwrap.dedent(JUDGE_TEST).replace("AUTOLOADED", repr(AUTOLOADED)))
-    env = judge_environment(judge, tree, tree, False, 120)
     argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
-    return JudgeRun(argv, env, [], str(test.parent), str(judge / "pytest.log"), 120), judge / "evidence.jsonl.seen"
+    folder = set_up_judge(judge, argv, str(test.parent), tree, tree, False, 120, {"candidate": spec})
+    return folder.request, judge / "evidence.jsonl.seen"
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
@@ -99,7 +99,7 @@ def test_the_caller_cannot_pass_a_thread_count_through():
 
 ASK_FOR_THE_SECRET = """
 import sys
-from grader.run import secret_seed
+from grader.sandbox.protocol import secret_seed
 print("ready", flush=True)
 sys.stdin.read(1)
 print(secret_seed(), flush=True)

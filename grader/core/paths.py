@@ -19,17 +19,22 @@ from pathlib import Path
 FILE_MODE, FOLDER_MODE = 0o644, 0o755
 
 
+# The operator's settings of the two folders (listed with every other GRADER_* name in grader.sandbox.protocol).
+CACHE_VARIABLE = "GRADER_CACHE"
+SCRATCH_VARIABLE = "GRADER_SCRATCH"
+
+
 def cache_dir() -> Path:
     """Where sdists, built bases and evidence live: ``$GRADER_CACHE``, else the user cache dir."""
-    if os.environ.get("GRADER_CACHE"):
-        return Path(os.environ["GRADER_CACHE"])
+    if os.environ.get(CACHE_VARIABLE):
+        return Path(os.environ[CACHE_VARIABLE])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
 
 
 def scratch_root() -> Path:
     """Where per-candidate trees are made: ``$GRADER_SCRATCH``, else RAM-backed /dev/shm, else the temp dir."""
-    if os.environ.get("GRADER_SCRATCH"):
-        return Path(os.environ["GRADER_SCRATCH"])
+    if os.environ.get(SCRATCH_VARIABLE):
+        return Path(os.environ[SCRATCH_VARIABLE])
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.sandbox import protocol
+
 FACTOR = 10.0
 FLOOR_S = 30.0
 START_FLOOR_S = 120.0
@@ -31,9 +33,9 @@ def budget_constants() -> tuple[float, float, float]:
     """The factor, the floor and the start-up floor: the constants, or the judge's own ``GRADER_BUDGET_FACTOR``,
     ``GRADER_BUDGET_FLOOR_S`` and ``GRADER_BUDGET_START_FLOOR_S`` (set only by the grader's tests; a subject cannot
     reach a judge's environment)."""
-    return (float(os.environ.get("GRADER_BUDGET_FACTOR", FACTOR)),
-            float(os.environ.get("GRADER_BUDGET_FLOOR_S", FLOOR_S)),
-            float(os.environ.get("GRADER_BUDGET_START_FLOOR_S", START_FLOOR_S)))
+    return (float(os.environ.get(protocol.BUDGET_FACTOR, FACTOR)),
+            float(os.environ.get(protocol.BUDGET_FLOOR_S, FLOOR_S)),
+            float(os.environ.get(protocol.BUDGET_START_FLOOR_S, START_FLOOR_S)))
 
 
 class CallCounter:

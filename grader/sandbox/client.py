@@ -17,10 +17,11 @@ import socket
 import time
 from functools import cache
 
-from grader.sandbox import zygote
+from grader.sandbox import protocol, zygote
 from grader.sandbox.budget import Budget, CallCounter, CallTimes
 from grader.sandbox.channel import ChannelError, ChannelTimeout, Limits, decode, encode, receive_frame, send_frame
 from grader.sandbox.contain import end_subject
+from grader.sandbox.protocol import SubjectSpec, load_subjects
 from grader.sandbox.watchdog import watch_for
 
 DEFAULT_PROBE_S = 300.0
@@ -55,13 +56,15 @@ class ProbeOverBudget(ProbeTimeout):
 
 def deadline_left() -> float:
     """Seconds until the candidate's time limit (``GRADER_DEADLINE``, epoch seconds); infinite when unset."""
-    deadline = os.environ.get("GRADER_DEADLINE")
+    deadline = os.environ.get(protocol.DEADLINE)
     return float("inf") if not deadline else float(deadline) - time.time()
 
 
 class Subject:
-    def __init__(self, name: str, spec: dict, control: socket.socket) -> None:
+    def __init__(self, name: str, spec: SubjectSpec, control: socket.socket) -> None:
         self.name, self.spec, self.control = name, spec, control
+        # Contain's own view of the box, as its functions that end and watch a subject read it.
+        self.box = spec.box.to_json() if spec.box else None
         self.pid: int | None = None
         self.sock: socket.socket | None = None
         self.starts = 0
@@ -143,13 +146,13 @@ class Subject:
                 raise SubjectBroken(f"the {self.name} subject was restarted {MAX_STARTS} times; not again")
             self.starts += 1
             self.pid, self.sock = zygote.spawn(self.control, self.spec)
-            self.watch = watch_for(self.pid, self.spec.get("box"), os.environ.get("GRADER_GPU") == "1")
+            self.watch = watch_for(self.pid, self.box, protocol.gpu_asked())
         return self.sock
 
     def _log_tail(self) -> str:
         try:
-            with open(self.spec["log"], "rb") as log:
-                log.seek(max(0, os.path.getsize(self.spec["log"]) - 600))
+            with open(self.spec.log, "rb") as log:
+                log.seek(max(0, os.path.getsize(self.spec.log) - 600))
                 tail = log.read().decode("utf-8", "replace").strip()
         except OSError:
             return ""
@@ -164,7 +167,7 @@ class Subject:
             self.sock.close()
             self.sock = None
         if self.pid is not None:
-            end_subject(self.pid, self.spec.get("box"))
+            end_subject(self.pid, self.box)
             self.pid = None
 
 
@@ -176,7 +179,7 @@ LINES_RAN: dict[str, set[int]] = {}
 @cache
 def added_lines() -> dict[str, tuple[str, frozenset[int]]]:
     """The files the subject traces, as its code objects name them: (the path in the diff, the added lines)."""
-    path = os.environ.get("GRADER_ADDED_LINES")
+    path = os.environ.get(protocol.ADDED_LINES)
     if not path:
         return {}
     with open(path) as handle:
@@ -198,7 +201,7 @@ def note_lines_ran(reported) -> None:
 
 @cache
 def _control() -> socket.socket:
-    fd = os.environ.get("GRADER_ZYGOTE_FD")
+    fd = os.environ.get(protocol.ZYGOTE_FD)
     if not fd:
         raise RuntimeError("no zygote: hidden tests run only in a judge process started by the grader")
     return socket.socket(fileno=int(fd))
@@ -208,8 +211,8 @@ _SUBJECTS: dict[tuple[str, str], Subject] = {}
 _COUNTER = CallCounter()
 # The controls' times this run's candidate calls are held to (GRADER_CALL_BUDGETS), and, in a calibration run over
 # the reference fix, where the times measured are written (GRADER_CALL_TIMES_OUT).
-_BUDGETS = CallTimes.load(os.environ.get("GRADER_CALL_BUDGETS"))
-_MEASURED = CallTimes() if os.environ.get("GRADER_CALL_TIMES_OUT") else None
+_BUDGETS = CallTimes.load(os.environ.get(protocol.CALL_BUDGETS))
+_MEASURED = CallTimes() if os.environ.get(protocol.CALL_TIMES_OUT) else None
 
 
 def _measure(candidate: Subject, key: str, fresh: bool, probe: str, timeout: float | None,
@@ -244,7 +247,7 @@ def _mirror_on_base(key: str, probe: str, timeout: float | None, max_bytes: int 
     except (ProbeTimeout, SubjectBroken):
         seconds = None
     _MEASURED.note(key, "base", seconds, fresh)
-    _MEASURED.save(os.environ["GRADER_CALL_TIMES_OUT"])
+    _MEASURED.save(os.environ[protocol.CALL_TIMES_OUT])
 
 
 def subject(name: str = "candidate", instance: str = "main") -> Subject:
@@ -252,8 +255,7 @@ def subject(name: str = "candidate", instance: str = "main") -> Subject:
     ``instance`` is a process of its own over the same tree (a speed measurement that must not share a process
     with the correctness probes' settings)."""
     if (name, instance) not in _SUBJECTS:
-        with open(os.environ["GRADER_SUBJECTS"]) as specs:
-            spec = json.load(specs).get(name)
+        spec = load_subjects(os.environ[protocol.SUBJECTS]).get(name)
         if spec is None:
             raise RuntimeError(f"this judge run has no {name!r} subject")
         _SUBJECTS[(name, instance)] = Subject(name, spec, _control())

@@ -55,7 +55,9 @@ FILE_SIZE_BYTES = 1 << 30
 MAX_TASKS = 512
 UID_RANGE = range(420_000, 430_000)
 # One lock file per leased uid; machine-wide (not per cache), since two graders with different caches share uids.
-UID_LOCK_DIR = Path(os.environ.get("GRADER_UID_LOCKS", "/run/grader-uids"))
+# (Named here, not in grader.sandbox.protocol, which lists it: this module also runs as a bare script.)
+UID_LOCKS_VARIABLE = "GRADER_UID_LOCKS"
+UID_LOCK_DIR = Path(os.environ.get(UID_LOCKS_VARIABLE, "/run/grader-uids"))
 # Open files of one subject process: with torch, Triton and every task's vLLM modules imported it holds 4 on CPU
 # (scripts/measure_subject_fds.py; its --gpu adds a CUDA context's device files); the rest is room for the
 # probes' own files and sockets.

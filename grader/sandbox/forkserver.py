@@ -1,7 +1,7 @@
 """A warm worker: imports the heavy third-party modules once, then forks a fresh judge per hidden-test run.
 
 Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE``. Requests arrive as JSON lines on stdin (the fields
-of ``launch.JudgeRun``); each is run by a forked child that becomes its own session and runs the judge
+of ``protocol.JudgeRequest``); each is run by a forked child that becomes its own session and runs the judge
 (``grader.sandbox.judge.run``). The server forks its template zygote before it reads any request; per run, the
 template forks a fresh zygote, which forks that judge's subjects: no subject descends from a process that read a
 request (its secret, deadline, evidence path). Neither this server nor any judge imports vLLM: only subjects do,
@@ -22,6 +22,7 @@ import time
 
 from grader.sandbox import zygote
 from grader.sandbox.contain import die_with_parent
+from grader.sandbox.protocol import JudgeRequest
 
 
 def preimport(names: list[str]) -> int:
@@ -36,12 +37,12 @@ def preimport(names: list[str]) -> int:
     return loaded
 
 
-def _run_child(request: dict, control, zygote_pid: int, server: int) -> None:
+def _run_child(request: JudgeRequest, control, zygote_pid: int, server: int) -> None:
     code = 3
     try:
         die_with_parent(server)
         os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
@@ -108,7 +109,7 @@ def serve(stdin, stdout, template) -> None:
     signal.signal(signal.SIGTERM, _end_on_sigterm)
     me = os.getpid()
     for line in iter(stdin.readline, ""):
-        request = json.loads(line)
+        request = JudgeRequest.from_json(json.loads(line))
         zygote_pid, control = zygote.spawn_zygote(template)
         pid = os.fork()
         if pid == 0:
@@ -117,7 +118,7 @@ def serve(stdin, stdout, template) -> None:
             _run_child(request, control, zygote_pid, me)
         control.close()
         _RUNNING[:] = [pid, zygote_pid]
-        returncode, timed_out = _wait(pid, float(request["timeout"]), stdin)
+        returncode, timed_out = _wait(pid, request.timeout, stdin)
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever the run left behind in its group
         except (ProcessLookupError, PermissionError):

@@ -16,8 +16,9 @@ import signal
 import socket
 import sys
 
-from grader.sandbox import zygote
+from grader.sandbox import protocol, zygote
 from grader.sandbox.contain import die_with_parent
+from grader.sandbox.protocol import JudgeRequest
 
 
 class RefuseVllm:
@@ -29,21 +30,21 @@ class RefuseVllm:
         return None
 
 
-def run(request: dict, control: socket.socket, zygote_pid: int) -> int:
+def run(request: JudgeRequest, control: socket.socket, zygote_pid: int) -> int:
     """Take the request's environment and path, run pytest with ``control`` as the zygote's socket; pytest's exit
     code. The zygote is killed at the end."""
     try:
         os.environ.clear()
-        os.environ.update(request["env"])
-        keep_compiled_modules(request["env"].get("GRADER_JUDGE_PYCACHE"))
-        os.environ["GRADER_ZYGOTE_FD"] = str(control.fileno())
-        sys.path[:0] = request["sys_path"]
-        os.chdir(request["cwd"])
+        os.environ.update(request.env)
+        keep_compiled_modules(request.env.get(protocol.JUDGE_PYCACHE))
+        os.environ[protocol.ZYGOTE_FD] = str(control.fileno())
+        sys.path[:0] = request.sys_path
+        os.chdir(request.cwd)
         sys.meta_path.insert(0, RefuseVllm())
-        sys.argv = ["pytest", *request["argv"]]
+        sys.argv = ["pytest", *request.argv]
         import pytest
 
-        return int(pytest.main(request["argv"]))
+        return int(pytest.main(request.argv))
     finally:
         _end_subjects()
         try:
@@ -76,7 +77,7 @@ def main() -> None:
     control, zygote_pid = zygote.start()
     code = 3
     try:
-        code = run(json.load(sys.stdin), control, zygote_pid)
+        code = run(JudgeRequest.from_json(json.load(sys.stdin)), control, zygote_pid)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

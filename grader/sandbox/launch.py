@@ -18,7 +18,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,9 +26,8 @@ from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
 from grader.core.rubric import REPO_ROOT, all_base_recipes
 from grader.sandbox.leftovers import owned_name
+from grader.sandbox.protocol import PREFIX, JudgeRequest, base_environment
 
-PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
-                      "CUDA_HOME", "LD_LIBRARY_PATH")
 PROBE = """
 import importlib, sys
 before = set(sys.modules)
@@ -40,13 +38,6 @@ for name in sys.argv[1:]:
         pass
 print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] != "vllm"))
 """
-
-# Every judge and subject computes on one CPU thread. A float reduction's result depends on how many threads
-# split it, so a verdict would otherwise depend on --jobs and on the machine's core count; and N candidates at
-# once, each process spinning up a thread per core, oversubscribe the cores and spin against each other.
-# Parallelism comes from --jobs alone.
-SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
 
 # Seconds a judge may run past its deadline to record what timed out before it is killed.
 JUDGE_GRACE_S = 30
@@ -68,20 +59,8 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
-@dataclass(frozen=True)
-class JudgeRun:
-    """One judge process: pytest's arguments, its environment and path, where its output goes, its time."""
-
-    argv: list[str]
-    env: dict[str, str]
-    sys_path: list[str]
-    cwd: str
-    log: str
-    timeout: float
-
-
 class Launcher(Protocol):
-    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+    def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
         """(the judge's exit code, negative for a signal, or None; whether it was killed at its time limit).
         Raises ``JudgeLost`` when what ran the judge died with it."""
 
@@ -89,23 +68,6 @@ class Launcher(Protocol):
         """End every judge now (an interrupt): their runs return as killed."""
 
     def close(self) -> None: ...
-
-
-def base_environment(gpu: bool, also_pass: tuple[str, ...] = ()) -> dict[str, str]:
-    """What every judge and subject inherits from the grader's environment (``PASSED_THROUGH_ENV`` and the
-    caller's ``also_pass``); nothing else passes."""
-    env = {k: os.environ[k] for k in (*PASSED_THROUGH_ENV, *also_pass) if k in os.environ}
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1",
-                "HF_HUB_OFFLINE": "1", **SINGLE_THREADED})
-    if not gpu:
-        # Without a GPU, Triton kernels can only run through its interpreter. The variable must be set before
-        # triton is first imported (it decides how triton.language's own helpers are built), and warm workers
-        # import triton before any test runs, so it is set here for every CPU run. CUDA_VISIBLE_DEVICES=""
-        # keeps vLLM from probing a driver while leaving the real Triton importable.
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        env["TRITON_INTERPRET"] = "1"
-    # (With GPU evidence, CUDA_VISIBLE_DEVICES passes only when the caller asks: a Ray task narrowed to its GPU.)
-    return env
 
 
 # What names a run in a judge's environment: its folders (and, through them, its evidence file) and every GRADER_*
@@ -127,7 +89,7 @@ def starting_environment(env: dict[str, str]) -> dict[str, str]:
     """The environment a cold judge's interpreter starts with: the judge's own less what names its run. The
     judge forks its zygote in it and only then takes the whole environment from the request; the initial
     environment block (``/proc/self/environ``) of every subject is this one."""
-    kept = {k: v for k, v in env.items() if not k.startswith("GRADER_") and k not in RUN_PATH_VARIABLES}
+    kept = {k: v for k, v in env.items() if not k.startswith(PREFIX) and k not in RUN_PATH_VARIABLES}
     return dict(kept, PYTHONPATH=str(REPO_ROOT))
 
 
@@ -144,7 +106,7 @@ class ColdLauncher:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+    def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
         command = [judge_interpreter(), "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
             # Its own parent's pid in argv (not the environment, which names nothing of a run): it dies with it.
@@ -155,7 +117,7 @@ class ColdLauncher:
             try:
                 try:
                     # On stdin, read after the judge has forked its zygote: no subject's memory ever held it.
-                    proc.stdin.write(json.dumps(asdict(job)).encode())
+                    proc.stdin.write(json.dumps(job.to_json()).encode())
                     proc.stdin.close()
                 except BrokenPipeError:
                     pass
@@ -218,8 +180,8 @@ class _Server:
         if not hello or not json.loads(hello).get("ready"):
             raise RuntimeError("warm worker failed to start")
 
-    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
-        request = dict(asdict(job), timeout=job.timeout + JUDGE_GRACE_S)
+    def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
+        request = dict(job.to_json(), timeout=job.timeout + JUDGE_GRACE_S)
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
@@ -306,7 +268,7 @@ class WarmPool:
         for server in self.servers:
             server.terminate()
 
-    def run(self, job: JudgeRun) -> tuple[int | None, bool]:
+    def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
         try:
             server = self._checkout()
         except (OSError, RuntimeError):

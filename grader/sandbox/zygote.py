@@ -20,6 +20,7 @@ import tempfile
 
 # Imported here, while the repository is still visible: a subject's view hides it.
 from grader.sandbox import contain, subject
+from grader.sandbox.protocol import SubjectSpec, gpu_asked
 
 SPAWN_MESSAGE_CAP = 1 << 20
 
@@ -47,12 +48,16 @@ def start() -> tuple[socket.socket, int]:
 
 def spawn_zygote(template: socket.socket) -> tuple[int, socket.socket]:
     """Ask a zygote (the warm worker's template) for a fresh zygote of its own: (its pid, its control socket)."""
-    return spawn(template, {"zygote": True})
+    return _spawn(template, {"zygote": True})
 
 
-def spawn(control: socket.socket, spec: dict) -> tuple[int, socket.socket]:
+def spawn(control: socket.socket, spec: SubjectSpec) -> tuple[int, socket.socket]:
     """Ask the zygote for a subject built from ``spec``: (its pid, the judge's end of its channel)."""
-    data = json.dumps(spec).encode()
+    return _spawn(control, spec.to_json())
+
+
+def _spawn(control: socket.socket, message: dict) -> tuple[int, socket.socket]:
+    data = json.dumps(message).encode()
     control.sendall(len(data).to_bytes(4, "big") + data)
     message, fds, _flags, _addr = socket.recv_fds(control, 4096, 1)
     if not message or not fds:
@@ -73,16 +78,16 @@ def _serve(control: socket.socket) -> None:
         body = _read(control, size) if size <= SPAWN_MESSAGE_CAP else None
         if body is None:
             return
-        spec = json.loads(body)
+        message = json.loads(body)
         judge_side, subject_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:
             control.close()
             judge_side.close()
-            if spec.get("zygote") is True:
+            if message.get("zygote") is True:
                 contain.die_with_parent(me)
                 _serve_fresh(subject_side)
-            _become_subject(spec, subject_side, me)
+            _become_subject(message, subject_side, me)
         subject_side.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
         judge_side.close()
@@ -108,16 +113,17 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
 CHANNEL_FD = 3
 
 
-def _become_subject(spec: dict, channel: socket.socket, zygote: int) -> None:
+def _become_subject(message: dict, channel: socket.socket, zygote: int) -> None:
     """In the forked child: own session, only the channel and the log open, contained, then serve probes."""
     code = 0
     try:
+        spec = SubjectSpec.from_json(message)
         contain.die_with_parent(zygote)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.open(spec.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
@@ -128,17 +134,17 @@ def _become_subject(spec: dict, channel: socket.socket, zygote: int) -> None:
         # Only the interpreter's own folders stay on the path, behind the patched tree and the probes; resolved
         # before the view hides the folders a symlinked environment is reached through (a worktree's .venv).
         resolved = [os.path.realpath(p) for p in sys.path if p]
-        keep = [p for p in dict.fromkeys(resolved) if p.startswith(tuple(spec["interpreter_paths"]))]
-        if spec.get("box"):
-            contain.enter(spec["box"])
+        keep = [p for p in dict.fromkeys(resolved) if p.startswith(spec.interpreter_paths)]
+        if spec.box is not None:
+            contain.enter(spec.box.to_json())
         os.environ.clear()
-        os.environ.update(spec["env"])
+        os.environ.update(spec.env)
         tempfile.tempdir = None
-        os.chdir(spec["cwd"])
-        sys.path[:] = [*spec["sys_path"], *keep]
-        if spec.get("box") and spec["env"].get("GRADER_GPU") == "1":
-            subject.bound_gpu_allocator(spec["box"].get("gpu_memory_bytes"))
-        subject.serve(sock, spec.get("added_lines"))
+        os.chdir(spec.cwd)
+        sys.path[:] = [*spec.sys_path, *keep]
+        if spec.box is not None and gpu_asked(spec.env):
+            subject.bound_gpu_allocator(spec.box.gpu_memory_bytes)
+        subject.serve(sock, spec.added_lines)
     except BaseException as exc:  # noqa: BLE001 - the subject never returns into the zygote's loop
         try:
             os.write(2, f"subject failed to start: {type(exc).__name__}: {exc}\n".encode())

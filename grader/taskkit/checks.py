@@ -24,8 +24,9 @@ from grader.diffparse import parse_diff
 from grader.orchestrate import Graded, RunOptions, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
-from grader.run import environment_modules, environment_problem, judge_environment, parse_evidence, pytest_args
-from grader.sandbox.launch import ColdLauncher, JudgeRun, base_environment
+from grader.run import environment_modules, environment_problem, parse_evidence, pytest_args
+from grader.sandbox.launch import ColdLauncher
+from grader.sandbox.protocol import base_environment, set_up_judge
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
 from grader.core.environment import unmet
 from grader.core.paths import scratch_root
@@ -191,18 +192,14 @@ def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], li
     try:
         judge = scratch / "judge"
         judge.mkdir(mode=0o700)
-        env = judge_environment(judge, base.path, base.path, False, COLLECT_TIMEOUT_S)
-        (judge / "subjects.json").write_text("{}")
-        evidence = Path(env["GRADER_EVIDENCE_OUT"])
-        evidence.write_text("")
-        job = JudgeRun([*pytest_args(task), "--collect-only"], env, [], str(RUBRICS_DIR), str(judge / "pytest.log"),
-                       COLLECT_TIMEOUT_S)
-        returncode, timed_out = ColdLauncher().run(job)
-        outcomes, errors = parse_evidence(evidence.read_text(), timed_out)
+        folder = set_up_judge(judge, [*pytest_args(task), "--collect-only"], str(RUBRICS_DIR), base.path, base.path,
+                              False, COLLECT_TIMEOUT_S, {})
+        returncode, timed_out = ColdLauncher().run(folder.request)
+        outcomes, errors = parse_evidence(folder.evidence.read_text(), timed_out)
         if timed_out:
             errors.append(f"collection took over {COLLECT_TIMEOUT_S} s")
         elif not outcomes and not errors and returncode not in (0, 5):
-            errors.append(f"pytest exited with {returncode}: {(judge / 'pytest.log').read_text()[-500:]}")
+            errors.append(f"pytest exited with {returncode}: {folder.log.read_text()[-500:]}")
         return {o.nodeid: sorted(o.criteria) for o in outcomes}, errors, returncode
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

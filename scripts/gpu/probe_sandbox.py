@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from grader.apply import hidden_roots, scratch_root  # noqa: E402
-from grader.run import subject_environment  # noqa: E402
+from grader.sandbox.protocol import subject_environment  # noqa: E402
 from grader.sandbox import contain  # noqa: E402
 
 KERNEL = r'''
