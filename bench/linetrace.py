@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.stats import bootstrap_ratio_ci, median, quartiles, seed_of  # noqa: E402
 from grader.core.records import Candidate  # noqa: E402
 from grader.core.rubric import REPO_ROOT  # noqa: E402
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate  # noqa: E402
+from grader.core.records import GradingOptions  # noqa: E402
+from grader.pipeline import BaseCache, grade_candidate  # noqa: E402
 
 
 def tests_seconds(candidate: Candidate, bases: BaseCache, traced: bool) -> float:
-    result, _ = grade_candidate(candidate, bases, GradeOptions(trace_lines=traced))
+    result, _ = grade_candidate(candidate, bases, GradingOptions(trace_lines=traced, use_evidence_cache=False))
     if result.verdict == "error":
         raise SystemExit(f"{candidate.id} did not grade: {result.summary}")
     return result.timings["tests_s"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.core.records import CRITERION_IDS, CRITERION_STATUSES, VERDICTS as ALL_VERDICTS
+from grader.core.records import CRITERION_IDS, CRITERION_STATUSES, GradingOptions, VERDICTS as ALL_VERDICTS
 from grader.score import MET_AT, UNMET_AT
 
 # What a judge can say: every criterion status but not_evaluated, every verdict but error.
@@ -453,7 +453,7 @@ def grade_bundle(args) -> Path | None:
     """Grade the bundle into ``args.out`` (its store makes a rerun cheap) and write its results.json; None, with
     the reason printed, when that cannot be done."""
     from grader.ingest import IngestError, ingest
-    from grader.orchestrate import RunOptions, grade_many
+    from grader.orchestrate import grade_many
     from grader.pipeline import GraderUsageError, detect_gpu
     from grader.report import write_results_json
     from grader.sandbox import contain
@@ -466,8 +466,8 @@ def grade_bundle(args) -> Path | None:
     except (IngestError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
-    run = grade_many(candidates, RunOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or contain.default_jobs(),
-                                            store=ResultStore(args.out)), ProgressLines())
+    options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or contain.default_jobs())
+    run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
     return write_results_json(args.out, run.records, {"grader_version": __version__, "gpu": reason,
                                                       "candidates": len(candidates),
                                                       "timings": {"wall_s": run.wall_s}})

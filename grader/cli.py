@@ -25,12 +25,13 @@ import traceback
 from pathlib import Path
 
 from grader import __version__
+from grader.core.records import GradingOptions
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
 from grader.ingest import IngestError, ingest, is_bundle, shard
-from grader.orchestrate import Interrupted, LocalBackend, RunOptions, grade_many
+from grader.orchestrate import Backend, Interrupted, LocalBackend, grade_many
 from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
@@ -293,19 +294,22 @@ def judge_for(labels: Path | None, paths: list[Path]) -> dict[str, str] | None:
     return found
 
 
-def run_options(args, gpu: bool, store: ResultStore | None) -> RunOptions:
+def run_options(args, gpu: bool) -> GradingOptions:
     """What ``grade``'s flags ask of the orchestrator."""
+    return GradingOptions(trace_lines=getattr(args, "trace_lines", False),
+                          gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
+                          contained=getattr(args, "contain", "on") != "off",
+                          keep_trees=getattr(args, "keep_trees", False), use_evidence_cache=not args.no_cache,
+                          controls=not getattr(args, "no_control", True))
+
+
+def run_backend(args) -> Backend:
+    """Where ``grade --backend`` grades."""
     if getattr(args, "backend", "local") == "ray":
         from grader.ray_backend import RayBackend
 
-        backend = RayBackend()
-    else:
-        backend = LocalBackend()
-    return RunOptions(trace_lines=getattr(args, "trace_lines", False),
-                      gpu=gpu, timeout=args.timeout, jobs=args.jobs, cold=getattr(args, "cold", False),
-                      contained=getattr(args, "contain", "on") != "off", keep_trees=getattr(args, "keep_trees", False),
-                      use_evidence_cache=not args.no_cache, store=store, backend=backend,
-                      controls=not getattr(args, "no_control", True))
+        return RayBackend()
+    return LocalBackend()
 
 
 def containment_shortfalls(mode: str) -> list[str]:
@@ -349,10 +353,10 @@ def _run_grade(args, gate: SignalGate) -> int:
     print(f"grading {len(candidates)} candidate(s) with {args.jobs} worker(s); {gpu_reason}", file=sys.stderr)
     began = started_at()
     # Stored results are reused unless --no-cache; finished ones are always kept, so a rerun resumes.
-    options = run_options(args, gpu, ResultStore(args.out, reuse=not args.no_cache))
+    store = ResultStore(args.out, reuse=not args.no_cache)
     try:
         with observer_for(sys.stderr, len(candidates)) as observer:
-            run = grade_many(candidates, options, observer)
+            run = grade_many(candidates, run_options(args, gpu), observer, store, run_backend(args))
     finally:
         # From here on a signal waits for the reports to be written.
         gate.hold()

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING
 from grader import __version__
 from grader.core.environment import environment_fingerprint
 from grader.core.paths import cache_dir
-from grader.core.records import Candidate
+from grader.core.records import DEFAULT_TIMEOUT_S, Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
-from grader.run import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:  # the grading itself is handed in (``grade``): this module sits below the pipeline
-    from grader.pipeline import BaseCache, GradeOptions
+    from grader.pipeline import BaseCache
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 CANDIDATES_DIR = REPO_ROOT / "candidates"
@@ -49,13 +48,13 @@ def designed_reference(task: Task, gpu: bool) -> dict[str, str]:
 class Controls:
     """Each task's control, run at most once per run (the first candidate of the task waits for it)."""
 
-    def __init__(self, bases: BaseCache, options: GradeOptions, grade: Callable) -> None:
-        """``grade(candidate, bases, options)``: ``grader.pipeline.grade_candidate``."""
+    def __init__(self, bases: BaseCache, options: GradingOptions, grade: Callable) -> None:
+        """``grade(candidate, bases, options)``: ``grader.pipeline.grade_candidate`` with the run's launcher."""
         self.bases = bases
         self.grade = grade
         # No evidence cache: the control must run the hidden tests on this machine as it is now; and the default
         # time limit at least, since a --timeout chosen for candidates says nothing of the environment.
-        self.options = replace(options, evidence_cache=None, keep_trees=False,
+        self.options = replace(options, use_evidence_cache=False, keep_trees=False,
                                timeout=max(options.timeout, DEFAULT_TIMEOUT_S))
         self.found: dict[str, str | None] = {}
         self.locks: dict[str, threading.Lock] = {}

@@ -848,8 +848,8 @@ class MutantProgress(QuietObserver):
 
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
                   use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
-    from grader.orchestrate import LocalBackend, RunOptions, grade_many
-    from grader.core.records import Candidate
+    from grader.orchestrate import grade_many
+    from grader.core.records import Candidate, GradingOptions
     from grader.validate import REFERENCE_DIR
 
     equivalents_path = task.folder / "equivalent-mutants.toml"
@@ -857,8 +857,7 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
     ordered = grading_order(mutants)
     to_grade = ordered if limit is None else ordered[:limit]
     started = time.monotonic()
-    options = RunOptions(gpu=False, timeout=timeout, jobs=max(1, jobs), use_evidence_cache=use_cache,
-                         backend=LocalBackend())
+    options = GradingOptions(gpu=False, timeout=timeout, jobs=max(1, jobs), use_evidence_cache=use_cache)
     reference_diff = (REFERENCE_DIR / f"{task.id}.diff").read_text()
     (graded_reference,) = grade_many([Candidate(f"{task.id}/reference", "reference", reference_diff, task.id)],
                                      options).graded

@@ -16,15 +16,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
 from grader.evidence_cache import EvidenceCache
 from grader.controls import Controls
-from grader.pipeline import BaseCache, GradeOptions, error_result, grade_candidate
-from grader.core.records import Candidate, CandidateResult, RunReport
+from grader.pipeline import BaseCache, error_result, grade_candidate
+from grader.core.records import Candidate, CandidateResult, GradingOptions, RunReport
 from grader.core.rubric import Task, all_tasks
-from grader.run import DEFAULT_TIMEOUT_S
 from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
@@ -97,38 +97,18 @@ class Backend(Protocol):
     """Where pending candidates are graded. ``deliver`` is called once per finished candidate, from the thread
     that called ``grade``; an ``Interrupted`` raised meanwhile must leave every started job ended."""
 
-    def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
+    def grade(self, pending: Sequence[Candidate], options: GradingOptions, observer: Observer,
               deliver: Callable[[Graded], None]) -> None: ...
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    gpu: bool = False
-    timeout: float = DEFAULT_TIMEOUT_S
-    jobs: int = 1
-    # One fresh interpreter per candidate instead of forked warm workers (slower; nothing shared).
-    cold: bool = False
-    contained: bool = True
-    keep_trees: bool = False
-    # Record which of the diff's added lines ran in each check (the pages link failing checks to hunks; costs
-    # about 1.3-1.8x the tests' time, bench/linetrace.py; never changes a verdict).
-    trace_lines: bool = False
-    # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
-    use_evidence_cache: bool = True
-    # Finished results, looked up before grading and saved after (None: nothing is looked up or kept).
-    store: ResultStore | None = None
-    # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
-    empty_diff_grades_base: bool = False
-    # Grade each task's reference fix first and stop the task where it misses its designed statuses
-    # (``grader.controls``; local backend).
-    controls: bool = False
-    backend: Backend = field(default_factory=lambda: LocalBackend())
-
-
-def grade_many(candidates: Sequence[Candidate], options: RunOptions,
-               observer: Observer | None = None) -> GradeRun:
-    """Grade ``candidates`` (stored results first), returning them in input order."""
+def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observer: Observer | None = None,
+               store: ResultStore | None = None, backend: Backend | None = None) -> GradeRun:
+    """Grade ``candidates`` on ``backend`` (local threads when None), returning them in input order. With a
+    ``store``, finished results are looked up there first and each new complete one is saved there."""
     observer = observer or QuietObserver()
+    backend = backend or LocalBackend()
+    if options.memory_bytes is None:
+        options = replace(options, memory_bytes=contain.memory_per_subject(options.jobs))
     started = time.monotonic()
     reclaim_leftovers()  # what a killed grader before this one left (scratch trees, homes, cgroups, staging)
     tasks = all_tasks()
@@ -137,8 +117,8 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
     pending: list[Candidate] = []
 
     def deliver(item: Graded) -> None:
-        if options.store is not None and not item.stored:
-            options.store.save(item.candidate.id, keys[item.candidate.id], item.record)
+        if store is not None and not item.stored:
+            store.save(item.candidate.id, keys[item.candidate.id], item.record)
         finished[item.candidate.id] = item
         observer.graded(item, len(finished), len(candidates))
 
@@ -147,13 +127,13 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
         for candidate in candidates:
             keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu,
                                            options.contained, options.trace_lines)
-            record = options.store.load(candidate.id, keys[candidate.id]) if options.store is not None else None
+            record = store.load(candidate.id, keys[candidate.id]) if store is not None else None
             if record is None:
                 pending.append(candidate)
             else:
                 deliver(Graded(candidate, record, stored=True))
         if pending:
-            options.backend.grade(pending, options, observer, deliver)
+            backend.grade(pending, options, observer, deliver)
     except Interrupted as exc:
         interrupted = str(exc)
     graded = tuple(finished[c.id] for c in candidates if c.id in finished)
@@ -161,7 +141,7 @@ def grade_many(candidates: Sequence[Candidate], options: RunOptions,
                     round(time.monotonic() - started, 2))
 
 
-def gradable(candidate: Candidate, tasks: dict[str, Task], options: RunOptions) -> bool:
+def gradable(candidate: Candidate, tasks: dict[str, Task], options: GradingOptions) -> bool:
     """Whether grading ``candidate`` runs hidden tests (so a worker is worth starting for it)."""
     return candidate.task in tasks and not candidate.ingest_error and \
         bool(candidate.diff.strip() or options.empty_diff_grades_base)
@@ -176,7 +156,7 @@ class LocalBackend:
         # At most this many bases are built at once (each unpacks and commits a vLLM tree).
         self.building = threading.BoundedSemaphore(4)
 
-    def grade(self, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
+    def grade(self, pending: Sequence[Candidate], options: GradingOptions, observer: Observer,
               deliver: Callable[[Graded], None]) -> None:
         tasks = all_tasks()
         needing = [c for c in pending if gradable(c, tasks, options)]
@@ -205,19 +185,14 @@ class LocalBackend:
         except Exception:  # noqa: BLE001 - reported by every candidate of the task (grade_candidate)
             return
 
-    def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: RunOptions, observer: Observer,
-                   deliver: Callable[[Graded], None]) -> None:
-        grade_options = GradeOptions(gpu=options.gpu, timeout=options.timeout, keep_trees=options.keep_trees,
-                                     launcher=launcher,
-                                     evidence_cache=EvidenceCache() if options.use_evidence_cache else None,
-                                     contained=options.contained,
-                                     memory_bytes=contain.memory_per_subject(options.jobs),
-                                     empty_diff_grades_base=options.empty_diff_grades_base,
-                                     trace_lines=options.trace_lines)
+    def grade_with(self, launcher: Launcher, pending: Sequence[Candidate], options: GradingOptions,
+                   observer: Observer, deliver: Callable[[Graded], None]) -> None:
+        evidence = EvidenceCache() if options.use_evidence_cache else None
         stopping = threading.Event()
         delivered: set[str] = set()
         tasks = all_tasks()
-        controls = Controls(self.bases, grade_options, grade_candidate) if options.controls else None
+        controls = Controls(self.bases, options, partial(grade_candidate, launcher=launcher)) \
+            if options.controls else None
 
         def hand_over(item: Graded) -> None:
             if item.candidate.id not in delivered:
@@ -233,7 +208,7 @@ class LocalBackend:
                 result = replace(error_result(candidate, problem, task), run_status="environment_error")
                 return None if stopping.is_set() else Graded(candidate, result.to_json(), result)
             observer.started(candidate)
-            result, run = grade_candidate(candidate, self.bases, grade_options)
+            result, run = grade_candidate(candidate, self.bases, options, launcher, evidence)
             return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)
 
         pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
@@ -261,7 +236,7 @@ class LocalBackend:
             pool.shutdown(wait=not interrupted)
             launcher.close()
 
-    def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: RunOptions,
+    def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: GradingOptions,
                  observer: Observer) -> Launcher:
         """Warm workers, unless ``cold`` or fewer than two candidates need running (a warm worker imports what
         every task's modules import before it forks a judge: that pays off from the second candidate on). The

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
@@ -26,38 +26,20 @@ from grader.ingest import task_files
 from grader.preview import cut_reason, is_cut, unseen_evidence
 from grader.integrity import scan_diff
 from grader.sandbox.launch import ColdLauncher, Launcher
-from grader.core.records import ApplyReport, BuiltBase, Candidate, CandidateResult, RubricIdentity, RunReport, RunStatus
+from grader.core.records import (ApplyReport, BuiltBase, Candidate, CandidateResult, GradingOptions, RubricIdentity,
+                                 RunReport, RunStatus)
 from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
 from grader.sandbox.tooling import ToolMissing, os_error_line
-from grader.run import DEFAULT_TIMEOUT_S, ensure_call_times, environment_problem, run_hidden_tests
+from grader.run import ensure_call_times, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
 
 
 class GraderUsageError(Exception):
     """The run cannot start as asked (an option this machine cannot honour): exit 2 before any work."""
-
-
-@dataclass(frozen=True)
-class GradeOptions:
-    gpu: bool = False
-    timeout: float = DEFAULT_TIMEOUT_S
-    keep_trees: bool = False
-    launcher: Launcher = field(default_factory=ColdLauncher)
-    evidence_cache: EvidenceCache | None = None
-    contained: bool = True
-    # A subject's memory limit (None: the machine's share at the default --jobs).
-    memory_bytes: int | None = None
-    # Variables of the grader's environment passed on beyond launch.PASSED_THROUGH_ENV (a Ray task's narrowed
-    # CUDA_VISIBLE_DEVICES).
-    also_pass: tuple[str, ...] = ()
-    # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
-    empty_diff_grades_base: bool = False
-    # Record which of the patch's added lines run in each check (for the scorecard; never for the verdict).
-    trace_lines: bool = False
 
 
 class BaseCache:
@@ -145,15 +127,17 @@ def no_task_result(candidate: Candidate) -> CandidateResult:
                            "it as that task.", candidate.reference_summary, diff_sha256=diff_sha256(candidate.diff))
 
 
-def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut_preview: bool = False,
+def evaluate(task: Task, diff: str, bases: BaseCache, options: GradingOptions, launcher: Launcher,
+             evidence: EvidenceCache | None, cut_preview: bool = False,
              may_run=always) -> tuple[ApplyReport, RunReport | None, dict]:
-    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty),
-    unless ``may_run`` says of the apply report that no evidence can be graded (a cut preview)."""
+    """Apply ``diff`` to a fresh tree of the task's base and run the hidden tests (the base itself when empty) with
+    ``launcher``, unless ``may_run`` says of the apply report that no evidence can be graded (a cut preview);
+    ``evidence``: the evidence cache, None when ``options.use_evidence_cache`` is off."""
     base = bases.get(task)
     # Evidence with and without the lines that ran is cached apart (its identity says which).
     identity = grading_identity(task, options.gpu, options.contained, options.trace_lines)
-    shortcut = diff_key(identity, diff) if options.evidence_cache else None
-    if shortcut and (found := options.evidence_cache.load_applied(shortcut)):
+    shortcut = diff_key(identity, diff) if evidence else None
+    if shortcut and (found := evidence.load_applied(shortcut)):
         return found[0], found[1] if may_run(found[0]) else None, \
             {"apply_s": 0.0, "tests_s": 0.0, "evidence_cached": 1.0}
     scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-{task.id}"), dir=scratch_root()))
@@ -178,35 +162,40 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradeOptions, cut
         if problem:
             return apply, RunReport([], None, False, "", 0.0, problem), timings
         key = tree_key(identity, apply)
-        run = options.evidence_cache.load(key) if options.evidence_cache and key else None
+        run = evidence.load(key) if evidence and key else None
         if run is None:
             import_root = make_import_root(tree, scratch / "import-root")
-            budgets = ensure_call_times(task, base, options.gpu, options.launcher, options.contained,
+            budgets = ensure_call_times(task, base, options.gpu, launcher, options.contained,
                                         options.memory_bytes, options.also_pass)
-            run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, options.launcher,
+            run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, launcher,
                                    options.timeout, options.contained, memory_bytes=options.memory_bytes,
                                    also_pass=options.also_pass, call_budgets=budgets,
                                    traced=[f.path for f in apply.files] if options.trace_lines else None)
-            if options.evidence_cache and key:
-                options.evidence_cache.save(key, run)
+            if evidence and key:
+                evidence.save(key, run)
             timings["tests_s"] = round(run.duration, 2)
         else:
             timings["tests_s"] = 0.0
             timings["evidence_cached"] = 1.0
         if shortcut and key:
-            options.evidence_cache.save_applied(shortcut, apply, key, run)
+            evidence.save_applied(shortcut, apply, key, run)
         return apply, run, timings
     finally:
         if not options.keep_trees:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def grade_candidate(candidate: Candidate, bases: BaseCache,
-                    options: GradeOptions) -> tuple[CandidateResult, RunReport | None]:
+def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradingOptions,
+                    launcher: Launcher | None = None,
+                    evidence: EvidenceCache | None = None) -> tuple[CandidateResult, RunReport | None]:
     """Grade one candidate: its result and the hidden tests' run it was scored from (None where nothing ran).
-    Every failure becomes this candidate's error result, never an exception."""
+    Its judge runs on ``launcher`` (a fresh interpreter when None); the evidence cache is ``evidence`` (the
+    default one when None) unless ``options.use_evidence_cache`` is off. Every failure becomes this candidate's
+    error result, never an exception."""
+    launcher = launcher or ColdLauncher()
+    evidence = (evidence or EvidenceCache()) if options.use_evidence_cache else None
     try:
-        result, run = grade_or_raise(candidate, bases, options)
+        result, run = grade_or_raise(candidate, bases, options, launcher, evidence)
     except (OSError, BaseBuildError) as exc:  # a full disk or a forbidden folder; a base that cannot be had
         task = all_tasks().get(candidate.task or "")
         cause = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
@@ -253,8 +242,8 @@ def summarized(task: Task | None, result: CandidateResult, run: RunReport | None
     return replace(result, summary=summarize(task, result, run, change))
 
 
-def grade_or_raise(candidate: Candidate, bases: BaseCache,
-                   options: GradeOptions) -> tuple[CandidateResult, RunReport | None]:
+def grade_or_raise(candidate: Candidate, bases: BaseCache, options: GradingOptions, launcher: Launcher,
+                   evidence: EvidenceCache | None) -> tuple[CandidateResult, RunReport | None]:
     if candidate.ingest_error:
         return error_result(candidate, candidate.ingest_error), None
     tasks = all_tasks()
@@ -275,7 +264,7 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache,
     # Only a bundle shows previews; a diff given whole whose hunks end early is a corrupt diff, not a cut one.
     cut = candidate.bundle_position is not None and is_cut(parsed, candidate.at_preview_limit)
     scope = task_files(task.id)
-    apply, run, timings = evaluate(task, candidate.diff, bases, options, cut,
+    apply, run, timings = evaluate(task, candidate.diff, bases, options, launcher, evidence, cut,
                                    lambda report: not cut or not unseen_evidence(scope, parsed, report))
     if cut and candidate.at_preview_limit and apply.status == "applied":
         apply = replace(apply, status="partial", truncated=True,

@@ -31,8 +31,10 @@ import fcntl
 import os
 from collections.abc import Callable
 from functools import lru_cache
+from dataclasses import replace
 from pathlib import Path
 
+from grader.core.records import GradingOptions
 from grader.core.rubric import REPO_ROOT, Task
 
 MAX_RETRIES = 2
@@ -161,26 +163,36 @@ def close_warm() -> None:
     _WARM.clear()
 
 
-def grade_on_node(candidate, gpu: bool, timeout: float, keep_trees: bool, contained: bool,
-                  evidence_cache: bool, gpu_assigned: bool) -> dict:
-    """What an actor runs for one candidate: grade it here, with this process's warm worker, and return its JSON
-    result."""
-    from grader.evidence_cache import EvidenceCache
-    from grader.orchestrate import RunOptions, gradable
-    from grader.pipeline import GradeOptions, grade_candidate
+def actor_arguments(options: GradingOptions, gpu_assigned: bool) -> tuple[dict, bool]:
+    """What an actor is sent with each candidate besides it: the run's whole options record (as JSON: every field
+    reaches the actor, ``memory_bytes`` among them) and whether Ray gave the actor a GPU."""
+    return options.to_json(), gpu_assigned
+
+
+def node_options(options: dict, gpu_assigned: bool) -> GradingOptions:
+    """The options an actor grades with: the driver's, and, where Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it
+    gave the actor, that variable passed on so the actor's hidden tests see only that one (other actors pass on
+    exactly what a local run passes on)."""
+    received = GradingOptions.from_json(options)
+    if gpu_assigned and "CUDA_VISIBLE_DEVICES" not in received.also_pass:
+        received = replace(received, also_pass=(*received.also_pass, "CUDA_VISIBLE_DEVICES"))
+    return received
+
+
+def grade_on_node(candidate, options: dict, gpu_assigned: bool) -> dict:
+    """What an actor runs for one candidate (with ``actor_arguments``): grade it here, with this process's warm
+    worker, and return its JSON result."""
+    from grader.orchestrate import gradable
+    from grader.pipeline import grade_candidate
     from grader.core.rubric import all_tasks
     from grader.sandbox.launch import ColdLauncher
 
+    received = node_options(options, gpu_assigned)
     tasks = all_tasks()
     bases = _node_bases()
-    needs_tests = gradable(candidate, tasks, RunOptions())
-    launcher = warm_launcher(bases.get(tasks[candidate.task]), gpu) if needs_tests else ColdLauncher()
-    # Ray narrows CUDA_VISIBLE_DEVICES to the GPU it gave an actor: that actor's hidden tests must see only that
-    # one. Other actors pass on exactly what a local run passes on.
-    options = GradeOptions(gpu=gpu, timeout=timeout, keep_trees=keep_trees, launcher=launcher,
-                           evidence_cache=EvidenceCache() if evidence_cache else None, contained=contained,
-                           also_pass=("CUDA_VISIBLE_DEVICES",) if gpu_assigned else ())
-    result, _ = grade_candidate(candidate, bases, options)
+    needs_tests = gradable(candidate, tasks, received)
+    launcher = warm_launcher(bases.get(tasks[candidate.task]), received.gpu) if needs_tests else ColdLauncher()
+    result, _ = grade_candidate(candidate, bases, received, launcher)
     return result.to_json()
 
 
@@ -276,8 +288,7 @@ class RayBackend:
             if shape not in pools:
                 gpu_assigned = bool(resources["num_gpus"])
                 pools[shape] = ActorPool(self.work, resources, max(1, gpus) if gpu_assigned else max(1, options.jobs),
-                                         lambda c, g=gpu_assigned: (options.gpu, options.timeout, options.keep_trees,
-                                                                    options.contained, options.use_evidence_cache, g))
+                                         lambda c, g=gpu_assigned: actor_arguments(options, g))
             pools[shape].queue.append(candidate)
         in_flight: dict = {}
         try:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grader.apply import apply_diff, hidden_roots, make_tree
 from grader.core.paths import cache_dir, make_import_root, scratch_root
-from grader.core.records import BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
+from grader.core.records import DEFAULT_TIMEOUT_S, BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
@@ -39,7 +39,6 @@ from grader.sandbox.leftovers import owned_name
 from grader.sandbox.watchdog import gpu_memory_bound
 from grader.core.probe_modules import probe_modules
 
-DEFAULT_TIMEOUT_S = 600
 EVIDENCE_CAP_BYTES = 64 << 20
 SHARED_PROBES = RUBRICS_DIR / "shared_probes"
 # Object reprs in assertion output ("<X object at 0x7f...>") differ between identical runs.

@@ -13,9 +13,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.orchestrate import RunOptions, grade_many
+from grader.orchestrate import grade_many
 from grader.pipeline import detect_gpu
-from grader.core.records import Candidate, CriterionResult
+from grader.core.records import Candidate, CriterionResult, GradingOptions
 from grader.core.paths import atomic_write
 from grader.core.rubric import REPO_ROOT, Task, all_tasks
 from grader.sandbox import contain
@@ -61,7 +61,7 @@ def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[st
     return v
 
 
-def validate_tasks(tasks: list[Task], options: RunOptions) -> list[Validation]:
+def validate_tasks(tasks: list[Task], options: GradingOptions) -> list[Validation]:
     """Grade each task's unpatched base and its reference fix (all in one run), and check the rules."""
     sides = []
     for task in tasks:
@@ -69,7 +69,7 @@ def validate_tasks(tasks: list[Task], options: RunOptions) -> list[Validation]:
         if reference.is_file():
             sides += [Candidate(f"{task.id}/base", "base", "", task.id),
                       Candidate(f"{task.id}/reference", str(reference), reference.read_text(), task.id)]
-    graded = grade_many(sides, replace(options, empty_diff_grades_base=True, store=None)).by_id()
+    graded = grade_many(sides, replace(options, empty_diff_grades_base=True)).by_id()
     validations = []
     for task in tasks:
         base, reference = graded.get(f"{task.id}/base"), graded.get(f"{task.id}/reference")
@@ -89,7 +89,7 @@ def validate_rubrics(args) -> int:
     gpu, reason = detect_gpu(args.gpu)
     print(reason, file=sys.stderr)
     report, broken = [], 0
-    for task, v in zip(selected, validate_tasks(selected, RunOptions(gpu=gpu, jobs=contain.default_jobs()))):
+    for task, v in zip(selected, validate_tasks(selected, GradingOptions(gpu=gpu, jobs=contain.default_jobs()))):
         broken += bool(v.problems)
         state = "BROKEN" if v.problems else "ok"
         print(f"{task.id}: {state}  base {v.base}  reference {v.reference}")

@@ -14,7 +14,8 @@ from grader.core import paths
 from grader.core.records import ApplyReport, RunReport, TestOutcome
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import ingest
-from grader.orchestrate import RunOptions, grade_many
+from grader.core.records import GradingOptions
+from grader.orchestrate import grade_many
 from grader.store import ResultStore
 
 SAMPLE = Path(__file__).resolve().parents[1] / "candidates" / "int8-kv-rounding" / "plus-half-truncate.diff"
@@ -120,7 +121,7 @@ def test_atomic_write_removes_its_temporary_file_when_the_write_fails(tmp_path, 
 
 def grade(out: Path):
     [candidate] = ingest([SAMPLE])
-    [graded] = grade_many([candidate], RunOptions(timeout=300, cold=True, store=ResultStore(out))).graded
+    [graded] = grade_many([candidate], GradingOptions(timeout=300, cold=True), store=ResultStore(out)).graded
     return graded
 
 

@@ -288,7 +288,8 @@ def _diff(name: str) -> str:
 @pytest.fixture(scope="module")
 def graded():
     """Grade every corpus case once (sequentially), with a listener on the port the escape case tries."""
-    from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+    from grader.core.records import GradingOptions
+    from grader.pipeline import BaseCache, grade_candidate
     from grader.core.records import Candidate
 
     for path in PWNED:
@@ -326,7 +327,8 @@ def graded():
         for label, name, timeout in cases:
             candidate = Candidate(label, str(CORPUS / name), _diff(name), TASK)
             started = time.monotonic()
-            results[label] = (grade_candidate(candidate, bases, GradeOptions(gpu=False, timeout=timeout))[0],
+            options = GradingOptions(gpu=False, timeout=timeout, use_evidence_cache=False)
+            results[label] = (grade_candidate(candidate, bases, options)[0],
                               time.monotonic() - started)
     finally:
         stop.set()

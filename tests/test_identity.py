@@ -17,7 +17,8 @@ from grader.core import identity
 from grader.core.identity import IdentityError, engine_files, engine_fingerprint, grading_identity
 from grader.core.rubric import all_tasks
 from grader.ingest import ingest
-from grader.orchestrate import RunOptions, grade_many
+from grader.core.records import GradingOptions
+from grader.orchestrate import grade_many
 from grader.store import ResultStore, cache_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +105,8 @@ def test_a_missing_engine_module_is_an_error_not_empty_bytes(tmp_path):
 
 def grade_once(out: Path, contained: bool = True):
     [candidate] = ingest([SAMPLE])
-    run = grade_many([candidate], RunOptions(timeout=300, cold=True, contained=contained, store=ResultStore(out)))
+    run = grade_many([candidate], GradingOptions(timeout=300, cold=True, contained=contained),
+                     store=ResultStore(out))
     [graded] = run.graded
     return graded
 

@@ -13,7 +13,8 @@ from grader import cli
 from grader.core.records import Candidate
 from grader.core.rubric import REPO_ROOT
 from grader.integrity import RULES, scan_diff
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.core.records import GradingOptions
+from grader.pipeline import BaseCache, grade_candidate
 from grader.report import grader_revision, started_at, write_html, write_results_json
 
 
@@ -104,7 +105,7 @@ def test_a_neutralised_file_is_scanned_too():
 def test_flags_reach_the_result_and_decide_nothing(tmp_path):
     diff = added_file("vllm/x.py", "import ctypes")
     candidate = Candidate("flagged", "x.diff", diff, task=None, task_reason="no task here")
-    result, _ = grade_candidate(candidate, BaseCache(), GradeOptions())
+    result, _ = grade_candidate(candidate, BaseCache(), GradingOptions(use_evidence_cache=False))
     assert result.verdict == "no_task" and [f.rule for f in result.integrity_flags] == ["ctypes"]
     record = result.to_json()
     assert record["integrity_flags"][0]["file"] == "vllm/x.py"

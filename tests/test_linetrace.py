@@ -12,7 +12,8 @@ import pytest
 
 from grader.core.records import Candidate
 from grader.core.rubric import REPO_ROOT
-from grader.pipeline import BaseCache, GradeOptions, grade_candidate
+from grader.core.records import GradingOptions
+from grader.pipeline import BaseCache, grade_candidate
 from grader.run import added_lines, parse_evidence
 from grader.sandbox import client
 from grader.sandbox.linetrace import LineTrace
@@ -122,8 +123,8 @@ def test_tracing_never_changes_a_result(task, sample):
     diff = (REPO_ROOT / "candidates" / task / f"{sample}.diff").read_text()
     candidate = Candidate(sample, "test", diff, task=task)
     bases = BaseCache()
-    traced, _ = grade_candidate(candidate, bases, GradeOptions(trace_lines=True))
-    untraced, _ = grade_candidate(candidate, bases, GradeOptions(trace_lines=False))
+    traced, _ = grade_candidate(candidate, bases, GradingOptions(trace_lines=True, use_evidence_cache=False))
+    untraced, _ = grade_candidate(candidate, bases, GradingOptions(trace_lines=False, use_evidence_cache=False))
     assert traced.verdict != "error", traced.summary
     ran = [e.get("ran") for c in traced.criteria.values() for e in c.evidence]
     assert any(ran) and all(r is not None for r in ran)

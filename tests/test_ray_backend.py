@@ -28,7 +28,8 @@ ray = pytest.importorskip("ray")
 from grader import ray_backend  # noqa: E402
 from grader.core.records import Candidate  # noqa: E402
 from grader.report import comparable, differences  # noqa: E402
-from grader.orchestrate import QuietObserver, RunOptions, grade_many  # noqa: E402
+from grader.core.records import GradingOptions  # noqa: E402
+from grader.orchestrate import QuietObserver, grade_many  # noqa: E402
 from grader.core.rubric import all_tasks  # noqa: E402
 from grader.store import ResultStore, cache_key  # noqa: E402
 
@@ -122,7 +123,7 @@ def test_killed_worker_is_retried(local_cluster, tmp_path):
                 "run_status": "complete"}
 
     run = grade_many([Candidate("only", "only.diff", "+x\n", TASK)],
-                     RunOptions(timeout=60, backend=ray_backend.RayBackend(dies_once)))
+                     GradingOptions(timeout=60), backend=ray_backend.RayBackend(dies_once))
     assert [g.record["verdict"] for g in run.graded] == ["partial"]
     assert marker.read_text().count("attempt") == 2
 
@@ -134,7 +135,7 @@ def test_actors_keep_their_process_between_candidates(local_cluster):
                 "run_status": "complete", "pid": os.getpid()}
 
     candidates = [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(3)]
-    run = grade_many(candidates, RunOptions(timeout=60, jobs=1, backend=ray_backend.RayBackend(which_process)))
+    run = grade_many(candidates, GradingOptions(timeout=60, jobs=1), backend=ray_backend.RayBackend(which_process))
     assert len({g.record["pid"] for g in run.graded}) == 1 and len(run.graded) == 3
 
 
@@ -157,7 +158,7 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
         def graded(self, item, done, total):
             lines.append((done, item.record["id"], item.record["verdict"]))
 
-    run = grade_many(candidates, RunOptions(timeout=60, store=store, backend=ray_backend.RayBackend(work)), Lines())
+    run = grade_many(candidates, GradingOptions(timeout=60), Lines(), store, ray_backend.RayBackend(work))
     results = {g.candidate.id: g.record for g in run.graded}
     keys = {c.id: cache_key(c, all_tasks()[TASK], False, True) for c in candidates}
     assert results["fine"]["verdict"] == "partial" and store.load("fine", keys["fine"]) == results["fine"]

@@ -14,7 +14,8 @@ import pytest
 
 from grader.core.records import Candidate
 from grader.sandbox.launch import start_warm_pool
-from grader.pipeline import BaseCache, GradeOptions, detect_gpu, grade_candidate
+from grader.core.records import GradingOptions
+from grader.pipeline import BaseCache, detect_gpu, grade_candidate
 from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.scorecard import failing_claim
 from grader.validate import check_rules
@@ -52,11 +53,11 @@ def results() -> dict[tuple[str, str], dict]:
     """Grade every sample once, two at a time; key (task, name) -> its result (``CandidateResult.to_json()``)."""
     tasks, bases = all_tasks(), BaseCache()
     launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
-    options = GradeOptions(gpu=GPU, launcher=launcher, empty_diff_grades_base=True)
+    options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
 
     def grade(sample):
         task, name, diff = sample
-        result, run = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options)
+        result, run = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options, launcher)
         assert run is not None, f"{task}/{name} did not run: {result.summary}"
         return (task, name), result
 

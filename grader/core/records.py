@@ -76,6 +76,10 @@ def _value(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
         return [_value(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, (list, tuple)):
+            raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_value(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict or hint is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise RecordError(f"{where}: expected an object")
@@ -280,3 +284,38 @@ class AppliedEntry(JsonRecord):
 
     apply: ApplyReport
     tree_key: str
+
+
+# Seconds a candidate's hidden tests may run (``grade --timeout``).
+DEFAULT_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class GradingOptions(JsonRecord):
+    """How a grading run grades: the one options record from the command line to every backend (local threads,
+    each Ray actor) and each candidate's pipeline. What runs the work (a results store, a backend, a launcher)
+    is not an option: it is handed beside it."""
+
+    gpu: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    jobs: int = 1
+    # One fresh interpreter per candidate instead of forked warm workers (slower; nothing shared).
+    cold: bool = False
+    contained: bool = True
+    keep_trees: bool = False
+    # Record which of the diff's added lines ran in each check (the pages link failing checks to hunks; costs
+    # about 1.3-1.8x the tests' time, bench/linetrace.py; never changes a verdict).
+    trace_lines: bool = False
+    # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
+    use_evidence_cache: bool = True
+    # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
+    empty_diff_grades_base: bool = False
+    # Grade each task's reference fix first and stop the task where it misses its designed statuses
+    # (``grader.controls``; local backend).
+    controls: bool = False
+    # A subject's memory limit; None: the machine's share at ``jobs`` (``grade_many`` fills it in before any
+    # backend sees the options).
+    memory_bytes: int | None = None
+    # Variables of the grader's environment passed on beyond ``protocol.PASSED_THROUGH_ENV`` (a Ray actor's
+    # narrowed CUDA_VISIBLE_DEVICES).
+    also_pass: tuple[str, ...] = ()

@@ -21,8 +21,8 @@ from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist
 from grader.core.records import BuiltBase
 from grader.sandbox.leftovers import owned_name
 from grader.diffparse import parse_diff
-from grader.orchestrate import Graded, RunOptions, grade_many
-from grader.core.records import CRITERION_STATUSES, Candidate
+from grader.orchestrate import Graded, grade_many
+from grader.core.records import CRITERION_STATUSES, Candidate, GradingOptions
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
 from grader.run import environment_modules, environment_problem, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher
@@ -392,7 +392,7 @@ def grading_checks(tasks: list[Task], jobs: int) -> list[Check]:
     samples = {task.id: sample_candidates(task) for task in tasks}
     candidates = [candidate for found in samples.values() for candidate, _ in found]
     try:
-        graded = grade_many(candidates, RunOptions(gpu=False, jobs=jobs, empty_diff_grades_base=True)).by_id()
+        graded = grade_many(candidates, GradingOptions(gpu=False, jobs=jobs, empty_diff_grades_base=True)).by_id()
     except (RubricError, BaseBuildError) as exc:
         return [Check(task.id, "statuses", "FAIL", f"not graded: {exc}") for task in tasks]
     checks = []
