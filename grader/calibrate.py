@@ -468,7 +468,7 @@ def grade_bundle(args) -> Path | None:
         return None
     options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or contain.default_jobs())
     run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
-    return write_results_json(args.out, run.records, {"grader_version": __version__, "gpu": reason,
+    return write_results_json(args.out, [r.to_json() for r in run.results], {"grader_version": __version__, "gpu": reason,
                                                       "candidates": len(candidates),
                                                       "timings": {"wall_s": run.wall_s}})
 

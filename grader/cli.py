@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from grader import __version__
-from grader.core.records import GradingOptions
+from grader.core.records import CandidateResult, GradingOptions
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
@@ -362,11 +362,13 @@ def _run_grade(args, gate: SignalGate) -> int:
         gate.hold()
         if on_ray:
             ray_backend.disconnect()
-    ordered = run.records
+    results = run.results
+    # The reports and the exit code read results.json's form: the same code serves a merge of written outputs.
+    ordered = [result.to_json() for result in results]
     code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
     why = exit_reason(ordered, args.fail_under, run.interrupted)
     if args.fail_on_flags and code == 0:
-        code, why = flags_exit(ordered, code, why)
+        code, why = flags_exit(results, code, why)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
                 "gpu": gpu_reason, "candidates": len(candidates),
                 "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
@@ -386,7 +388,7 @@ def _run_grade(args, gate: SignalGate) -> int:
         return code
     if not failed_reports:
         print(f"wrote {args.out / 'results.json'} and {args.out / 'index.html'}", file=sys.stderr)
-    print_closing(ordered, why, sys.stderr)
+    print_closing(results, why, sys.stderr)
     return code
 
 
@@ -416,9 +418,9 @@ def append_step_summary(records: list[dict]) -> None:
         f.write(markdown_summary(records))
 
 
-def flags_exit(results: list[dict], code: int, why: str) -> tuple[int, str]:
+def flags_exit(results: list[CandidateResult], code: int, why: str) -> tuple[int, str]:
     """With ``--fail-on-flags``: 5 when a candidate has a tamper signal (else the code and reason as they were)."""
-    flagged = [r["id"] for r in results if r.get("integrity_flags")]
+    flagged = [r.id for r in results if r.integrity_flags]
     if not flagged:
         return code, why
     return 5, (f"5: --fail-on-flags: {len(flagged)} candidate(s) have tamper signals (integrity_flags): "
@@ -450,7 +452,7 @@ def run_merge(args) -> int:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
           file=sys.stderr)
-    print_closing(merged.results, why, sys.stderr)
+    print_closing([CandidateResult.from_json(r) for r in merged.results], why, sys.stderr)
     return code
 
 

@@ -814,8 +814,8 @@ def mutant_entry(mutant: Mutant, graded, reference: dict, equivalents: dict[str,
     """One graded mutant's line in mutation.json: caught, missed, equivalent or not applicable, and why."""
     entry = asdict(mutant)
     result = graded.result
-    if result is None or result.verdict == "error" or result.apply is None:
-        status, dropped, why, criteria = "error", [], f"grading broke: {graded.record.get('error')}", None
+    if result.verdict == "error" or result.apply is None:
+        status, dropped, why, criteria = "error", [], f"grading broke: {result.error}", None
     else:
         criteria = result.criteria if graded.run is not None else None
         status, dropped, why = classify(reference, result.apply, graded.run, criteria)
@@ -829,7 +829,7 @@ def mutant_entry(mutant: Mutant, graded, reference: dict, equivalents: dict[str,
         why += " (listed in equivalent-mutants.toml, yet caught: the listing is wrong)"
     fell = [cid for cid, r in reference.items() if r.status == "met" and criteria and
             criteria[cid].score is not None and r.score is not None and criteria[cid].score < r.score]
-    timings = graded.record.get("timings", {})
+    timings = result.timings
     entry.update(status=status, dropped=dropped, why=why, criteria=_criteria_json(criteria),
                  score_fell=fell if status in ("missed", "equivalent") else [],
                  seconds=round(timings.get("apply_s", 0.0) + timings.get("tests_s", 0.0), 1))
@@ -843,7 +843,7 @@ class MutantProgress(QuietObserver):
         self.progress = progress
 
     def graded(self, item, done: int, total: int) -> None:
-        self.progress(f"[{done}/{total}] {item.candidate.id}: {item.record['verdict']}")
+        self.progress(f"[{done}/{total}] {item.candidate.id}: {item.result.verdict}")
 
 
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
@@ -862,7 +862,7 @@ def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, tim
     (graded_reference,) = grade_many([Candidate(f"{task.id}/reference", "reference", reference_diff, task.id)],
                                      options).graded
     if graded_reference.run is None:
-        raise RuntimeError(f"{task.id}: the reference was not graded: {graded_reference.record['summary']}")
+        raise RuntimeError(f"{task.id}: the reference was not graded: {graded_reference.result.summary}")
     reference = graded_reference.result.criteria
     progress(f"{task.id}: reference " + " ".join(f"{c}={r.status}" for c, r in reference.items()))
     run = grade_many([Candidate(m.id, m.id, m.diff, task.id) for m in to_grade], options, MutantProgress(progress))

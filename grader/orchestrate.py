@@ -42,12 +42,10 @@ class Interrupted(Exception):
 
 @dataclass(frozen=True)
 class Graded:
-    """One candidate's grading: its JSON record (what results.json holds) and, when it was graded in this
-    process, the records it was built from."""
+    """One candidate's grading: its result and, when its hidden tests ran in this process, their run."""
 
     candidate: Candidate
-    record: dict
-    result: CandidateResult | None = None
+    result: CandidateResult
     run: RunReport | None = None
     # Found in the results store: nothing ran for it in this run.
     stored: bool = False
@@ -62,8 +60,8 @@ class GradeRun:
     wall_s: float
 
     @property
-    def records(self) -> list[dict]:
-        return [g.record for g in self.graded]
+    def results(self) -> list[CandidateResult]:
+        return [g.result for g in self.graded]
 
     def by_id(self) -> dict[str, Graded]:
         return {g.candidate.id: g for g in self.graded}
@@ -118,7 +116,7 @@ def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observe
 
     def deliver(item: Graded) -> None:
         if store is not None and not item.stored:
-            store.save(item.candidate.id, keys[item.candidate.id], item.record)
+            store.save(item.candidate.id, keys[item.candidate.id], item.result)
         finished[item.candidate.id] = item
         observer.graded(item, len(finished), len(candidates))
 
@@ -127,11 +125,11 @@ def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observe
         for candidate in candidates:
             keys[candidate.id] = cache_key(candidate, tasks.get(candidate.task or ""), options.gpu,
                                            options.contained, options.trace_lines)
-            record = store.load(candidate.id, keys[candidate.id]) if store is not None else None
-            if record is None:
+            stored = store.load(candidate.id, keys[candidate.id]) if store is not None else None
+            if stored is None:
                 pending.append(candidate)
             else:
-                deliver(Graded(candidate, record, stored=True))
+                deliver(Graded(candidate, stored, stored=True))
         if pending:
             backend.grade(pending, options, observer, deliver)
     except Interrupted as exc:
@@ -206,10 +204,10 @@ class LocalBackend:
             problem = controls.problem(task) if controls and task and gradable(candidate, tasks, options) else None
             if problem:
                 result = replace(error_result(candidate, problem, task), run_status="environment_error")
-                return None if stopping.is_set() else Graded(candidate, result.to_json(), result)
+                return None if stopping.is_set() else Graded(candidate, result)
             observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, options, launcher, evidence)
-            return None if stopping.is_set() else Graded(candidate, result.to_json(), result, run)
+            return None if stopping.is_set() else Graded(candidate, result, run)
 
         pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
         futures = []

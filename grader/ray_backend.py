@@ -34,7 +34,7 @@ from functools import lru_cache
 from dataclasses import replace
 from pathlib import Path
 
-from grader.core.records import GradingOptions
+from grader.core.records import CandidateResult, GradingOptions
 from grader.core.rubric import REPO_ROOT, Task
 
 MAX_RETRIES = 2
@@ -299,14 +299,14 @@ class RayBackend:
                 for ref in done:
                     candidate_id, actor, pool = in_flight.pop(ref)
                     try:
-                        record = ray.get(ref)
+                        result = CandidateResult.from_json(ray.get(ref))
                     except ray.exceptions.RayError as exc:
                         # Reported like any error result (and, being an error, never stored): a lost worker says
                         # nothing about the candidate, so a rerun grades it again.
                         candidate = by_id[candidate_id]
-                        record = error_result(candidate, failure_message(exc), tasks.get(candidate.task or "")).to_json()
+                        result = error_result(candidate, failure_message(exc), tasks.get(candidate.task or ""))
                         actor = pool.replace(actor)
-                    deliver(Graded(by_id[candidate_id], record))
+                    deliver(Graded(by_id[candidate_id], result))
                     pool.submit(actor, in_flight)
         finally:
             for pool in pools.values():

@@ -33,7 +33,7 @@ class ResultStore:
     def _path(self, candidate_id: str) -> Path:
         return self.folder / (page_name(candidate_id).removesuffix(".html") + ".json")
 
-    def load(self, candidate_id: str, key: str) -> dict | None:
+    def load(self, candidate_id: str, key: str) -> CandidateResult | None:
         """The stored result of ``candidate_id`` under ``key``; None for anything else found there."""
         if not self.reuse:
             return None
@@ -44,13 +44,14 @@ class ResultStore:
         if not isinstance(record, dict) or record.get("key") != key:
             return None
         try:
-            return CandidateResult.from_json(record.get("result")).to_json()
+            return CandidateResult.from_json(record.get("result"))
         except RecordError:
             return None
 
-    def save(self, candidate_id: str, key: str, result: dict) -> bool:
+    def save(self, candidate_id: str, key: str, result: CandidateResult) -> bool:
         """Keep a finished result; only a complete grading is kept (a time-out, an interrupt, an environment
         fault or a grading error would be replayed as if it were the candidate's result)."""
-        if result.get("run_status") != "complete" or result.get("verdict") == "error":
+        if result.run_status != "complete" or result.verdict == "error":
             return False
-        return self.writer.write(self._path(candidate_id), json.dumps({"key": key, "result": result}, sort_keys=True))
+        return self.writer.write(self._path(candidate_id), json.dumps({"key": key, "result": result.to_json()},
+                                                                      sort_keys=True))

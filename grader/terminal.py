@@ -23,9 +23,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.table import Table
 from rich.text import Text
 
-from grader.core.records import Candidate
+from grader.core.records import VERDICTS, Candidate, CandidateResult
 from grader.orchestrate import Graded
-from grader.core.records import VERDICTS
 from grader.outcome import unfinished
 from grader.core.rubric import all_tasks
 from grader.core.sanitize import clean
@@ -40,14 +39,14 @@ VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff":
 def candidate_line(item: Graded, done: int, total: int) -> str:
     """``[3/5] id: task verdict score [run status] in 12.3s (cached)``; a partial short of full only by checks that
     did not run reads ``partial (all met where evaluated; 5 GPU checks not run)`` instead of its score."""
-    result = item.record
-    timings = result.get("timings", {})
+    result = item.result
+    timings = result.timings
     note = " (cached)" if item.stored else " (evidence cached)" if timings.get("evidence_cached") else ""
-    state = "" if result.get("run_status", "complete") == "complete" else f" [{result['run_status']}]"
+    state = "" if result.run_status == "complete" else f" [{result.run_status}]"
     elapsed = sum(timings.get(k, 0.0) for k in ("apply_s", "tests_s"))
     timing = f" in {elapsed:.1f}s" if elapsed and not item.stored else ""
-    verdict = verdict_line(result) if result["score"] is not None else f"{result['verdict']} -"
-    return clean(f"[{done}/{total}] {result['id']}: {result['task'] or '?'} {verdict}{state}{timing}{note}")
+    verdict = verdict_line(result.to_json()) if result.score is not None else f"{result.verdict} -"
+    return clean(f"[{done}/{total}] {result.id}: {result.task or '?'} {verdict}{state}{timing}{note}")
 
 
 def clock_text(seconds: float) -> str:
@@ -183,7 +182,7 @@ class LiveProgress:
 
     def graded(self, item: Graded, done: int, total: int) -> None:
         self.pace.finished(item, done)
-        style = VERDICT_STYLE.get(item.record["verdict"], "")
+        style = VERDICT_STYLE.get(item.result.verdict, "")
         line = escape(candidate_line(item, done, total))  # an id like "[/]" is text, not rich markup
         self.console.print(f"[{style}]{line}[/{style}]" if style else line, highlight=False, markup=bool(style))
         self.progress.update(self.overall, completed=done)
@@ -200,23 +199,28 @@ def observer_for(stream: TextIO, total: int) -> Iterator[ProgressLines | LivePro
             yield lines
 
 
-def verdict_counts(records: list[dict]) -> dict[str, Counter]:
+def verdict_counts(results: list[CandidateResult]) -> dict[str, Counter]:
     counts: dict[str, Counter] = {}
-    for record in records:
-        counts.setdefault(record.get("task") or "(none)", Counter())[record["verdict"]] += 1
+    for result in results:
+        counts.setdefault(result.task or "(none)", Counter())[result.verdict] += 1
     return dict(sorted(counts.items()))
 
 
-def closing_reasons(records: list[dict]) -> list[tuple[str, str, str]]:
+def closing_reasons(results: list[CandidateResult]) -> list[tuple[str, str, str]]:
     """(id, verdict, why) for every candidate that is an error or a fail, or was not graded completely, cleaned
-    for a terminal (they carry text the candidate chose)."""
+    for a terminal (they carry text the candidate chose). The reason is worded from the result's JSON form, as
+    the pages word it (they render results.json documents, merged ones among them)."""
     tasks = all_tasks()
-    return [(clean(r["id"]), r["verdict"],
-             clean(reason(r, set(tasks[r["task"]].core_criteria) if r.get("task") in tasks else set())))
-            for r in records if r["verdict"] in ("error", "fail") or unfinished(r)]
+    found = []
+    for result in results:
+        data = result.to_json()
+        if result.verdict in ("error", "fail") or unfinished(data):
+            core = set(tasks[result.task].core_criteria) if result.task in tasks else set()
+            found.append((clean(result.id), result.verdict, clean(reason(data, core))))
+    return found
 
 
-def print_closing(records: list[dict], exit_reason: str, stream: TextIO) -> None:
+def print_closing(records: list[CandidateResult], exit_reason: str, stream: TextIO) -> None:
     """The verdict table per task, the reason for each error and fail, and the exit code's reason."""
     counts = verdict_counts(records)
     if stream.isatty():

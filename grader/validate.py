@@ -77,7 +77,7 @@ def validate_tasks(tasks: list[Task], options: GradingOptions) -> list[Validatio
             validations.append(Validation(task.id, problems=[f"no reference fix at {REFERENCE_DIR / task.id}.diff"]))
         elif reference.run is None:
             validations.append(Validation(task.id, problems=[
-                f"the reference fix was not graded: {reference.record.get('error') or reference.result.apply.message}"]))
+                f"the reference fix was not graded: {reference.result.error or reference.result.apply.message}"]))
         else:
             validations.append(check_rules(task, base.result.criteria, reference.result.criteria))
     return validations

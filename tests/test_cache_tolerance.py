@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.core import paths
-from grader.core.records import ApplyReport, RunReport, TestOutcome
+from grader.core.records import ApplyReport, CandidateResult, RunReport, TestOutcome
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import ingest
 from grader.core.records import GradingOptions
@@ -53,8 +53,8 @@ def test_a_store_entry_of_another_shape_is_a_miss_and_is_replaced(tmp_path, foun
     store = ResultStore(tmp_path)
     store._path("a").write_bytes(store_entries("k")[found])
     assert store.load("a", "k") is None
-    assert store.save("a", "k", RESULT)
-    assert store.load("a", "k")["verdict"] == "no_diff"
+    assert store.save("a", "k", CandidateResult.from_json(RESULT))
+    assert store.load("a", "k").verdict == "no_diff"
 
 
 @pytest.mark.parametrize("found", list(evidence_entries()))
@@ -103,7 +103,8 @@ def leftovers(folder: Path) -> list[str]:
 
 def test_a_full_disk_warns_once_per_cache_and_leaves_no_temporary_file(tmp_path, disk_full, capsys):
     store, evidence = ResultStore(tmp_path / "out"), EvidenceCache(tmp_path / "evidence")
-    assert not store.save("a", "k", RESULT) and not store.save("b", "k", {**RESULT, "id": "b"})
+    assert not store.save("a", "k", CandidateResult.from_json(RESULT)) and \
+        not store.save("b", "k", CandidateResult.from_json({**RESULT, "id": "b"}))
     evidence.save("k", RUN)
     evidence.save_applied("d", ApplyReport("applied", tree_id="t"), "k", RUN)
     warnings = capsys.readouterr().err.splitlines()
@@ -128,7 +129,7 @@ def grade(out: Path):
 @pytest.mark.slow
 def test_grading_goes_on_through_a_full_disk_and_another_versions_evidence(tmp_path, private_cache, monkeypatch,
                                                                            capsys):
-    truth = grade(tmp_path / "truth").record
+    truth = grade(tmp_path / "truth").result.to_json()
     assert truth["run_status"] == "complete" and truth["verdict"] != "error"
     evidence = private_cache / "evidence"
     entries = sorted(evidence.glob("*.json"))
@@ -136,7 +137,7 @@ def test_grading_goes_on_through_a_full_disk_and_another_versions_evidence(tmp_p
     # Entries as another grader version wrote them: the same key, one field more.
     for entry in entries:
         entry.write_text(json.dumps({**json.loads(entry.read_text()), "written_by": "another version"}))
-    regraded = grade(tmp_path / "other-version").record
+    regraded = grade(tmp_path / "other-version").result.to_json()
     assert (regraded["verdict"], regraded["score"]) == (truth["verdict"], truth["score"])
     assert "evidence_cached" not in regraded["timings"]
     assert all("written_by" not in entry.read_text() for entry in entries)  # replaced
@@ -145,7 +146,7 @@ def test_grading_goes_on_through_a_full_disk_and_another_versions_evidence(tmp_p
         capsys.readouterr()
         for entry in entries:
             entry.unlink()
-        full = grade(tmp_path / "full").record
+        full = grade(tmp_path / "full").result.to_json()
     assert (full["verdict"], full["score"], full["run_status"]) == (truth["verdict"], truth["score"], "complete")
     assert "No space left on device" in capsys.readouterr().err
     assert leftovers(tmp_path / "full") == [] and leftovers(evidence) == []

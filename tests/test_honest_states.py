@@ -210,9 +210,10 @@ def test_timeouts_and_environment_faults_are_states_of_the_run():
 def test_only_complete_results_are_stored(tmp_path):
     store = ResultStore(tmp_path)
     for state in ("timed_out", "interrupted", "environment_error", "apply_partial"):
-        assert not store.save(state, "k", {"run_status": state, "verdict": "partial"})
-    assert not store.save("e", "k", {"run_status": "complete", "verdict": "error"})
-    kept = records.CandidateResult("ok", None, "ok.diff", "fail", 0.0, {}, None, "").to_json()
+        assert not store.save(state, "k", records.CandidateResult(state, None, "x.diff", "partial", 0.5, {}, None, "",
+                                                                  run_status=state))
+    assert not store.save("e", "k", records.CandidateResult("e", None, "e.diff", "error", None, {}, None, ""))
+    kept = records.CandidateResult("ok", None, "ok.diff", "fail", 0.0, {}, None, "")
     assert store.save("ok", "k", kept)
     assert store.load("ok", "k") == kept
 

@@ -116,23 +116,23 @@ def grade_once(out: Path, contained: bool = True):
 def test_a_changed_engine_regrades_into_the_same_out_and_cache(tmp_path, private_cache, monkeypatch, relative):
     out = tmp_path / "out"
     first = grade_once(out)
-    assert not first.stored and first.record["run_status"] == "complete"
+    assert not first.stored and first.result.run_status == "complete"
     assert grade_once(out).stored  # unchanged engine: the stored result
     changed_source(monkeypatch, relative)
     again = grade_once(out)
     assert not again.stored, "a result graded by another engine was replayed"
-    assert "evidence_cached" not in again.record["timings"], "evidence of another engine was reused"
-    assert again.record["rubric"]["engine"] != first.record["rubric"]["engine"]
+    assert "evidence_cached" not in again.result.timings, "evidence of another engine was reused"
+    assert again.result.rubric.engine != first.result.rubric.engine
 
 
 @pytest.mark.slow
 def test_uncontained_evidence_is_never_served_to_a_contained_run(tmp_path, private_cache):
     out = tmp_path / "out"
     uncontained = grade_once(out, contained=False)
-    assert uncontained.record["run_status"] == "complete"
+    assert uncontained.result.run_status == "complete"
     contained = grade_once(out, contained=True)
     assert not contained.stored, "a result of an uncontained run was replayed to a contained one"
-    assert "evidence_cached" not in contained.record["timings"], "uncontained evidence reused"
+    assert "evidence_cached" not in contained.result.timings, "uncontained evidence reused"
     fresh = grade_once(tmp_path / "fresh", contained=True)  # a fresh --out, the same cache
     # The contained run's own evidence is reused: the cache still works within one containment.
-    assert not fresh.stored and fresh.record["timings"].get("evidence_cached") == 1.0
+    assert not fresh.stored and fresh.result.timings.get("evidence_cached") == 1.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader import cli
-from grader.core.records import Candidate
+from grader.core.records import Candidate, CandidateResult, IntegrityFlag
 from grader.core.rubric import REPO_ROOT
 from grader.integrity import RULES, scan_diff
 from grader.core.records import GradingOptions
@@ -123,8 +123,9 @@ def test_flags_reach_the_result_and_decide_nothing(tmp_path):
 
 
 def test_fail_on_flags_exits_5_only_when_nothing_else_failed():
-    flagged = [{"id": "a", "verdict": "full", "score": 1.0, "integrity_flags": [{"rule": "ctypes"}]}]
-    clean = [{"id": "b", "verdict": "full", "score": 1.0, "integrity_flags": []}]
+    flag = IntegrityFlag("ctypes", "vllm/x.py", 1, "import ctypes", "loads native code")
+    flagged = [CandidateResult("a", None, "a.diff", "full", 1.0, {}, None, "", integrity_flags=[flag])]
+    clean = [CandidateResult("b", None, "b.diff", "full", 1.0, {}, None, "")]
     assert cli.flags_exit(flagged, 0, "0: fine")[0] == 5 and "a" in cli.flags_exit(flagged, 0, "0")[1]
     assert cli.flags_exit(clean, 0, "0: fine") == (0, "0: fine")
     args = cli.build_parser().parse_args(["grade", "x.diff", "--fail-on-flags"])

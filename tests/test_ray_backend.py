@@ -26,7 +26,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from grader import ray_backend  # noqa: E402
-from grader.core.records import Candidate  # noqa: E402
+from grader.core.records import Candidate, CandidateResult  # noqa: E402
 from grader.report import comparable, differences  # noqa: E402
 from grader.core.records import GradingOptions  # noqa: E402
 from grader.orchestrate import QuietObserver, grade_many  # noqa: E402
@@ -119,24 +119,23 @@ def test_killed_worker_is_retried(local_cluster, tmp_path):
             f.write("attempt\n")
         if marker.read_text().count("attempt") == 1:
             os._exit(1)  # the actor's process dies mid-candidate, as on an OOM kill or a lost node
-        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
-                "run_status": "complete"}
+        return CandidateResult(candidate.id, candidate.task, candidate.source, "partial", 0.5, {}, None, "").to_json()
 
     run = grade_many([Candidate("only", "only.diff", "+x\n", TASK)],
                      GradingOptions(timeout=60), backend=ray_backend.RayBackend(dies_once))
-    assert [g.record["verdict"] for g in run.graded] == ["partial"]
+    assert [g.result.verdict for g in run.graded] == ["partial"]
     assert marker.read_text().count("attempt") == 2
 
 
 def test_actors_keep_their_process_between_candidates(local_cluster):
     """One actor (--jobs 1) grades every candidate in the same process: what it warmed up stays warm."""
     def which_process(candidate, *_args):
-        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
-                "run_status": "complete", "pid": os.getpid()}
+        return CandidateResult(candidate.id, candidate.task, candidate.source, "partial", 0.5, {}, None,
+                               str(os.getpid())).to_json()
 
     candidates = [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(3)]
     run = grade_many(candidates, GradingOptions(timeout=60, jobs=1), backend=ray_backend.RayBackend(which_process))
-    assert len({g.record["pid"] for g in run.graded}) == 1 and len(run.graded) == 3
+    assert len({g.result.summary for g in run.graded}) == 1 and len(run.graded) == 3
 
 
 def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, tmp_path):
@@ -148,24 +147,23 @@ def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, 
             f.write("attempt\n")
         if candidate.id == "crashes":
             os._exit(1)
-        return {"id": candidate.id, "task": candidate.task, "verdict": "partial", "score": 0.5,
-                "run_status": "complete"}
+        return CandidateResult(candidate.id, candidate.task, candidate.source, "partial", 0.5, {}, None, "").to_json()
 
     candidates = [Candidate("crashes", "crashes.diff", "+x\n", TASK), Candidate("fine", "fine.diff", "+y\n", TASK)]
     store, lines = ResultStore(tmp_path / "out"), []
 
     class Lines(QuietObserver):
         def graded(self, item, done, total):
-            lines.append((done, item.record["id"], item.record["verdict"]))
+            lines.append((done, item.result.id, item.result.verdict))
 
     run = grade_many(candidates, GradingOptions(timeout=60), Lines(), store, ray_backend.RayBackend(work))
-    results = {g.candidate.id: g.record for g in run.graded}
+    results = {g.candidate.id: g.result for g in run.graded}
     keys = {c.id: cache_key(c, all_tasks()[TASK], False, True) for c in candidates}
-    assert results["fine"]["verdict"] == "partial" and store.load("fine", keys["fine"]) == results["fine"]
+    assert results["fine"].verdict == "partial" and store.load("fine", keys["fine"]) == results["fine"]
     crashed = results["crashes"]
-    assert crashed["verdict"] == "error" and crashed["score"] is None
-    assert "died" in crashed["error"] and "ActorDiedError" in crashed["error"]
-    assert {c["status"] for c in crashed["criteria"].values()} == {"not_evaluated"}
+    assert crashed.verdict == "error" and crashed.score is None
+    assert "died" in crashed.error and "ActorDiedError" in crashed.error
+    assert {c.status for c in crashed.criteria.values()} == {"not_evaluated"}
     assert store.load("crashes", keys["crashes"]) is None  # not stored: a rerun grades it again
     assert (attempts / "crashes").read_text().count("attempt") == 1 + ray_backend.MAX_RETRIES
     assert (attempts / "fine").read_text().count("attempt") == 1

@@ -96,8 +96,9 @@ def test_terminal_prints_no_control_character_from_a_candidate():
     for stream in (plain, tty):
         with observer_for(stream, len(records)) as observer:
             for n, rec in enumerate(records, 1):
-                observer.graded(Graded(Candidate(rec["id"], "x.diff", "+x\n", rec["task"]), rec), n, len(records))
-        print_closing(records, f"2: broken for {records[0]['id']}", stream)
+                observer.graded(Graded(Candidate(rec["id"], "x.diff", "+x\n", rec["task"]),
+                                       CandidateResult.from_json(rec)), n, len(records))
+        print_closing([CandidateResult.from_json(r) for r in records], f"2: broken for {records[0]['id']}", stream)
     assert isinstance(observer_for(plain, 1).__enter__(), ProgressLines)
     for stream in (plain, tty):
         # rich draws with its own few sequences (colour, hide the cursor, erase and move up a line, CR): strip

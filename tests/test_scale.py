@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.records import Candidate
+from grader.core.records import Candidate, CandidateResult
 from grader.ingest import IngestError, shard
 from grader.merge import MergeError, merge_documents
 from grader.orchestrate import Graded
@@ -42,6 +42,10 @@ def test_corpus_is_distinct_deterministic_and_covers_every_task(tmp_path):
 
 def candidates(n: int) -> list[Candidate]:
     return [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(n)]
+
+
+def result_of(candidate: Candidate) -> CandidateResult:
+    return CandidateResult(candidate.id, candidate.task, candidate.source, "full", 1.0, {}, None, "")
 
 
 def test_shards_are_disjoint_and_cover_the_input():
@@ -78,11 +82,11 @@ def test_pace_counts_only_candidates_graded_in_this_run():
     now = [100.0]
     pace = Pace(10, clock=lambda: now[0])
     every = candidates(3)
-    pace.finished(Graded(every[0], {}, stored=True), 1)
+    pace.finished(Graded(every[0], result_of(every[0]), stored=True), 1)
     pace.started(every[1])
     pace.started(every[2])
     now[0] = 130.0
-    pace.finished(Graded(every[1], {}), 2)
+    pace.finished(Graded(every[1], result_of(every[1])), 2)
     text = pace.text()
     assert text.startswith("2/10 graded, 2.0/min, ETA 4m00s")
     assert text.endswith("slowest running: c2 (30s)")

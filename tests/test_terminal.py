@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from grader.orchestrate import Graded
-from grader.core.records import Candidate
+from grader.core.records import Candidate, CandidateResult
 from grader.terminal import observer_for, print_closing
 
 TASK = "int8-kv-rounding"
@@ -16,18 +16,19 @@ class Terminal(io.StringIO):
         return True
 
 
-def record(cid: str, verdict: str, score: float | None, **extra) -> dict:
-    return {"id": cid, "task": TASK, "verdict": verdict, "score": score, "run_status": "complete",
-            "timings": {"apply_s": 0.5, "tests_s": 2.0}, "criteria": {}, "apply": {"status": "applied", "files": []},
-            **extra}
+def record(cid: str, verdict: str, score: float | None, **extra) -> CandidateResult:
+    return CandidateResult.from_json({
+        "id": cid, "task": TASK, "source": f"{cid}.diff", "verdict": verdict, "score": score, "summary": "",
+        "run_status": "complete", "timings": {"apply_s": 0.5, "tests_s": 2.0}, "criteria": {},
+        "apply": {"status": "applied", "files": []}, **extra})
 
 
-FAILED_C1 = {"c1": {"status": "unmet", "rationale": "1 of 2 checks failed",
+FAILED_C1 = {"c1": {"id": "c1", "title": "Keys", "score": 0.5, "status": "unmet", "rationale": "1 of 2 checks failed",
                     "evidence": [{"status": "failed", "claim": "Keys are rounded to nearest.", "test": "t::k"}]}}
 
 
-def graded(rec: dict, stored: bool = False) -> Graded:
-    return Graded(Candidate(rec["id"], "x.diff", "+x\n", TASK), rec, stored=stored)
+def graded(rec: CandidateResult, stored: bool = False) -> Graded:
+    return Graded(Candidate(rec.id, "x.diff", "+x\n", TASK), rec, stored=stored)
 
 
 def test_plain_lines_when_not_a_terminal():
@@ -58,7 +59,7 @@ def test_live_progress_on_a_terminal_prints_each_candidate_above_the_bar():
 def test_closing_table_counts_verdicts_per_task_and_says_why():
     records = [record("a", "full", 1.0), record("b", "fail", 0.1, criteria=FAILED_C1),
                record("c", "error", None, error="grader failure:\nTraceback", criteria={}),
-               dict(record("d", "no_diff", None), task=None)]
+               record("d", "no_diff", None, task=None)]
     stream = io.StringIO()
     print_closing(records, "2: grading broke or met an environment fault for 1 candidate(s): c", stream)
     lines = stream.getvalue().splitlines()

@@ -61,7 +61,7 @@ def test_a_partial_short_of_full_only_by_checks_not_run_reads_as_all_met_where_e
     assert reason(data, {"c1"}) == verdict_phrase(data)
     (row,) = build_index([data], lambda cid: f"{cid}.html").tables[0].rows
     assert row.phrase == verdict_phrase(data)
-    line = candidate_line(Graded(None, data), 1, 1)
+    line = candidate_line(Graded(None, all_met_but_gpu()), 1, 1)
     assert "partial (all met where evaluated; 5 GPU checks not run" in line and "1.00" not in line
     summary = summary_of(all_met_but_gpu())
     assert summary.endswith("Verdict partial: all met where evaluated; 5 GPU checks not run; c5 not evaluated.")
@@ -83,9 +83,9 @@ def test_a_check_the_grader_did_not_run_is_named_as_the_graders_not_the_candidat
 
 def test_input_truncated_and_no_task_read_as_their_verdicts():
     for verdict, words in (("input_truncated", "input truncated"), ("no_task", "no task")):
-        data = candidate(verdict, None, {}).to_json()
-        assert verdict_line(data) == words
-        assert f"{verdict} -" in candidate_line(Graded(None, data), 1, 1)
+        result = candidate(verdict, None, {})
+        assert verdict_line(result.to_json()) == words
+        assert f"{verdict} -" in candidate_line(Graded(None, result), 1, 1)
 
 
 def test_other_verdicts_read_as_verdict_and_score():

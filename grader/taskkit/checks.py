@@ -370,7 +370,7 @@ def clipped(text: str, limit: int) -> str:
 def status_check(task: Task, name: str, graded: Graded | None, designed: dict[str, str]) -> Check:
     """One sample's statuses against its design."""
     label = f"statuses of {name}"
-    if graded is None or graded.result is None:
+    if graded is None:
         return Check(task.id, label, "FAIL", "not graded (the run was interrupted)")
     result = graded.result
     if result.verdict == "error" or result.run_status != "complete":
@@ -400,7 +400,7 @@ def grading_checks(tasks: list[Task], jobs: int) -> list[Check]:
         for candidate, designed in samples[task.id]:
             checks.append(status_check(task, candidate.id.split("/", 1)[1], graded.get(candidate.id), designed))
         base, reference = graded.get(f"{task.id}/base"), graded.get(f"{task.id}/reference")
-        if base is not None and reference is not None and base.result and reference.result:
+        if base is not None and reference is not None:
             validation = check_rules(task, base.result.criteria, reference.result.criteria)
             if validation.problems:
                 checks.append(Check(task.id, "rubric validates", "FAIL", "; ".join(validation.problems)))
