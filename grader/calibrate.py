@@ -454,9 +454,8 @@ def grade_bundle(args) -> Path | None:
     the reason printed, when that cannot be done."""
     from grader.ingest import IngestError, ingest
     from grader.orchestrate import grade_many
-    from grader.pipeline import GraderUsageError, detect_gpu
+    from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
     from grader.report import write_results_json
-    from grader.sandbox import contain
     from grader.store import ResultStore
     from grader.terminal import ProgressLines
 
@@ -466,7 +465,7 @@ def grade_bundle(args) -> Path | None:
     except (IngestError, GraderUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
-    options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or contain.default_jobs())
+    options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or default_jobs())
     run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
     return write_results_json(args.out, [r.to_json() for r in run.results], {"grader_version": __version__, "gpu": reason,
                                                       "candidates": len(candidates),

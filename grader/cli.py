@@ -38,7 +38,8 @@ from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.sandbox.leftovers import owned_name
 from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
-from grader.pipeline import BaseCache, GraderUsageError, detect_gpu
+from grader.pipeline import BaseCache
+from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
                            write_results_json)
@@ -89,7 +90,7 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="directories, .diff/.patch files or bundle files")
     p.add_argument("--task", type=task_id, help="grade every input as this task instead of inferring it")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
-    p.add_argument("--jobs", type=positive(int), default=contain.default_jobs(),
+    p.add_argument("--jobs", type=positive(int), default=default_jobs(),
                    help="candidates graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="run GPU evidence (default: auto)")
     p.add_argument("--timeout", type=positive(float), default=600,

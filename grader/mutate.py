@@ -47,7 +47,6 @@ import ast
 import difflib
 import fnmatch
 import json
-import os
 import re
 import sys
 import time
@@ -56,6 +55,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from grader.core.environment import default_jobs
 from grader.diffparse import HUNK_HEADER, FileSection, Hunk, parse_sections, render
 from grader.orchestrate import QuietObserver
 
@@ -895,7 +895,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("mutate", help="rubric strength: grade mutants of each reference fix")
     p.add_argument("--task", action="append", help="task id (repeatable; default: every task)")
     p.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants graded at once")
+    p.add_argument("--jobs", type=int, default=default_jobs(),
+                   help="mutants graded at once (default: what the machine's cores and memory allow)")
     p.add_argument("--limit", type=int, help="grade at most this many mutants per task (source files first)")
     p.add_argument("--timeout", type=float, default=300, help="seconds allowed for one mutant's hidden tests")
     p.add_argument("--no-cache", action="store_true", help="do not reuse or store hidden-test evidence")

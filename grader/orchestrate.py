@@ -23,9 +23,9 @@ from typing import Protocol
 from grader.evidence_cache import EvidenceCache
 from grader.controls import Controls
 from grader.pipeline import BaseCache, error_result, grade_candidate
+from grader.core.environment import memory_per_subject
 from grader.core.records import Candidate, CandidateResult, GradingOptions, RunReport
 from grader.core.rubric import Task, all_tasks
-from grader.sandbox import contain
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
@@ -106,7 +106,7 @@ def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observe
     observer = observer or QuietObserver()
     backend = backend or LocalBackend()
     if options.memory_bytes is None:
-        options = replace(options, memory_bytes=contain.memory_per_subject(options.jobs))
+        options = replace(options, memory_bytes=memory_per_subject(options.jobs))
     started = time.monotonic()
     reclaim_leftovers()  # what a killed grader before this one left (scratch trees, homes, cgroups, staging)
     tasks = all_tasks()

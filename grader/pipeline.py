@@ -5,10 +5,7 @@ Many candidates are graded by ``grader.orchestrate.grade_many``, which calls thi
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -18,7 +15,7 @@ from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
 from grader.checkout import BaseBuildError, build_base
-from grader.core.paths import cache_dir, make_import_root, scratch_root
+from grader.core.paths import make_import_root, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
@@ -28,7 +25,7 @@ from grader.integrity import scan_diff
 from grader.sandbox.launch import ColdLauncher, Launcher
 from grader.core.records import (ApplyReport, BuiltBase, Candidate, CandidateResult, GradingOptions, RubricIdentity,
                                  RunReport, RunStatus)
-from grader.core.identity import engine_fingerprint, grading_identity, machine_identity
+from grader.core.identity import engine_fingerprint, grading_identity
 from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
@@ -36,10 +33,6 @@ from grader.sandbox.tooling import ToolMissing, os_error_line
 from grader.run import ensure_call_times, environment_problem, run_hidden_tests
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
-
-
-class GraderUsageError(Exception):
-    """The run cannot start as asked (an option this machine cannot honour): exit 2 before any work."""
 
 
 class BaseCache:
@@ -68,37 +61,6 @@ class BaseCache:
 
     def build(self, task: Task) -> BuiltBase:
         return build_base(task.id, task.base)
-
-
-def detect_gpu(mode: str) -> tuple[bool, str]:
-    """Resolve ``--gpu on|off|auto`` to whether GPU evidence runs, with the reason said plainly."""
-    if mode == "off":
-        return False, "GPU evidence switched off (--gpu off)"
-    if cuda_available():
-        return True, "CUDA GPU found: GPU evidence runs"
-    if mode == "on":
-        raise GraderUsageError("--gpu on was given but torch sees no CUDA device")
-    return False, "no CUDA GPU found: GPU-only criteria are not evaluated"
-
-
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device, asked once per boot and environment (a torch import costs seconds)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
-    seen = machine_identity().key("cuda probe", boot, sys.executable, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                  os.environ.get("NVIDIA_VISIBLE_DEVICES"))
-    record = cache_dir() / "cuda-probe" / seen[:16]
-    if boot and record.is_file():
-        return record.read_text() == "True"
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                           capture_output=True, text=True, timeout=300)
-    available = probe.stdout.strip().endswith("True")
-    if boot and probe.returncode == 0:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(str(available))
-    return available
 
 
 def diff_sha256(diff: str) -> str:

@@ -104,7 +104,7 @@ def disconnect() -> None:
 def detect_gpu(mode: str, address: str | None) -> tuple[bool, str]:
     """``--gpu`` for the Ray backend. A local cluster is this machine: the local answer, word for word. On a
     remote cluster GPU evidence runs when the cluster has GPUs (``auto``), and ``on`` needs some."""
-    from grader.pipeline import detect_gpu as local_detect_gpu
+    from grader.core.environment import detect_gpu as local_detect_gpu
 
     if mode == "off" or not (address or os.environ.get("RAY_ADDRESS")):
         return local_detect_gpu(mode)

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.orchestrate import grade_many
-from grader.pipeline import detect_gpu
+from grader.core.environment import default_jobs, detect_gpu
 from grader.core.records import Candidate, CriterionResult, GradingOptions
 from grader.core.paths import atomic_write
 from grader.core.rubric import REPO_ROOT, Task, all_tasks
-from grader.sandbox import contain
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 
@@ -89,7 +88,7 @@ def validate_rubrics(args) -> int:
     gpu, reason = detect_gpu(args.gpu)
     print(reason, file=sys.stderr)
     report, broken = [], 0
-    for task, v in zip(selected, validate_tasks(selected, GradingOptions(gpu=gpu, jobs=contain.default_jobs()))):
+    for task, v in zip(selected, validate_tasks(selected, GradingOptions(gpu=gpu, jobs=default_jobs()))):
         broken += bool(v.problems)
         state = "BROKEN" if v.problems else "ok"
         print(f"{task.id}: {state}  base {v.base}  reference {v.reference}")

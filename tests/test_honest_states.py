@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SEED, needs_seed
+from grader.core import environment
 from grader.pipeline import run_status
 from grader.core import records
 from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport
 from grader.core.rubric import REPO_ROOT
 from grader.run import environment_problem
-from grader.sandbox import contain
 from grader.score import verdict_for
 from grader.store import ResultStore
 
@@ -233,12 +233,12 @@ def test_a_missing_distribution_is_the_environments_fault_and_named(tmp_path):
 
 
 def test_default_jobs_and_memory_limits_never_overcommit_the_machine():
-    jobs = contain.default_jobs()
+    jobs = environment.default_jobs()
     assert 1 <= jobs <= (os.cpu_count() or 1)
-    assert jobs * contain.memory_per_subject(jobs) <= contain.machine_memory_bytes()
+    assert jobs * environment.memory_per_subject(jobs) <= environment.machine_memory_bytes()
     for many in (1, 2, 8, 64):
-        assert contain.memory_per_subject(many) * many <= contain.machine_memory_bytes() or \
-            contain.memory_per_subject(many) == 1 << 30
+        assert environment.memory_per_subject(many) * many <= environment.machine_memory_bytes() or \
+            environment.memory_per_subject(many) == 1 << 30
 
 
 def test_verdict_of_an_environment_fault_is_error():

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from grader.apply import hidden_roots, scratch_root
+from grader.core import environment
 from grader.sandbox import channel, client, contain, leftovers
 from test_containment import run_child  # noqa: E402  (the same sandboxed child runner)
 
@@ -408,17 +409,17 @@ def test_memory_defaults_read_the_lowest_limit_of_the_cgroup_and_its_parents(tmp
     unlimited_v1 = "9223372036854771712"
     proc = fake_cgroups(tmp_path, {"outer/inner": unlimited_v1, "outer": str(2 << 30)},
                         {"a/b": "max", "a": str(3 << 30)})
-    assert contain.cgroup_memory_limit(proc, tmp_path) == 2 << 30
-    memory = contain.machine_memory_bytes(proc, tmp_path)
+    assert environment.cgroup_memory_limit(proc, tmp_path) == 2 << 30
+    memory = environment.machine_memory_bytes(proc, tmp_path)
     assert memory == 2 << 30
-    assert contain.default_jobs(memory) == 1
-    assert contain.memory_per_subject(1, memory) == (2 << 30) * 3 // 4
+    assert environment.default_jobs(memory) == 1
+    assert environment.memory_per_subject(1, memory) == (2 << 30) * 3 // 4
 
 
 def test_memory_defaults_use_the_hosts_ram_when_no_cgroup_limit_is_lower(tmp_path):
     proc = fake_cgroups(tmp_path, {"outer/inner": "9223372036854771712"}, {"a/b": "max"})
-    assert contain.cgroup_memory_limit(proc, tmp_path) is None
-    assert contain.machine_memory_bytes(proc, tmp_path) == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert environment.cgroup_memory_limit(proc, tmp_path) is None
+    assert environment.machine_memory_bytes(proc, tmp_path) == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 # ---------------------------------------------------------------------------------------------------------------

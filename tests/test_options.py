@@ -1,5 +1,6 @@
 """The one options record of a grading run (``GradingOptions``): it goes to JSON and back unchanged, a field it
-does not know is refused, and every field reaches a Ray actor (``memory_bytes`` too) without starting Ray."""
+does not know is refused, and every field reaches a Ray actor (``memory_bytes`` too) without starting Ray. The
+machine's defaults behind it (``grader.core.environment``): a subject's memory limit and the GPU switch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pickle
 import pytest
 
 from grader import ray_backend
+from grader.core import environment
+from grader.core.environment import memory_per_subject
 from grader.core.records import Candidate, GradingOptions, RecordError
 from grader.orchestrate import grade_many
 from grader.sandbox import contain
@@ -63,7 +66,28 @@ def test_every_backend_is_handed_a_memory_limit():
     """``memory_bytes`` left out is the machine's share at ``jobs``, filled in before any backend (local or Ray)
     sees the options; one given is kept."""
     candidates = [Candidate("one", "one.diff", "+x\n", None)]
-    for given, expected in ((None, contain.memory_per_subject(2)), (5 << 30, 5 << 30)):
+    for given, expected in ((None, memory_per_subject(2)), (5 << 30, 5 << 30)):
         backend = Capture()
         grade_many(candidates, GradingOptions(jobs=2, memory_bytes=given), backend=backend)
         assert backend.options == GradingOptions(jobs=2, memory_bytes=expected)
+
+
+def test_a_subject_given_no_memory_limit_gets_the_machines_default(tmp_path):
+    box = contain.prepare(tmp_path / "home", drop_uid=False, private_tmp=False)
+    try:
+        assert box.spec["memory_bytes"] == environment.default_memory_bytes() == \
+            environment.memory_per_subject(environment.default_jobs())
+    finally:
+        box.cleanup()
+
+
+def test_gpu_off_never_probes_cuda(monkeypatch):
+    def probe() -> bool:
+        raise AssertionError("--gpu off probed CUDA")
+
+    monkeypatch.setattr(environment, "cuda_available", probe)
+    assert environment.detect_gpu("off") == (False, "GPU evidence switched off (--gpu off)")
+    monkeypatch.setattr(environment, "cuda_available", lambda: False)
+    with pytest.raises(environment.GraderUsageError, match="--gpu on"):
+        environment.detect_gpu("on")
+    assert environment.detect_gpu("auto")[0] is False

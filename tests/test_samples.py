@@ -15,7 +15,8 @@ import pytest
 from grader.core.records import Candidate
 from grader.sandbox.launch import start_warm_pool
 from grader.core.records import GradingOptions
-from grader.pipeline import BaseCache, detect_gpu, grade_candidate
+from grader.core.environment import detect_gpu
+from grader.pipeline import BaseCache, grade_candidate
 from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.scorecard import failing_claim
 from grader.validate import check_rules

@@ -73,83 +73,6 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
-def machine_memory_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), cgroup_root: Path = CGROUP_V2) -> int:
-    """The memory this process may use: the host's RAM, or its cgroup's limit where that is lower."""
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        ram = 32 << 30
-    limit = cgroup_memory_limit(proc_cgroup, cgroup_root)
-    return min(ram, limit) if limit else ram
-
-
-def cgroup_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"), cgroup_root: Path = CGROUP_V2) -> int | None:
-    """The lowest memory limit on this process's cgroup and every group above it (v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``); None where none is set or readable. ``cgroup_root`` is where the cgroup file
-    systems are mounted (a fake tree in tests)."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    candidates = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        if controllers == "":
-            candidates += [(cgroup_root, rel, "memory.max"), (cgroup_root / "unified", rel, "memory.max")]
-        elif "memory" in controllers.split(","):
-            candidates.append((cgroup_root / "memory", rel, "memory.limit_in_bytes"))
-    limits = []
-    for mount, rel, name in candidates:
-        group = mount / rel.lstrip("/")
-        while True:
-            limits += [value for value in [_limit_value(group / name)] if value]
-            if group == mount or mount not in group.parents:
-                break
-            group = group.parent
-    return min(limits) if limits else None
-
-
-def _limit_value(path: Path) -> int | None:
-    """A cgroup limit file's value in bytes; None for "max", v1's unlimited (a page-rounded 2**63) or unreadable."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit() or int(text) >= 1 << 62:
-        return None
-    return int(text)
-
-
-# What one candidate (its judge and its subject) needs at least, and may use at most.
-CANDIDATE_MEMORY_FLOOR = 6 << 30
-CANDIDATE_MEMORY_CAP = 32 << 30
-
-
-def default_jobs(memory: int | None = None) -> int:
-    """Candidates graded at once by default: the cores, but never more than the memory (``machine_memory_bytes``
-    unless given) holds at the floor."""
-    memory = machine_memory_bytes() if memory is None else memory
-    return max(1, min(os.cpu_count() or 1, memory * 3 // 4 // CANDIDATE_MEMORY_FLOOR))
-
-
-def memory_per_subject(jobs: int, memory: int | None = None) -> int:
-    """A subject's memory limit with ``jobs`` candidates at once: three quarters of the memory this grader may use
-    (``machine_memory_bytes`` unless given) shared among them (so the limits together never overcommit it), within
-    the floor and the cap."""
-    memory = machine_memory_bytes() if memory is None else memory
-    share = memory * 3 // 4 // max(1, jobs)
-    return max(1 << 30, min(CANDIDATE_MEMORY_CAP, share))
-
-
-def _default_memory_bytes() -> int:
-    return memory_per_subject(default_jobs())
-
-
-MEMORY_BYTES = _default_memory_bytes()
-
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
@@ -660,7 +583,7 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
     view = private_tmp and caps.private_tmp
     binds = ([[p, "ro"] for p in interpreter_paths()] + [[str(v), "ro"] for v in visible]
              + [[str(w), "rw"] for w in writable] + [[str(home), "rw"]])
-    spec: dict = {"memory_bytes": memory_bytes or MEMORY_BYTES, "cpu_s": cpu_s, "as_bytes": as_bytes,
+    spec: dict = {"memory_bytes": memory_bytes or default_memory_bytes(), "cpu_s": cpu_s, "as_bytes": as_bytes,
                   "fsize_bytes": fsize_bytes, "nofile": OPEN_FILES, "nproc": None, "net": net and caps.net,
                   "private_tmp": view, "ipc": caps.ipc_pid, "pid": caps.ipc_pid and view, "binds": binds,
                   "hidden": sorted({str(Path(h)) for h in hidden}), "parent": os.getpid()}
@@ -695,6 +618,14 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
         if box.memory_cgroup_path is not None:
             spec["memory_cgroup"] = str(box.memory_cgroup_path)
     return box
+
+
+def default_memory_bytes() -> int:
+    """A subject's memory limit where the caller gives none (``grader.core.environment``, imported here and not at
+    the top: this module also runs as a bare script that cannot import the grader)."""
+    from grader.core.environment import default_memory_bytes as machine_default
+
+    return machine_default()
 
 
 def _open_to_others(path: Path) -> None:
@@ -759,7 +690,7 @@ def describe_containment(box: Sandbox | None = None) -> dict:
         "tasks": (f"at most {MAX_TASKS} tasks (RLIMIT_NPROC of its own uid)" if caps.nproc_enforced
                   else "RLIMIT_NPROC not enforced (root)")
                  + (f"; pids cgroup (max {MAX_TASKS})" if caps.cgroup else f"; {caps.cgroup_reason}"),
-        "memory": (f"{caps.memory_reason}, at most {spec.get('memory_bytes', MEMORY_BYTES)} bytes"
+        "memory": (f"{caps.memory_reason}, at most {spec.get('memory_bytes') or default_memory_bytes()} bytes"
                    if caps.memory_cgroup else f"{caps.memory_reason}; host memory bounded by the judge's watch"),
         "network": caps.net_reason,
         "namespaces": caps.ipc_pid_reason,

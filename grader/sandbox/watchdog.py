@@ -24,7 +24,8 @@ import time
 from functools import cache
 from pathlib import Path
 
-from grader.sandbox.contain import children_of, end_subject, machine_memory_bytes
+from grader.core.environment import machine_memory_bytes
+from grader.sandbox.contain import children_of, end_subject
 
 POLL_S = 0.5
 GPU_POLL_S = 2.0

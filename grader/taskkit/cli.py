@@ -72,7 +72,7 @@ def run_new_task(args) -> int:
 
 def run_check_task(args) -> int:
     """One line per check; 1 when any check failed, 2 when the task named does not exist."""
-    from grader.sandbox import contain
+    from grader.core.environment import default_jobs
     from grader.taskkit.checks import gradable, grading_checks, static_checks, task_folders
 
     folders = task_folders()
@@ -92,7 +92,7 @@ def run_check_task(args) -> int:
                   "pass first)")
             failed = True
     if to_grade and not args.no_grade:
-        jobs = args.jobs or contain.default_jobs()
+        jobs = args.jobs or default_jobs()
         print(f"grading the base, reference and samples of {', '.join(t.id for t in to_grade)} on CPU "
               f"({jobs} at once)", file=sys.stderr, flush=True)
         for check in grading_checks(to_grade, jobs):
