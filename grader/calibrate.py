@@ -453,7 +453,7 @@ def grade_bundle(args) -> Path | None:
     """Grade the bundle into ``args.out`` (its store makes a rerun cheap) and write its results.json; None, with
     the reason printed, when that cannot be done."""
     from grader.ingest import IngestError, ingest
-    from grader.orchestrate import grade_many
+    from grader.many_candidates import grade_many
     from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
     from grader.report import write_results_json
     from grader.store import ResultStore

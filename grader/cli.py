@@ -1,6 +1,6 @@
 """Command line: ``grade PATH...`` (the default), ``bases``, ``validate-rubrics``, ``calibrate``, ``mutate``,
 ``run-tests``, and the task tooling: ``new-task``, ``check-task``, ``task-requirements``. Grading goes through
-``grader.orchestrate.grade_many``; this module turns flags into its options and writes the reports.
+``grader.many_candidates.grade_many``; this module turns flags into its options and writes the reports.
 
 Exit codes for ``grade`` (grader.outcome): 0 every candidate graded completely (and at or above ``--fail-under``);
 1 a candidate scored below ``--fail-under``; 2 the grader could not run as asked (bad option or task id, ``--gpu on``
@@ -31,14 +31,14 @@ from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
 from grader.ingest import IngestError, ingest, is_bundle, shard
-from grader.orchestrate import Backend, Interrupted, LocalBackend, grade_many
+from grader.many_candidates import Backend, Interrupted, LocalBackend, grade_many
 from grader.outcome import exit_code, exit_reason
 from grader.sandbox import contain
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.shortfall import shortfalls, warning_line
 from grader.sandbox.leftovers import owned_name
 from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
-from grader.pipeline import BaseCache
+from grader.one_candidate import BaseCache
 from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
 from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,

@@ -26,7 +26,7 @@ from grader.core.records import DEFAULT_TIMEOUT_S, Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
 
 if TYPE_CHECKING:  # the grading itself is handed in (``grade``): this module sits below the pipeline
-    from grader.pipeline import BaseCache
+    from grader.one_candidate import BaseCache
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 CANDIDATES_DIR = REPO_ROOT / "candidates"
@@ -49,7 +49,7 @@ class Controls:
     """Each task's control, run at most once per run (the first candidate of the task waits for it)."""
 
     def __init__(self, bases: BaseCache, options: GradingOptions, grade: Callable) -> None:
-        """``grade(candidate, bases, options)``: ``grader.pipeline.grade_candidate`` with the run's launcher."""
+        """``grade(candidate, bases, options)``: ``grader.one_candidate.grade_candidate`` with the run's launcher."""
         self.bases = bases
         self.grade = grade
         # No evidence cache: the control must run the hidden tests on this machine as it is now; and the default

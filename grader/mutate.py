@@ -34,7 +34,7 @@ than once: ids depend on the reference diff alone, so they stay stable between r
 same diff text keep the first mutant (operators are tried in the order above).
 
 Grading (``run_mutate``): the reference and each mutant are graded as ``grade`` grades a candidate, through
-``orchestrate.grade_many`` (CPU evidence, the local backend, no results store). Only criteria *met* on the reference count; a mutant is *caught* when at least one of
+``many_candidates.grade_many`` (CPU evidence, the local backend, no results store). Only criteria *met* on the reference count; a mutant is *caught* when at least one of
 them is no longer met (``partial`` or ``unmet``), *not_applicable* when it does not apply cleanly or every
 evaluated test errors on import, *equivalent* when it is missed but listed in
 ``rubrics/<task>/equivalent-mutants.toml`` (``"<mutant-id>" = "reason"``; a key may be an ``fnmatch`` pattern),
@@ -57,7 +57,7 @@ from typing import Callable
 
 from grader.core.environment import default_jobs
 from grader.diffparse import HUNK_HEADER, FileSection, Hunk, parse_sections, render
-from grader.orchestrate import QuietObserver
+from grader.many_candidates import QuietObserver
 
 SCHEMA = "mutation/1"
 CONDITION_KEYWORDS = ("if", "elif", "while", "assert", "return")
@@ -848,7 +848,7 @@ class MutantProgress(QuietObserver):
 
 def grade_mutants(task, mutants: list[Mutant], limit: int | None, jobs: int, timeout: float,
                   use_cache: bool, progress: Callable[[str], None] = lambda s: None) -> dict:
-    from grader.orchestrate import grade_many
+    from grader.many_candidates import grade_many
     from grader.core.records import Candidate, GradingOptions
     from grader.validate import REFERENCE_DIR
 

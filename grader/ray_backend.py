@@ -1,10 +1,10 @@
 """Grading on a Ray cluster (``grade --backend ray [--address ADDR]``): long-lived actors with warm workers.
 
-The driver (the ``grade`` process) runs :func:`grader.orchestrate.grade_many`, which ingests, looks each candidate
+The driver (the ``grade`` process) runs :func:`grader.many_candidates.grade_many`, which ingests, looks each candidate
 up in the results store, and hands the rest to :class:`RayBackend`. That starts ``--jobs`` actors of 1 CPU (and,
 when GPU evidence is on, actors of 1 CPU and 1 GPU for the candidates whose task's hidden tests carry
 ``mark.gpu``, as many as the cluster has GPUs) and feeds each actor one candidate at a time. An actor grades its
-candidate with :func:`grader.pipeline.grade_candidate` on whichever node Ray placed it, building the task's base
+candidate with :func:`grader.one_candidate.grade_candidate` on whichever node Ray placed it, building the task's base
 there through :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a
 base is built once per node and reused by every later candidate on that node. Hidden tests run in the actor's
 warm worker (:func:`grader.sandbox.launch.start_warm_pool`, started for its first candidate that needs tests and
@@ -19,7 +19,7 @@ Failures: a grading error never leaves :func:`grade_candidate` (it is this candi
 it is never retried. An actor whose process dies (killed, its node lost) is restarted by Ray and its candidate
 retried, up to ``MAX_RETRIES`` times; when they are exhausted, or Ray fails for that candidate in any other way
 (:class:`ray.exceptions.RayError`), the candidate gets an ``error`` result built by
-:func:`grader.pipeline.error_result`, and only that candidate: a fresh actor takes the dead one's place.
+:func:`grader.one_candidate.error_result`, and only that candidate: a fresh actor takes the dead one's place.
 
 ``ray`` is an optional dependency (``pip install -e ".[ray]"``); it is imported only here, and only when the
 Ray backend is used.
@@ -128,7 +128,7 @@ def _node_bases():
     if _NODE_BASES is None:
         from grader.checkout import build_base
         from grader.core.paths import cache_dir
-        from grader.pipeline import BaseCache
+        from grader.one_candidate import BaseCache
 
         class NodeBaseCache(BaseCache):
             def build(self, task: Task):
@@ -182,8 +182,8 @@ def node_options(options: dict, gpu_assigned: bool) -> GradingOptions:
 def grade_on_node(candidate, options: dict, gpu_assigned: bool) -> dict:
     """What an actor runs for one candidate (with ``actor_arguments``): grade it here, with this process's warm
     worker, and return its JSON result."""
-    from grader.orchestrate import gradable
-    from grader.pipeline import grade_candidate
+    from grader.many_candidates import gradable
+    from grader.one_candidate import grade_candidate
     from grader.core.rubric import all_tasks
     from grader.sandbox.launch import ColdLauncher
 
@@ -273,8 +273,8 @@ class RayBackend:
         self.work = work
 
     def grade(self, pending, options, observer, deliver) -> None:
-        from grader.orchestrate import Graded
-        from grader.pipeline import error_result
+        from grader.many_candidates import Graded
+        from grader.one_candidate import error_result
         from grader.core.rubric import all_tasks
 
         ray = _ray()

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.core.records import VERDICTS, Candidate, CandidateResult
-from grader.orchestrate import Graded
+from grader.many_candidates import Graded
 from grader.outcome import unfinished
 from grader.core.rubric import all_tasks
 from grader.core.sanitize import clean

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.orchestrate import grade_many
+from grader.many_candidates import grade_many
 from grader.core.environment import default_jobs, detect_gpu
 from grader.core.records import Candidate, CriterionResult, GradingOptions
 from grader.core.paths import atomic_write

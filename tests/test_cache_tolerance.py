@@ -15,7 +15,7 @@ from grader.core.records import ApplyReport, CandidateResult, RunReport, TestOut
 from grader.evidence_cache import EvidenceCache
 from grader.ingest import ingest
 from grader.core.records import GradingOptions
-from grader.orchestrate import grade_many
+from grader.many_candidates import grade_many
 from grader.store import ResultStore
 
 SAMPLE = Path(__file__).resolve().parents[1] / "candidates" / "int8-kv-rounding" / "plus-half-truncate.diff"

@@ -289,7 +289,7 @@ def _diff(name: str) -> str:
 def graded():
     """Grade every corpus case once (sequentially), with a listener on the port the escape case tries."""
     from grader.core.records import GradingOptions
-    from grader.pipeline import BaseCache, grade_candidate
+    from grader.one_candidate import BaseCache, grade_candidate
     from grader.core.records import Candidate
 
     for path in PWNED:

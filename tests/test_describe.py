@@ -14,7 +14,7 @@ from conftest import SEED, needs_seed
 from grader.apply import apply_diff, make_tree, scratch_root
 from grader.describe import code, describe_file
 from grader.ingest import parse_bundle
-from grader.pipeline import BaseCache
+from grader.one_candidate import BaseCache
 from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.core.records import CriterionResult
 from grader.summarize import assertion_line, failure_sentence, quote_assertion

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import SEED, needs_seed
 from grader.core import environment
-from grader.pipeline import run_status
+from grader.one_candidate import run_status
 from grader.core import records
 from grader.core.records import ApplyReport, FileReport, HunkReport, RunReport
 from grader.core.rubric import REPO_ROOT

@@ -18,7 +18,7 @@ from grader.core.identity import IdentityError, engine_files, engine_fingerprint
 from grader.core.rubric import all_tasks
 from grader.ingest import ingest
 from grader.core.records import GradingOptions
-from grader.orchestrate import grade_many
+from grader.many_candidates import grade_many
 from grader.store import ResultStore, cache_key
 
 REPO = Path(__file__).resolve().parents[1]

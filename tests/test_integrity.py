@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.pipeline import BaseCache
+from grader.one_candidate import BaseCache
 from grader.core.rubric import REPO_ROOT, all_tasks
 
 TASK = "xpu-kv-cache-dtypes"

@@ -14,7 +14,7 @@ from grader.core.records import Candidate, CandidateResult, IntegrityFlag
 from grader.core.rubric import REPO_ROOT
 from grader.integrity import RULES, scan_diff
 from grader.core.records import GradingOptions
-from grader.pipeline import BaseCache, grade_candidate
+from grader.one_candidate import BaseCache, grade_candidate
 from grader.report import grader_revision, started_at, write_html, write_results_json
 
 

@@ -35,5 +35,5 @@ def test_fewer_layers_than_before_and_no_cycle():
 
 
 def test_a_violation_is_found():
-    edges = {"grader.core.records": {"grader.pipeline"}, "grader.pipeline": set()}
-    assert layers.violations(edges) == ["grader.core.records (core) imports grader.pipeline (engine)"]
+    edges = {"grader.core.records": {"grader.one_candidate"}, "grader.one_candidate": set()}
+    assert layers.violations(edges) == ["grader.core.records (core) imports grader.one_candidate (engine)"]

@@ -13,7 +13,7 @@ import pytest
 from grader.core.records import Candidate
 from grader.core.rubric import REPO_ROOT
 from grader.core.records import GradingOptions
-from grader.pipeline import BaseCache, grade_candidate
+from grader.one_candidate import BaseCache, grade_candidate
 from grader.run import added_lines, parse_evidence
 from grader.sandbox import client
 from grader.sandbox.linetrace import LineTrace

@@ -14,7 +14,7 @@ from grader import ray_backend
 from grader.core import environment
 from grader.core.environment import memory_per_subject
 from grader.core.records import Candidate, GradingOptions, RecordError
-from grader.orchestrate import grade_many
+from grader.many_candidates import grade_many
 from grader.sandbox import contain
 
 # Every field away from its default, so that a field lost on the way cannot still compare equal.

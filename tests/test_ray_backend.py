@@ -29,7 +29,7 @@ from grader import ray_backend  # noqa: E402
 from grader.core.records import Candidate, CandidateResult  # noqa: E402
 from grader.report import comparable, differences  # noqa: E402
 from grader.core.records import GradingOptions  # noqa: E402
-from grader.orchestrate import QuietObserver, grade_many  # noqa: E402
+from grader.many_candidates import QuietObserver, grade_many  # noqa: E402
 from grader.core.rubric import all_tasks  # noqa: E402
 from grader.store import ResultStore, cache_key  # noqa: E402
 

@@ -16,7 +16,7 @@ from grader.core.records import Candidate
 from grader.sandbox.launch import start_warm_pool
 from grader.core.records import GradingOptions
 from grader.core.environment import detect_gpu
-from grader.pipeline import BaseCache, grade_candidate
+from grader.one_candidate import BaseCache, grade_candidate
 from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.scorecard import failing_claim
 from grader.validate import check_rules

@@ -20,7 +20,7 @@ from grader.core.records import ApplyReport, Candidate, CandidateResult, Criteri
 from grader.core.rubric import REPO_ROOT
 from grader.core.sanitize import TEXT_LIMIT, clean, clean_apply_report, clean_bytes, is_clean
 from grader.ingest import ingest, unique_ids
-from grader.orchestrate import Graded
+from grader.many_candidates import Graded
 from grader.report import page_name, write_html, write_junit, write_results_json
 from grader.terminal import ProgressLines, observer_for, print_closing
 
@@ -161,7 +161,7 @@ BASE_STATUSES = {"c1": "unmet", "c2": "unmet", "c3": "met", "c4": "met", "c5": "
 
 
 def _hostile_corpus(folder: Path) -> None:
-    from grader.pipeline import BaseCache
+    from grader.one_candidate import BaseCache
     from grader.core.rubric import all_tasks
     import difflib
 

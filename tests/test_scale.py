@@ -13,7 +13,7 @@ import pytest
 from grader.core.records import Candidate, CandidateResult
 from grader.ingest import IngestError, shard
 from grader.merge import MergeError, merge_documents
-from grader.orchestrate import Graded
+from grader.many_candidates import Graded
 from grader.terminal import Pace, ProgressLines
 
 REPO = Path(__file__).resolve().parents[1]

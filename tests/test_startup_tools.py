@@ -64,7 +64,7 @@ def test_patch_missing_makes_a_fuzzy_diff_an_environment_error(tmp_path):
 
 def test_a_signal_while_reports_are_written_is_held_until_they_are():
     from grader.cli import SignalGate
-    from grader.orchestrate import Interrupted
+    from grader.many_candidates import Interrupted
 
     with SignalGate() as gate:
         try:

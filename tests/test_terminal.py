@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from grader.orchestrate import Graded
+from grader.many_candidates import Graded
 from grader.core.records import Candidate, CandidateResult
 from grader.terminal import observer_for, print_closing
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from grader.core.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
 from grader.core.rubric import all_tasks
 from grader.describe import describe_file
-from grader.orchestrate import Graded
+from grader.many_candidates import Graded
 from grader.scorecard import build_index, reason
 from grader.summarize import summarize
 from grader.terminal import candidate_line

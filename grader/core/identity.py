@@ -29,7 +29,7 @@ from grader.core.rubric import BaseRecipe, Task, rubric_fingerprint
 ENGINE_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "grader"
 # Where grading of one candidate starts: everything it imports or launches decides the verdict.
-ENTRY_POINTS = ("grader.pipeline",)
+ENTRY_POINTS = ("grader.one_candidate",)
 # A string constant that is exactly a grader module's dotted name (a module the engine launches by name).
 _MODULE_NAME = re.compile(rf"{PACKAGE}(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_./-]+\.j2")

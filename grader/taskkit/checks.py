@@ -21,7 +21,7 @@ from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist
 from grader.core.records import BuiltBase
 from grader.sandbox.leftovers import owned_name
 from grader.diffparse import parse_diff
-from grader.orchestrate import Graded, grade_many
+from grader.many_candidates import Graded, grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate, GradingOptions
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
 from grader.run import environment_modules, environment_problem, parse_evidence, pytest_args

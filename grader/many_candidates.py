@@ -1,12 +1,13 @@
-"""``grade_many``: the one grading loop. The CLI, the Ray backend, ``mutate``, ``validate-rubrics``,
-``calibrate`` and ``check-task`` all grade through it.
+"""Grading many candidates: ``grade_many``, the one grading loop. ``grade``, ``mutate``, ``validate-rubrics``,
+``calibrate`` and ``check-task`` all grade through it, with one ``GradingOptions`` record.
 
 For each candidate it looks the result up in the results store (when one is given), grades the rest on a
-backend (local worker threads, or Ray tasks), saves each finished complete result, and tells an observer what is
-happening (phases such as a base build, and each graded candidate). An interrupt (``Interrupted``, raised by the
-caller's signal handler) stops the work. The run then returns what finished, and says that it was interrupted.
-Grading a single candidate is :func:`grader.pipeline.grade_candidate`. This module only decides what is graded,
-where, and in what order.
+backend (``LocalBackend``: worker threads in this process; or ``grader.ray_backend.RayBackend``: Ray actors),
+saves each finished complete result, and tells an observer what is happening (phases such as a base build, and
+each graded candidate). An interrupt (``Interrupted``, raised by the caller's signal handler) stops the work. The
+run then returns what finished (each as ``Graded``, its typed result), and says that it was interrupted. Grading
+one candidate is :func:`grader.one_candidate.grade_candidate`, which every backend calls; this module only decides
+what is graded, where, and in what order.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Protocol
 
 from grader.evidence_cache import EvidenceCache
 from grader.controls import Controls
-from grader.pipeline import BaseCache, error_result, grade_candidate
+from grader.one_candidate import BaseCache, error_result, grade_candidate
 from grader.core.environment import memory_per_subject
 from grader.core.records import Candidate, CandidateResult, GradingOptions, RunReport
 from grader.core.rubric import Task, all_tasks

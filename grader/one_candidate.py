@@ -1,6 +1,9 @@
-"""Grading one candidate, already ingested: checkout -> apply -> run -> score -> summarize (``grade_candidate``).
+"""Grading one candidate, already ingested (``grade_candidate``): its task's base (built once per run,
+``BaseCache``) -> apply -> the environment check -> the hidden tests (or their cached evidence) -> score ->
+summarize, and the integrity scan beside the verdict. Every failure becomes the candidate's own error result.
 
-Many candidates are graded by ``grader.orchestrate.grade_many``, which calls this once per candidate."""
+Many candidates are graded by ``grader.many_candidates.grade_many``, whose backends call this once per
+candidate."""
 
 from __future__ import annotations
 
