@@ -27,6 +27,7 @@ import pytest
 from grader.apply import hidden_roots, scratch_root
 from grader.core import environment
 from grader.sandbox import channel, client, contain, leftovers
+from grader.sandbox.protocol import SandboxSpec, SubjectSpec
 from test_containment import run_child  # noqa: E402  (the same sandboxed child runner)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,7 +286,8 @@ def test_a_subject_that_never_reads_is_a_broken_subject_not_a_hung_judge(tmp_pat
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
     mine, theirs = socket.socketpair()
     monkeypatch.setattr(client.zygote, "spawn", lambda control, spec: (sleeper.pid, mine))
-    handle = client.Subject("candidate", {"log": str(tmp_path / "subject.log"), "box": None}, control=None)
+    handle = client.Subject("candidate", SubjectSpec("candidate", None, {}, (), (), str(tmp_path),
+                                                     str(tmp_path / "subject.log")), control=None)
     outcome: list[BaseException] = []
 
     def call() -> None:
@@ -377,7 +379,8 @@ def test_the_judge_reports_a_subject_ended_at_its_memory_bound_as_that_probes_fa
                             pass_fds=[theirs.fileno()])
     theirs.close()
     monkeypatch.setattr(client.zygote, "spawn", lambda control, spec: (proc.pid, mine))
-    handle = client.Subject("candidate", {"log": str(scratch / "subject.log"), "box": box.spec}, control=None)
+    handle = client.Subject("candidate", SubjectSpec("candidate", SandboxSpec.from_json(box.spec), {}, (), (),
+                                                     str(scratch), str(scratch / "subject.log")), control=None)
     try:
         # The stand-in subject never answers; only the watch can end the call before the probe's time.
         with pytest.raises(client.SubjectBroken, match="host memory.*over its bound"):
