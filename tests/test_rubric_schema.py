@@ -21,7 +21,7 @@ TYPOS = {
     "wieght": (("weight = 1.0\ncore = false\nkind = \"preserve\"", "wieght = 1.5\ncore = false\nkind = \"preserve\""),
                "criteria.c2.wieght", "unknown key"),
     "core as a string": (("core = false", 'core = "false"'), "criteria.c2.core", "must be true or false"),
-    "verison": (("version = 2", "version = 2\nverison = 3"), "verison", "unknown key"),
+    "verison": (("version = 3", "version = 3\nverison = 4"), "verison", "unknown key"),
 }
 
 

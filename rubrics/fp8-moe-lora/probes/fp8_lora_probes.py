@@ -113,7 +113,7 @@ def _patch_platform(patches: Patches) -> None:
     f8u = import_module("vllm.model_executor.layers.quantization.utils.fp8_utils")
 
     def _ptgq(x, group_size, *args, **kwargs):
-        return R.group_quant_fp8(x.reshape(-1, x.shape[-1]), group_size)
+        return R.group_quant_fp8(x.reshape(-1, x.shape[-1]), group_size, current_platform.fp8_dtype())
 
     patches.set(f8u, "per_token_group_quant_fp8", _ptgq)
     if hasattr(fmu, "per_token_group_quant_fp8"):
@@ -233,13 +233,27 @@ def _install_spies(patches: Patches, rec: _Recorder, real_kernels: bool) -> None
     patches.set(mixin, "apply_w13_lora", w13_spy)
 
 
+def _patch_fp8_dtype(patches: Patches, name: str) -> None:
+    """Make the platform's FP8 dtype ``name`` (``float8_e4m3fnuz``: a ROCm MI300 GPU), as vLLM reads it."""
+    from vllm.platforms import current_platform
+
+    dtype = getattr(torch, name)
+    if dtype not in R.FP8_DTYPES:
+        raise ValueError(f"not a platform FP8 dtype: {name}")
+    cls = type(current_platform)
+    patches.set(cls, "fp8_dtype", classmethod(lambda c: dtype))
+    patches.set(cls, "is_fp8_fnuz", classmethod(lambda c: dtype == torch.float8_e4m3fnuz))
+
+
 @contextlib.contextmanager
-def _session(real_kernels: bool = False, spies: bool = True):
+def _session(real_kernels: bool = False, spies: bool = True, fp8_dtype: str | None = None):
     """Stand-ins and spies for one probe call; everything is undone when it ends."""
     install_op_shims()
     rec = _Recorder()
     with Patches() as patches:
         _patch_platform(patches)
+        if fp8_dtype is not None:
+            _patch_fp8_dtype(patches, fp8_dtype)
         if spies:
             _install_spies(patches, rec, real_kernels)
         yield rec, patches
@@ -425,12 +439,13 @@ def _dispatching(patches: Patches, ctx, dispatch: dict):
 
 
 def run_moe(problem: dict, lora: dict | None = None, device: str = "cpu", real_kernels: bool = False,
-            overlap: bool = False, dispatch: dict | None = None) -> dict:
+            overlap: bool = False, dispatch: dict | None = None, fp8_dtype: str | None = None) -> dict:
     """Run the MoE once: ``{"out": layer output, "gemm": [base GEMM calls], "lora": [MoE-LoRA op calls],
     "w13_entry": [x given to apply_w13_lora]}``. ``overlap``: the LoRA context's aux_stream set (a stream that runs
     in order and no-op events stand in on CPU); ``dispatch``: ``{"mode", "use_ep", "peer"}`` for a faked two-rank
-    naive DP/EP dispatch."""
-    with _session(real_kernels=real_kernels) as (rec, patches):
+    naive DP/EP dispatch; ``fp8_dtype``: the platform's FP8 dtype by name, for the run only (``float8_e4m3fnuz``
+    plays a ROCm MI300 GPU: the activations are quantized to it)."""
+    with _session(real_kernels=real_kernels, fp8_dtype=fp8_dtype) as (rec, patches):
         p = _problem(problem, device)
         ctx = None
         if lora is not None:

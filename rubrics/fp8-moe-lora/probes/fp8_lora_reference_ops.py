@@ -15,10 +15,18 @@ import torch
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
+# What current_platform.fp8_dtype() can be: float8_e4m3fnuz on ROCm MI300 (gfx94x), float8_e4m3fn elsewhere.
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
-def fp8_cast(x: torch.Tensor) -> torch.Tensor:
-    return x.clamp(-FP8_MAX, FP8_MAX).to(FP8)
+def fp8_max(dtype: torch.dtype = FP8) -> float:
+    """The largest finite value of an FP8 dtype: 448 for float8_e4m3fn, 240 for ROCm's float8_e4m3fnuz."""
+    return float(torch.finfo(dtype).max)
+
+
+def fp8_cast(x: torch.Tensor, dtype: torch.dtype = FP8) -> torch.Tensor:
+    m = fp8_max(dtype)
+    return x.clamp(-m, m).to(dtype)
 
 
 def silu_and_mul(result, input):
@@ -29,36 +37,36 @@ def silu_and_mul(result, input):
 
 
 def static_fp8(result, input, scale, group_shape=None):
-    result.copy_(fp8_cast(input.float() / scale.float().reshape(-1)[0]))
+    result.copy_(fp8_cast(input.float() / scale.float().reshape(-1)[0], result.dtype))
 
 
 def dynamic_fp8(result, input, scale):
-    s = (input.float().abs().amax() / FP8_MAX).clamp(min=1e-12)
+    s = (input.float().abs().amax() / fp8_max(result.dtype)).clamp(min=1e-12)
     scale.copy_(s.reshape(scale.shape))
-    result.copy_(fp8_cast(input.float() / s))
+    result.copy_(fp8_cast(input.float() / s, result.dtype))
 
 
 def dynamic_token_fp8(result, input, scale, scale_ub=None):
     amax = input.float().abs().amax(dim=-1, keepdim=True)
     if scale_ub is not None:
         amax = amax.clamp(max=scale_ub.float())
-    s = (amax / FP8_MAX).clamp(min=1e-12)
+    s = (amax / fp8_max(result.dtype)).clamp(min=1e-12)
     scale.copy_(s.reshape(scale.shape))
-    result.copy_(fp8_cast(input.float() / s))
+    result.copy_(fp8_cast(input.float() / s, result.dtype))
 
 
-def group_quant_fp8(x: torch.Tensor, group: int):
-    """Per-token-group FP8 quantization: (q, scales[M, K // group])."""
+def group_quant_fp8(x: torch.Tensor, group: int, dtype: torch.dtype = FP8):
+    """Per-token-group FP8 quantization to ``dtype``: (q, scales[M, K // group])."""
     m, k = x.shape
     xg = x.float().reshape(m, k // group, group)
-    s = (xg.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-10)
-    q = fp8_cast(xg / s).reshape(m, k)
+    s = (xg.abs().amax(dim=-1, keepdim=True) / fp8_max(dtype)).clamp(min=1e-10)
+    q = fp8_cast(xg / s, dtype).reshape(m, k)
     return q, s.squeeze(-1).contiguous()
 
 
 def per_token_group_fp8(input, output_q, output_s, group_size, eps, fp8_min, fp8_max,
                         scale_ue8m0, dummy_is_scale_transposed, dummy_is_tma_aligned):
-    q, s = group_quant_fp8(input.reshape(-1, input.shape[-1]), group_size)
+    q, s = group_quant_fp8(input.reshape(-1, input.shape[-1]), group_size, output_q.dtype)
     output_q.copy_(q.reshape(output_q.shape))
     output_s.copy_(s.reshape(output_s.shape))
 
@@ -67,7 +75,7 @@ def silu_mul_block_quant(out, input, scales, group_size, scale_ub=None, is_scale
     # The fused kernel keeps the activation in fp32 before the group quantization.
     d = input.shape[-1] // 2
     act = torch.nn.functional.silu(input[..., :d].float()) * input[..., d:].float()
-    q, s = group_quant_fp8(act, group_size)
+    q, s = group_quant_fp8(act, group_size, out.dtype)
     out.copy_(q)
     if is_scale_transposed:
         scales.copy_(s.t().reshape(scales.shape))
@@ -156,7 +164,7 @@ def reference_gemm(A, B, C, A_scale, B_scale, topk_weights, sorted_token_ids, ex
         keep = (ids < num_valid) & (blk_e >= 0)
         pairs, experts = ids[keep], blk_e[keep]
     if use_fp8_w8a8:
-        assert A.dtype == FP8, f"fp8 GEMM got activations of dtype {A.dtype}"
+        assert A.dtype in FP8_DTYPES, f"fp8 GEMM got activations of dtype {A.dtype}"
         assert A_scale is not None, "fp8 GEMM got no activation scale"
         if not per_channel_quant and not block_shape:
             # per-tensor: the kernel reads the first element (a dispatch may hand over one copy per rank)

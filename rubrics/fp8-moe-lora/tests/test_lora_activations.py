@@ -45,6 +45,22 @@ def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, subject, se
     _assert_shrink_got_real_values(H, run, p)
 
 
+# ROCm MI300 (gfx94x) quantizes activations to float8_e4m3fnuz, not float8_e4m3fn: a fix that recognises only the
+# CUDA spelling of FP8 hands the LoRA shrink the quantized tensor there. The subject plays that platform's FP8 dtype
+# for the run (the rest of the layer is as on CPU).
+ROCM_FP8 = "float8_e4m3fnuz"
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lora_shrink_gets_real_valued_activations_with_rocm_fp8(H, subject, secret_generator, scheme):
+    """Where the platform's FP8 dtype is float8_e4m3fnuz (ROCm MI300), the w13 LoRA shrink still gets real-valued activations."""
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
+    run = H.run_moe(subject, p, lo, fp8_dtype=ROCM_FP8)
+    _assert_shrink_got_real_values(H, run, p)
+
+
 @pytest.mark.criterion("c1")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_fp8_moe_with_lora_matches_fp32_reference(H, subject, secret_generator, scheme):
@@ -100,25 +116,26 @@ def _wrong_cases(cases):
     return failures
 
 
-# c1 names every FP8 scheme: one scheme whose LoRA input (or output) is wrong fails its three tests above, which
-# alone leaves c1 at 9/12 = 0.75, still met. This test fails too whenever any scheme or path is wrong. Weight 2:
-# one scheme wrong in every test gives 9/14 (CPU), and with the GPU tests (3 schemes, not the static one) 12/17,
-# both below met; one wrong test of one scheme stays met (11/14 on CPU, 14/17 with GPU).
+# c1 names every FP8 scheme: one scheme whose LoRA input (or output) is wrong fails its four tests above, which
+# alone leaves c1 at 12/16 = 0.75, still met. This test fails too whenever any scheme or path is wrong. Weight 2:
+# one scheme wrong in every test gives 12/18 (CPU), and with the GPU tests (3 schemes, not the static one) 15/21,
+# both below met; one wrong test of one scheme stays met (15/18 on CPU, 18/21 with GPU). A fix that misses only
+# the ROCm FP8 dtype fails its four tests and this one: 12/18 and 15/21.
 @pytest.mark.criterion("c1", weight=2)
 def test_lora_shrink_and_output_right_for_every_fp8_scheme(H, subject, secret_generator):
-    """For every FP8 scheme, plain and overlapped, LoRA gets real-valued activations and the output is right."""
+    """For every FP8 scheme, plain, overlapped and with ROCm's FP8 dtype, LoRA gets real-valued activations and the output is right."""
     cases = []
     for scheme in SCHEMES:
         p = H.make_problem(scheme, secret_generator)
         lo = H.make_lora(p, MAPPING, secret_generator)
-        for overlap in (False, True):
-            run = H.run_moe_outcome(subject, p, lo, overlap=overlap)
-            path = "overlapped" if overlap else "plain"
+        for path, options in (("plain", {}), ("overlapped", {"overlap": True}), ("rocm-fp8", {"fp8_dtype": ROCM_FP8})):
+            run = H.run_moe_outcome(subject, p, lo, **options)
+            compare_output = path == "plain"  # the reference output is the CUDA FP8 path's
 
-            def check(run=run, p=p, lo=lo, overlap=overlap):
+            def check(run=run, p=p, lo=lo, compare_output=compare_output):
                 assert not isinstance(run, str), f"the layer raised {run}"
                 _assert_shrink_got_real_values(H, run, p)
-                if not overlap:
+                if compare_output:
                     ref = H.reference_moe(p, lo)
                     assert run.out.shape == ref.shape, f"output shape {tuple(run.out.shape)} != {tuple(ref.shape)}"
                     err = H.rel_err(run.out, ref)

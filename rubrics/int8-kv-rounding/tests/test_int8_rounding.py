@@ -1,4 +1,4 @@
-"""INT8 per-token-head store: round to nearest (c1 keys, c5 negative keys, c3 value cache).
+"""INT8 per-token-head store: round to nearest (c1 keys, c5 negative keys and values, c3 value cache).
 
 The subject runs the candidate's kernel on the inputs drawn here and sends the caches back (``kv_store``, in
 conftest.py); the round-to-nearest oracle is computed here (``kv_cases.int8_expected``).
@@ -56,6 +56,21 @@ def test_negative_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
     value = cases.row(cases.BENIGN_ROW, in_dtype)
     k_got, _ = _store_row(kv_store, key, value, device)
     _check_int8(k_got, key[0], f"key cache, negated {row_id}")
+
+
+# c5 asks for negative values, and the value cache holds them as much as the key cache: a kernel can round the keys
+# with their sign and still move negative values toward zero (an added 0.5 before the truncating store is right
+# for positives only). The negated rows go to the value cache here, the key cache holding the benign row.
+@pytest.mark.criterion("c5")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+@pytest.mark.parametrize("row_id", ROW_IDS)
+def test_negative_values_round_to_nearest(kv_store, device, in_dtype, row_id):
+    """Negative entries of the value cache round to nearest too (-2.625 -> -3, -0.6875 -> -1), not toward zero."""
+    key = cases.row(cases.BENIGN_ROW, in_dtype)
+    value = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
+    _, v_got = _store_row(kv_store, key, value, device)
+    _check_int8(v_got, value[0], f"value cache, negated {row_id}")
 
 
 @pytest.mark.criterion("c3")

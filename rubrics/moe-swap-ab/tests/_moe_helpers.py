@@ -366,6 +366,9 @@ TARGETS = [
     ("fp8_block", 4, 16, 128, {}),
     ("fp8_block", 16, 16, 64, {}),
     ("fp8_block", 24, 32, 128, {}),
+    # FP8 w8a8 is not only block-quantized: per-tensor and per-channel scales are FP8 w8a8 launches too
+    ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}),
+    ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}),
 ]
 # each c4 pair: (index into TARGETS, twin scenario, twin capability)
 C4_PAIRS = {
@@ -377,6 +380,8 @@ C4_PAIRS = {
     "block_m_128": (0, ("fp8_block", 512, 128, 128, {}), (9, 0)),
     "bf16": (2, ("bf16", 16, 16, 64, {}), (9, 0)),
     "int8_w8a8": (3, ("int8_w8a8_block", 24, 32, 128, {}), (9, 0)),
+    "fp8_tensor_sm100": (4, ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}), (10, 0)),
+    "fp8_channel_sm89": (5, ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}), (8, 9)),
 }
 # c5: cases the change must not touch, with the capability they launch under
 C5_CASES = {

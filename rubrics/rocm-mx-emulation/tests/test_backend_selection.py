@@ -5,6 +5,8 @@ decided here."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -106,6 +108,24 @@ def test_gfx950_quark_w4a8_keeps_aiter(subject):
     assert _is(got["backend"], "AITER_MXFP4_FP8"), got["backend"]["repr"]
 
 
+# The fix is for the gfx9 GPUs without native OCP MX (gfx90a, gfx942). The base's OAI Triton MXFP4 gate also admits
+# the RDNA3/RDNA4 families (gfx11xx/gfx12xx), which the task leaves alone: a gate narrowed to gfx950 alone sends them
+# to emulation too. Their selection must be the base's, whatever it is.
+RDNA_ARCHS = ["gfx1100"]
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.parametrize("scheme", ACT_SCHEMES)
+@pytest.mark.parametrize("arch", RDNA_ARCHS)
+def test_rdna_selection_unchanged(subject, base_subject, arch, scheme):
+    """On an RDNA3 GPU (gfx1100), outside the gfx90a/gfx942 fix, the oracle selects the backend the base selects."""
+    want = _select(base_subject, devices.rocm(arch, False), scheme)
+    got = _select(subject, devices.rocm(arch, False), scheme)
+    assert got["backend"]["equals"] == want["backend"]["equals"], (
+        f"{arch}, {scheme} activations: selected {got['backend']['repr']}, the base {want['backend']['repr']}")
+    assert got["experts"]["is_none"] == want["experts"]["is_none"]
+
+
 CUDA_CASES = [
     pytest.param("SWIGLUOAI", "TRITON", id="sm90-swigluoai"),
     pytest.param("SILU", "MARLIN", id="sm90-silu"),
@@ -158,8 +178,8 @@ def test_non_emulation_triton_moe_passes_activation_scale(subject, plat):
 # (gfx950 and CUDA selection, the non-emulation Triton path), so one broken case leaves c5 below met while a
 # change that only keeps the CUDA choices stays unmet.
 @pytest.mark.criterion("c5", weight=6)
-def test_gfx950_cuda_and_triton_paths_all_unchanged(subject):
-    """Every gfx950 and CUDA selection case and the non-emulation Triton GEMM scale are as before, together."""
+def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
+    """Every gfx950, RDNA and CUDA selection case and the non-emulation Triton GEMM scale are as before, together."""
     cases = [(test_gfx950_keeps_native_selection, dict(zip(("aiter", "scheme", "activation", "moe_backend",
                                                             "expected"), c.values)), f"gfx950-{c.id}")
              for c in GFX950_CASES]
@@ -167,6 +187,8 @@ def test_gfx950_cuda_and_triton_paths_all_unchanged(subject):
     cases.append((test_gfx950_quark_w4a8_keeps_aiter, {}, "gfx950-quark-w4a8"))
     cases += [(test_cuda_selection_unchanged, dict(activation=c.values[0], expected=c.values[1]), f"cuda-{c.id}")
               for c in CUDA_CASES]
+    cases += [(functools.partial(test_rdna_selection_unchanged, base_subject=base_subject),
+               dict(arch=arch, scheme=scheme), f"{arch}-{scheme}") for arch in RDNA_ARCHS for scheme in ACT_SCHEMES]
     cases += [(test_non_emulation_triton_moe_passes_activation_scale, dict(plat=c.values[0]), f"triton-{c.id}")
               for c in NON_EMULATION_PLATFORMS]
     wrong = []
