@@ -143,9 +143,32 @@ def observed_clause(message: str, cap: int = ASSERTION_CAP) -> str:
     said = assertion_line(message).removesuffix(" ...").strip().rstrip(".")
     if len(said) <= cap and said == assertion_line(message).strip().rstrip("."):
         return said
-    cut = said[:cap]
-    end = max(cut.rfind(boundary) for boundary in (". ", "; ", ": ", ", "))
-    return cut[:end].rstrip(".,;:") if end > 15 else ""
+    end = max((i for i in clause_boundaries(said) if i <= cap), default=-1)
+    return said[:end].rstrip(".,;:") if end > 15 else ""
+
+
+CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def clause_boundaries(text: str) -> list[int]:
+    """Where ``text`` may be cut between clauses (before ". ", "; ", ": " or ", "): only outside brackets, backticks
+    and quotes, so that a cut never leaves ``SM(10`` or an open code span behind. A single quote opens a quote only
+    after a non-letter, so the apostrophe of ``doesn't`` does not."""
+    cuts: list[int] = []
+    expected: list[str] = []
+    quote = ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "`\"" or (ch == "'" and (i == 0 or not text[i - 1].isalnum())):
+            quote = ch
+        elif ch in CLOSERS:
+            expected.append(CLOSERS[ch])
+        elif expected and ch == expected[-1]:
+            expected.pop()
+        elif not expected and text[i:i + 2] in (". ", "; ", ": ", ", "):
+            cuts.append(i)
+    return cuts
 
 
 def case_of(test: str) -> str:
@@ -265,12 +288,18 @@ def change_sentence(task, apply: ApplyReport | None, change: str) -> str:
     return f"The patch changes {where}" + (f": it {change}." if change else ".")
 
 
+def graded_base(result: CandidateResult) -> bool:
+    """Whether an empty diff's criteria were run (the unpatched base graded as itself)."""
+    return any(evaluated(criterion) for criterion in result.criteria.values())
+
+
 def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:
     text = _env.get_template("summary.txt.j2").render(
         result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
         opening=change_sentence(task, result.apply, change),
         lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
-        reasons=reason_sentences(task, result) if result.verdict not in ("no_diff",) else [],
+        # An empty diff has criteria only where it was graded as the unpatched base (validation's control).
+        reasons=reason_sentences(task, result) if result.verdict != "no_diff" or graded_base(result) else [],
         closing=verdict_closing(result),
     )
     return " ".join(text.split())
