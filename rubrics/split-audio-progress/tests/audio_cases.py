@@ -23,12 +23,14 @@ def speech(gen: torch.Generator, samples: int, channels: int | None = None, dtyp
     return audio[0] if channels is None else audio
 
 
-def quiet_stretches(audio: torch.Tensor, gen: torch.Generator, count: int, length: int) -> torch.Tensor:
-    """``audio`` with ``count`` stretches of ``length`` samples at random places turned down to a whisper."""
+def quiet_stretches(audio: torch.Tensor, gen: torch.Generator, count: int, length: int,
+                    gain: float = 0.01) -> torch.Tensor:
+    """``audio`` with ``count`` stretches of ``length`` samples at random places turned down by ``gain`` (a
+    whisper; 0.0 is digital silence, whose windows all have the same energy, 0)."""
     out = audio.clone()
     samples = out.shape[-1]
     for start in torch.randint(0, max(1, samples - length), (count,), generator=gen).tolist():
-        out[..., start:start + length] *= 0.01
+        out[..., start:start + length] *= gain
     return out
 
 

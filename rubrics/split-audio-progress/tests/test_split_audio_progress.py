@@ -48,8 +48,8 @@ def _poisoned(audio: torch.Tensor, start: int, stop: int, value: float | str) ->
 
 
 @pytest.mark.criterion("c1")
-def test_nan_overlap_regions_are_split_and_finish(subject, secret_generator):
-    """split_audio finishes on audio whose overlap regions hold only NaN samples, and its chunks tile the input."""
+def test_non_finite_overlap_regions_are_split_and_finish(subject, secret_generator):
+    """split_audio finishes on audio whose overlap regions hold only NaN or infinite samples, in chunks that tile it."""
     gen = secret_generator
     nan = float("nan")
     first = int(torch.randint(200, 2000, (1,), generator=gen))
@@ -60,16 +60,6 @@ def test_nan_overlap_regions_are_split_and_finish(subject, secret_generator):
         case(_poisoned(speech(gen, 15000), later, 15000, nan), 3.0, 1.0, name="NaN from a later chunk on"),
         case(_poisoned(speech(gen, 11000, dtype=torch.float64), 1500, 2600, nan), 2.5, 0.8, window=128,
              name="float64, NaN over the first overlap region"),
-    ]
-    _assert_well_split(subject, cases, in_overlap=True)
-
-
-@pytest.mark.criterion("c1")
-def test_infinite_overlap_regions_are_split_and_finish(subject, secret_generator):
-    """split_audio finishes on audio whose overlap regions hold only +inf, -inf or mixed non-finite samples."""
-    gen = secret_generator
-    later = int(torch.randint(5000, 6000, (1,), generator=gen))
-    cases = [
         case(_poisoned(speech(gen, 12000), 1900, 3000, float("inf")), 3.0, 1.0, name="+inf over the first region"),
         case(_poisoned(speech(gen, 15000), later, 15000, float("-inf")), 3.0, 1.0, name="-inf from a later chunk"),
         case(_poisoned(speech(gen, 12000), 2000, 12000, "mixed"), 3.0, 1.0, name="NaN, +inf, -inf after 2 s"),
@@ -81,8 +71,9 @@ def test_infinite_overlap_regions_are_split_and_finish(subject, secret_generator
 
 
 @pytest.mark.criterion("c2")
-def test_overlap_as_long_as_a_chunk_moves_forward(subject, secret_generator):
-    """split_audio moves forward when the overlap equals the clip and the quietest window sits at the cursor."""
+def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_generator):
+    """split_audio moves forward when the overlap is as long as the clip or longer, so the search starts at or
+    behind the cursor (the quietest window sitting at the cursor, too)."""
     gen = secret_generator
     at_cursor = speech(gen, 12000)
     for start in range(0, 12000, 3000):
@@ -94,18 +85,10 @@ def test_overlap_as_long_as_a_chunk_moves_forward(subject, secret_generator):
         case(first_only, 3.0, 3.0, name="silence at the very start"),
         case(torch.full((9500,), float("nan")), 3.0, 3.0, name="all-NaN audio"),
         case(speech(gen, 9000, dtype=torch.float64), 2.0, 2.0, name="float64 noise, 2 s clips"),
-    ]
-    _assert_well_split(subject, cases, in_overlap=False)
-
-
-@pytest.mark.criterion("c2")
-def test_overlap_longer_than_a_chunk_moves_forward(subject, secret_generator):
-    """split_audio moves forward when the overlap is longer than the clip, so the search starts behind the cursor."""
-    gen = secret_generator
-    cases = [
-        case(speech(gen, 12000), 3.0, 4.0, name="noise"),
-        case(audio_cases.quiet_stretches(speech(gen, 14000), gen, 6, 300), 3.0, 3.5, name="noise with pauses"),
-        case(speech(gen, 3500), 3.0, 5.0, name="one clip and a bit"),
+        case(speech(gen, 12000), 3.0, 4.0, name="noise, overlap longer than the clip"),
+        case(audio_cases.quiet_stretches(speech(gen, 14000), gen, 6, 300), 3.0, 3.5,
+             name="noise with pauses, overlap longer than the clip"),
+        case(speech(gen, 3500), 3.0, 5.0, name="one clip and a bit, overlap longer than the clip"),
     ]
     _assert_well_split(subject, cases, in_overlap=False)
 
@@ -114,23 +97,15 @@ def test_overlap_longer_than_a_chunk_moves_forward(subject, secret_generator):
 
 
 @pytest.mark.criterion("c3")
-def test_overlap_shorter_than_an_energy_window_finishes(subject, secret_generator):
-    """split_audio finishes when its overlap region holds no whole energy window (no overlap, or a short one)."""
+def test_short_overlap_and_multichannel_audio_finish(subject, secret_generator):
+    """split_audio finishes when its overlap region holds no whole energy window, and on [channels, samples] audio,
+    which it splits along the time axis."""
     gen = secret_generator
     cases = [
         case(speech(gen, 10000), 3.0, 0.0, name="no overlap"),
         case(speech(gen, 10000), 3.0, 0.05, name="overlap of half a window"),
         case(speech(gen, 10000), 3.0, 0.1, name="overlap of exactly one window"),
         case(speech(gen, 9000), 2.0, 1.0, window=1500, name="window longer than the overlap"),
-    ]
-    _assert_well_split(subject, cases, in_overlap=True)
-
-
-@pytest.mark.criterion("c3")
-def test_multichannel_audio_finishes(subject, secret_generator):
-    """split_audio finishes on [channels, samples] audio and splits it along the time axis."""
-    gen = secret_generator
-    cases = [
         case(speech(gen, 12000, channels=2), 3.0, 1.0, name="stereo"),
         case(speech(gen, 10000, channels=1), 3.0, 1.0, name="one channel, 2D"),
         case(speech(gen, 9000, channels=3, dtype=torch.float64), 2.5, 0.5, name="three channels, float64"),
@@ -215,6 +190,7 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(pauses(speech(gen, 11111, dtype=torch.float64), gen, 4, 200), 2.5, 0.7, window=64,
              name="float64 noise with pauses"),
         case(speech(gen, 20000), 4.0, 1.5, window=160, name="noise, 4 s clips"),
+        case(pauses(speech(gen, 16000), gen, 8, 600, gain=0.0), 3.0, 1.0, name="noise with digital silence"),
         case(speech(gen, 3000), 3.0, 1.0, name="exactly one clip"),
         case(speech(gen, 2999), 3.0, 1.0, name="just under one clip"),
         case(speech(gen, 3001), 3.0, 1.0, name="just over one clip"),
@@ -235,12 +211,15 @@ def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, s
 
 @pytest.mark.criterion("c5")
 def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, secret_generator):
-    """find_split_point returns the same index as before on finite audio."""
+    """find_split_point returns the same index as before on finite audio, the first of equally quiet windows too."""
     gen = secret_generator
     wav = audio_cases.quiet_stretches(speech(gen, 8000), gen, 6, 150)
     starts = torch.randint(0, 6000, (6,), generator=gen).tolist()
     cases = [_region(wav, s, s + length, window) for s, length, window in
              zip(starts, (1000, 1500, 800, 2000, 1001, 640), (100, 100, 64, 250, 100, 32))]
+    silent = speech(gen, 4000)
+    silent[1200:1800] = 0.0
+    cases += [_region(silent, 1000, 2000, 100), _region(silent, 1150, 2150, 50)]
     sent = [{k: c[k] for k in ("wav", "start_idx", "end_idx", "min_energy_window")} for c in cases]
     got = subject.call(f"{PROBES}.split_point_runs", cases=sent)
     want = base_subject.call(f"{PROBES}.split_point_runs", cases=sent)
