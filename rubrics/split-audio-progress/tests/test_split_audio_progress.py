@@ -72,8 +72,9 @@ def test_non_finite_overlap_regions_are_split_and_finish(subject, secret_generat
 
 @pytest.mark.criterion("c2")
 def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_generator):
-    """split_audio moves forward when the overlap is as long as the clip or longer, so the search starts at or
-    behind the cursor (the quietest window sitting at the cursor, too)."""
+    """split_audio moves forward when the overlap is as long as the clip or longer.
+
+    The search region then starts at or behind the cursor, and the quietest window can be the cursor itself."""
     gen = secret_generator
     at_cursor = speech(gen, 12000)
     for start in range(0, 12000, 3000):
@@ -98,8 +99,9 @@ def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_gener
 
 @pytest.mark.criterion("c3")
 def test_short_overlap_and_multichannel_audio_finish(subject, secret_generator):
-    """split_audio finishes when its overlap region holds no whole energy window, and on [channels, samples] audio,
-    which it splits along the time axis."""
+    """split_audio finishes when its overlap region holds no whole energy window, and on multichannel audio.
+
+    Multichannel audio is [channels, samples], split along the time axis."""
     gen = secret_generator
     cases = [
         case(speech(gen, 10000), 3.0, 0.0, name="no overlap"),
