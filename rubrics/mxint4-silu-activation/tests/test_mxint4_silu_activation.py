@@ -51,7 +51,8 @@ def wrong_verdicts(subject, cases: list[tuple[dict, object]], key) -> list[str]:
             continue
         got = key(seen["returned"])
         if got != expected:
-            wrong.append(f"{case}: expected {expected!r}, got {got!r} ({seen['returned']})")
+            shown = "" if got == seen["returned"] else f" ({seen['returned']})"
+            wrong.append(f"{case}: expected {expected!r}, got {got!r}{shown}")
     return wrong
 
 
@@ -102,7 +103,7 @@ def test_oracle_selects_flashinfer_mxint4_for_gated_silu(capability, subject, se
 # one routing method or shape and not another leaves c2 below met.
 @pytest.mark.criterion("c2", weight=2 * len(ROUTINGS))
 def test_oracle_selects_flashinfer_mxint4_for_every_gated_silu_layer(subject, secret_generator):
-    """The oracle gives every gated-SiLU int4 layer (each routing method, drawn shapes, SM100/SM103) FlashInfer MxInt4."""
+    """Every gated-SiLU int4 layer (each routing method, drawn shapes, SM100/SM103) gets FlashInfer MxInt4."""
     cases = [({"site": "oracle", "activation": "SILU", "capability": capability, "routing": routing,
                **draw_shape(secret_generator)}, FLASHINFER_BACKEND)
              for capability in SM100_FAMILY for routing in ROUTINGS]
@@ -148,7 +149,7 @@ def test_swigluoai_layers_still_get_flashinfer_mxint4(subject, secret_generator)
 
 @pytest.mark.criterion("c4")
 def test_module_keeps_its_public_names(subject, base_subject):
-    """vllm.model_executor.layers.fused_moe.experts.trtllm_mxint4_moe still imports and keeps every public name the base defines."""
+    """The trtllm_mxint4_moe module still imports and keeps every public name the base defines."""
     before = set(base_subject.call(f"{PROBES}.public_names"))
     after = set(subject.call(f"{PROBES}.public_names"))
     assert before <= after, f"public names gone from {MODULE}: {sorted(before - after)}"
@@ -182,7 +183,7 @@ def _other_activations(base_subject) -> list[str]:
 
 @pytest.mark.criterion("c5")
 def test_predicate_rejects_every_other_activation(subject, base_subject):
-    """Every MoEActivation but SILU and SWIGLUOAI (GELU, RELU2, SWIGLUSTEP, the _no_mul variants...) is still refused."""
+    """Every MoEActivation but SILU and SWIGLUOAI (GELU, RELU2, SWIGLUSTEP, each _no_mul variant) is still refused."""
     others = _other_activations(base_subject)
     assert others, "the base's MoEActivation lists no other activation"
     cases = [({"site": "predicate", "activation": name}, False) for name in others]
@@ -223,7 +224,7 @@ def test_gated_silu_not_given_mxint4_off_sm100_or_without_flashinfer(subject, se
 
 @pytest.mark.criterion("c5", weight=2)
 def test_oracle_keeps_marlin_where_mxint4_does_not_apply(subject, base_subject, secret_generator):
-    """Where the MxInt4 backend does not apply (Hopper, SM120, no FlashInfer, a GELU layer), the oracle picks what the base picks."""
+    """Where MxInt4 does not apply (Hopper, SM120, no FlashInfer, a GELU layer) the oracle picks as the base does."""
     cases = [{"site": "oracle", "activation": "SILU", "platform": "cuda", "capability": capability,
               "flashinfer": available, **draw_shape(secret_generator)}
              for platform, capability, available in DEVICE_CASES if platform == "cuda"]
