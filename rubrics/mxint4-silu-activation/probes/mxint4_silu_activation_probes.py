@@ -1,0 +1,166 @@
+"""Probes for mxint4-silu-activation, run in the subject: what the FlashInfer TRT-LLM MxInt4 experts say they
+support, and which WNA16 MoE backend the oracle picks, on a faked GPU. Observations only.
+
+The fake platform is a real subclass of vLLM's ``Platform`` with ``_enum`` and a device capability set, so every
+``is_cuda``/``is_rocm``/``is_device_capability_family``/``has_device_capability`` answer agrees with one state.
+``is_flashinfer_mxint4_moe_available`` (which needs FlashInfer) is answered by the probe as the real helper answers
+where FlashInfer is installed or not (``"flashinfer"`` of a case); whether the tree asks it is the tree's business.
+"""
+
+from __future__ import annotations
+
+from probe_support import Patches, import_module, install_platform, outcome_of
+
+MODULE = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxint4_moe"
+ORACLE = "vllm.model_executor.layers.fused_moe.oracle.int_wna16"
+AVAILABILITY = "vllm.model_executor.layers.quantization.utils.flashinfer_mxint4_moe"
+
+# kind -> (PlatformEnum member name, device_name, device_type)
+KINDS = {
+    "cuda": ("CUDA", "cuda", "cuda"),
+    "rocm": ("ROCM", "rocm", "cuda"),
+    "xpu": ("XPU", "xpu", "xpu"),
+}
+
+
+def public_names(module: str = MODULE) -> list[str]:
+    """The public names ``module`` defines once imported (its import errors fail the probe)."""
+    loaded = import_module(module)
+    return sorted(name for name in vars(loaded) if not name.startswith("_"))
+
+
+def activation_names() -> list[str]:
+    """Every member name of the tree's ``MoEActivation``."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    return [member.name for member in MoEActivation]
+
+
+def _make_platform(kind: str, capability):
+    from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+    enum_name, device_name, device_type = KINDS[kind]
+    cap = None if capability is None else DeviceCapability(major=capability[0], minor=capability[1])
+
+    def get_device_capability(cls, device_id: int = 0):
+        return cap
+
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return f"Fake {enum_name} device"
+
+    attrs = {"_enum": getattr(PlatformEnum, enum_name), "device_name": device_name, "device_type": device_type,
+             "get_device_capability": classmethod(get_device_capability),
+             "get_device_name": classmethod(get_device_name)}
+    return type(f"Fake{enum_name.title()}Platform", (Platform,), attrs)()
+
+
+def _available(installed: bool, platform) -> bool:
+    """The availability helper's answer as the real one gives it where FlashInfer's TRT-LLM MoE kernels are
+    ``installed`` (and enabled): a CUDA GPU of the SM100 family is needed too."""
+    return installed and platform.is_cuda() and platform.is_device_capability_family(100)
+
+
+def _moe_config(case: dict):
+    import torch
+
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+
+    experts = case.get("num_experts", 8)
+    return FusedMoEConfig(
+        num_experts=experts,
+        experts_per_token=case.get("top_k", 2),
+        hidden_dim=case.get("hidden_dim", 512),
+        intermediate_size=case.get("intermediate_size", 256),
+        num_local_experts=experts,
+        num_logical_experts=experts,
+        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        activation=getattr(MoEActivation, case["activation"]),
+        in_dtype=getattr(torch, case.get("dtype", "bfloat16")),
+        device="cpu",
+        routing_method=getattr(RoutingMethodType, case.get("routing", "Renormalize")),
+    )
+
+
+def _weight_key(name: str):
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    return getattr(q, name)
+
+
+def _other_predicates(experts, case: dict) -> dict:
+    """The experts' support predicates other than the activation one, for the case's weight key, routing method
+    and router-logits dtype."""
+    import torch
+
+    from vllm.model_executor.layers.fused_moe.config import RoutingMethodType
+
+    weight_key = _weight_key(case.get("weight_key", "kInt4Static32"))
+    routing = getattr(RoutingMethodType, case.get("routing", "Renormalize"))
+    logits_dtype = getattr(torch, case.get("router_logits_dtype", "bfloat16"))
+    return {"quant_scheme": bool(experts._supports_quant_scheme(weight_key, None)),
+            "routing": bool(experts._supports_routing_method(routing, weight_key, None)),
+            "router_logits_dtype": bool(experts._supports_router_logits_dtype(logits_dtype, routing)),
+            "no_act_and_mul": bool(experts._supports_no_act_and_mul()),
+            "expert_map": bool(experts.supports_expert_map(None)),
+            "activation_format": getattr(experts.activation_format(), "name", "?")}
+
+
+def _observe(case: dict) -> dict:
+    """One case: ``{"site": "predicate"|"config"|"oracle", "activation": member name, "platform", "capability",
+    "flashinfer": bool, "weight_key": quant_utils name, "routing", "dtype", ...}``."""
+    mod = import_module(MODULE)
+    experts = mod.TrtLlmMxint4ExpertsMonolithic
+    if case["site"] == "predicate":
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+        return outcome_of(lambda: experts._supports_activation(getattr(MoEActivation, case["activation"])))
+    if case["site"] == "others":
+        return outcome_of(_other_predicates, experts, case)
+    config = _moe_config(case)
+    weight_key = _weight_key(case.get("weight_key", "kInt4Static32"))
+    if case["site"] == "config":
+        import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+
+        def supported():
+            ok, reason = experts.is_supported_config(experts, config, weight_key, None,
+                                                     mk.FusedMoEActivationFormat.Standard)
+            return {"supported": bool(ok), "reason": None if reason is None else str(reason)[:500]}
+
+        return outcome_of(supported)
+    oracle = import_module(ORACLE)
+
+    def select():
+        backend, k_cls = oracle.select_wna16_moe_backend(config, weight_key)
+        return {"backend": getattr(backend, "name", repr(backend)[:200]),
+                "experts": getattr(k_cls, "__name__", repr(k_cls)[:200])}
+
+    return outcome_of(select)
+
+
+def observe(cases: list[dict]) -> list[dict]:
+    """For each case, what the tree did on its faked platform: ``{"returned": ...}`` or ``{"raised", "message"}``
+    (``predicate``: the activation predicate's answer; ``config``: ``is_supported_config``'s verdict and reason;
+    ``oracle``: the WNA16 backend and experts class ``select_wna16_moe_backend`` picks)."""
+    import vllm.platforms as vp
+
+    availability = import_module(AVAILABILITY)
+    modules = [import_module(MODULE), import_module(ORACLE)]
+    results = []
+    with Patches() as patches:
+        replaced = [vp.current_platform]
+        for case in cases:
+            capability = tuple(case["capability"]) if case.get("capability") else None
+            fake = _make_platform(case.get("platform", "cuda"), capability)
+            install_platform(patches, replaced, fake)
+            for mod in modules:
+                patches.set(mod, "current_platform", fake)
+            installed = bool(case.get("flashinfer", True))
+            patches.set(availability, "is_flashinfer_mxint4_moe_available",
+                        lambda installed=installed, fake=fake: _available(installed, fake))
+            results.append(_observe(case))
+    return results
