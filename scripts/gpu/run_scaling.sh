@@ -11,6 +11,7 @@
 # the Ray runs; bench/scaling.py prints the local runs it reuses with when they ran, and checks every candidate's
 # result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
 # serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks.
+# SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-ray.{txt,json}.
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -44,15 +45,16 @@ if [ "$PHASE" = local ]; then
   done
   cp .gpu/cache/sdists/*.tar.gz "$GRADER_CACHE/sdists/"
   t0=$(date +%s)
-  for task in $TASKS; do $PY grade.py bases --task "$task" > "/tmp/scaling/bases-$task.log" 2>&1 & done; wait
+  for task in $(echo $TASKS $GPU_TASKS | tr " " "\n" | sort -u); do $PY grade.py bases --task "$task" > "/tmp/scaling/bases-$task.log" 2>&1 & done; wait
   note "bases: $(( $(date +%s) - t0 )) s"
+  STEPS=${SCALING_STEPS:-"cpu gpu"}
   t0=$(date +%s)
-  timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local \
+  [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
   note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)
-  timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
-    --gpu on --tasks $GPU_TASKS --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
+  [[ " $STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
+    --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
   note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
 else
   [ -d /tmp/scaling/cpu ] || { note "no local runs under /tmp/scaling/cpu: this machine is not the first call's"; exit 3; }
