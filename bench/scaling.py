@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from corpus import DEFAULT_BUNDLE, build_corpus, write_corpus  # noqa: E402
 from throughput import fresh_cache, installation, timed  # noqa: E402
 
-from grader.report import comparable  # noqa: E402
+from grader.report import comparable, differences  # noqa: E402
 
 
 def nested_subsets(entries: list, per_job: int | None, jobs: list[int], seed: int) -> dict[int, list]:
@@ -127,14 +127,27 @@ def table(runs: list[dict]) -> list[str]:
     return lines
 
 
+def results_by_id(runs: list[dict]) -> list[dict[str, dict]]:
+    """Each run's results by candidate id. The input's path is left out: with ``--per-job`` each run reads its
+    candidates from a corpus folder of its own."""
+    return [{c["id"]: {k: v for k, v in c.items() if k != "source"} for c in r["results"]["candidates"]}
+            for r in runs]
+
+
 def differing(runs: list[dict]) -> list[str]:
-    """Ids of candidates whose result differs between any two runs that graded them. The input's path is left out:
-    with ``--per-job`` each run reads its candidates from a corpus folder of its own."""
-    by_id = [{c["id"]: {k: v for k, v in c.items() if k != "source"} for c in r["results"]["candidates"]}
-             for r in runs]
+    """Ids of candidates whose result differs between any two runs that graded them."""
+    by_id = results_by_id(runs)
     ids = sorted(set().union(*by_id))
     return [cid for cid in ids
             if len({json.dumps(run[cid], sort_keys=True) for run in by_id if cid in run}) > 1]
+
+
+def how_they_differ(runs: list[dict], cid: str) -> list[str]:
+    """Where ``cid``'s result differs from its first run's, per later run (``jobs N backend: path: a != b``)."""
+    graded = [(r, mine[cid]) for r, mine in zip(runs, results_by_id(runs)) if cid in mine]
+    (first, reference), later = graded[0], graded[1:]
+    return [f"{r['backend']} {r['jobs']} jobs vs {first['backend']} {first['jobs']} jobs{path}"
+            for r, result in later for path in differences(reference, result)]
 
 
 def main() -> int:
@@ -177,10 +190,13 @@ def main() -> int:
     changed = differing(runs)
     print("identical results in every run" if not changed else
           f"results differ between runs for {len(changed)} candidate(s): {', '.join(changed[:10])}")
+    how = {cid: how_they_differ(runs, cid)[:20] for cid in changed}
+    for cid, paths in how.items():
+        print(f"  {cid}:", *paths, sep="\n    ")
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "seed": args.seed, "gpu": args.gpu,
                                          "per_job": args.per_job, "cpus": os.cpu_count(),
-                                         "candidates": len(entries), "differing": changed,
+                                         "candidates": len(entries), "differing": how,
                                          "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs]},
                                         indent=1) + "\n")
     return 1 if changed else 0

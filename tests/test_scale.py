@@ -156,3 +156,15 @@ def test_scaling_compares_only_candidates_two_runs_share():
     large["results"]["candidates"][0]["source"] = "corpus-4/a.diff"
     assert differing([small, large]) == []
     assert differing([small, run(("a", "fail"), ("b", "fail"))]) == ["a"]
+
+
+def test_scaling_says_where_a_candidates_result_differs_between_runs():
+    from scaling import how_they_differ
+
+    def run(jobs, verdict):
+        return {"backend": "local", "jobs": jobs,
+                "results": {"candidates": [{"id": "a", "verdict": verdict, "score": 0.5}]}}
+
+    assert how_they_differ([run(4, "full"), run(2, "full")], "a") == []
+    assert how_they_differ([run(4, "full"), run(2, "full"), run(1, "fail")], "a") == [
+        "local 1 jobs vs local 4 jobs.verdict: 'full' != 'fail'"]
