@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from grader.report import comparable, differences  # noqa: E402
+from grader.sandbox.protocol import secret_seed  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from cost_model import sample_folders  # noqa: E402
@@ -78,6 +79,7 @@ def fresh_cache(work: Path, name: str, source: Path, installation: Path | None =
     cache = work / f"cache-{name}"
     if not cache.exists():
         cache.mkdir()
+        secret_seed(source)  # made now if the source has none: left to each run, every cache would make its own
         for part in ("sdists", "bases", "judge-secret"):
             if (source / part).exists():
                 (cache / part).symlink_to(source / part)

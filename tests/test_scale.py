@@ -168,3 +168,13 @@ def test_scaling_says_where_a_candidates_result_differs_between_runs():
     assert how_they_differ([run(4, "full"), run(2, "full")], "a") == []
     assert how_they_differ([run(4, "full"), run(2, "full"), run(1, "fail")], "a") == [
         "local 1 jobs vs local 4 jobs.verdict: 'full' != 'fail'"]
+
+
+def test_every_measured_cache_draws_from_one_judge_secret_even_when_the_source_had_none(tmp_path):
+    from throughput import fresh_cache
+
+    source = tmp_path / "source"
+    source.mkdir()
+    first, second = (fresh_cache(tmp_path, name, source) for name in ("a", "b"))
+    secret = (source / "judge-secret").read_text()
+    assert secret and (first / "judge-secret").read_text() == secret == (second / "judge-secret").read_text()

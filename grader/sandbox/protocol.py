@@ -221,13 +221,14 @@ def load_subjects(path: str | Path) -> dict[str, SubjectSpec]:
 # --- a judge's folder -------------------------------------------------------------------------------------------------
 
 
-def secret_seed() -> str:
+def secret_seed(cache: Path | None = None) -> str:
     """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
-    agree), never visible to a subject (the cache folder is hidden from it).
+    agree), never visible to a subject (the cache folder is hidden from it). ``cache``: the cache folder it lives
+    in (default ``cache_dir()``).
 
     Made once: the first maker wins, since a hard link never replaces an existing file, and every judge of every
     thread and process reads the winner's (candidates graded at once must draw the same inputs)."""
-    path = cache_dir() / "judge-secret"
+    path = (cache or cache_dir()) / "judge-secret"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, draft = tempfile.mkstemp(prefix=".judge-secret-", dir=path.parent)  # mode 0600, a name of its own
