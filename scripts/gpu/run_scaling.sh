@@ -10,7 +10,8 @@
 # wheel, not both. The second call finds the first's cache, bases and runs under /tmp/scaling and measures only
 # the Ray runs; bench/scaling.py prints the local runs it reuses with when they ran, and checks every candidate's
 # result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
-# serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks.
+# serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks;
+# `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-ray.{txt,json}.
 set -o pipefail
