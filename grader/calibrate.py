@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.core.records import CRITERION_IDS, CRITERION_STATUSES, GradingOptions, VERDICTS as ALL_VERDICTS
+from grader.core.records import (CRITERION_IDS, CRITERION_STATUSES, VERDICTS as ALL_VERDICTS, CandidateResult,
+                                 CriterionResult, GradingOptions, RecordError)
 from grader.score import MET_AT, UNMET_AT
 
 # What a judge can say: every criterion status but not_evaluated, every verdict but error.
@@ -50,11 +51,11 @@ _RANK = {"unmet": 0, "partial": 1, "met": 2}
 # ---------------------------------------------------------------- pure arithmetic
 
 
-def grader_class(criterion: dict | None) -> str | None:
+def grader_class(criterion: CriterionResult | None) -> str | None:
     """met / partial / unmet from a grader criterion's score; None when it was not evaluated."""
-    if not criterion or criterion.get("status") == "not_evaluated" or criterion.get("score") is None:
+    if criterion is None or criterion.status == "not_evaluated" or criterion.score is None:
         return None
-    score = criterion["score"]
+    score = criterion.score
     if score >= MET_AT:
         return "met"
     if score <= UNMET_AT:
@@ -115,17 +116,17 @@ def judge_verdicts(labels: dict, stem: str) -> dict[str, str]:
             if e.get("overall")}
 
 
-def is_truncated(result: dict | None) -> bool:
+def is_truncated(result: CandidateResult | None) -> bool:
     """A truncated preview per the grader's apply report; everything else counts as a whole diff."""
-    return bool(result and (result.get("apply") or {}).get("truncated"))
+    return bool(result and result.apply and result.apply.truncated)
 
 
-def _empty_without_task(result: dict) -> bool:
+def _empty_without_task(result: CandidateResult) -> bool:
     """A no_diff candidate with no task to infer is not a task disagreement: there is nothing to infer it from."""
-    return result.get("verdict") == "no_diff" and not result.get("task")
+    return result.verdict == "no_diff" and not result.task
 
 
-def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
+def build_pairs(entries: list[dict], results: dict[str, CandidateResult], stem: str,
                 criteria: tuple[str, ...] = CRITERION_IDS) -> tuple[list[Pair], list[VerdictPair]]:
     """Pair every labelled entry and criterion with the grader's result for the same bundle candidate."""
     pairs: list[Pair] = []
@@ -137,15 +138,15 @@ def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
         truncated = is_truncated(result)
         if result is None:
             problem = "missing_result"
-        elif result.get("verdict") == "error":
+        elif result.verdict == "error":
             problem = "error"
-        elif result.get("task") != task and not _empty_without_task(result):
+        elif result.task != task and not _empty_without_task(result):
             problem = "task_mismatch"
         else:
             problem = None
         for c in criteria:
             judged = judge_class(entry.get(c))
-            graded = grader_class((result or {}).get("criteria", {}).get(c)) if problem is None else None
+            graded = grader_class(result.criteria.get(c)) if result is not None and problem is None else None
             if judged is None:
                 excluded = "not_stated"
             elif problem is not None:
@@ -156,7 +157,7 @@ def build_pairs(entries: list[dict], results: dict[str, dict], stem: str,
                 excluded = None
             pairs.append(Pair(cid, task, c, judged, graded, truncated, excluded))
         overall = entry.get("overall")
-        gverdict = (result or {}).get("verdict")
+        gverdict = result.verdict if result is not None else None
         vproblem = "missing_result" if result is None else "error" if gverdict == "error" else \
             "task_mismatch" if problem == "task_mismatch" else "not_stated" if overall is None else None
         verdicts.append(VerdictPair(cid, task, overall, gverdict, truncated, vproblem))
@@ -246,30 +247,28 @@ _CRASH = re.compile(r"\b(ImportError|ModuleNotFoundError|NameError|SyntaxError|I
                     r"TypeError|KeyError|IndexError|RuntimeError|NotImplementedError|UnboundLocalError)\b")
 
 
-def explain(pair: Pair, criterion: dict, result: dict) -> tuple[str, str, list[dict]]:
+def explain(pair: Pair, criterion: CriterionResult, result: CandidateResult) -> tuple[str, str, list[dict]]:
     """(cause, explanation, failing evidence) for a grader/judge disagreement, from the grader's evidence only."""
-    evidence = criterion.get("evidence") or []
-    evaluated = [e for e in evidence if e.get("status") in ("passed", "failed", "error", "timeout")]
-    failing = [e for e in evaluated if e.get("status") != "passed"]
-    failing_view = [{"test": e.get("test", ""), "status": e.get("status", ""), "claim": e.get("claim", ""),
-                     "message": short_message(e.get("message", ""))} for e in failing]
-    score = criterion.get("score")
-    head = f"grader: {pair.grader} ({score:.2f})" if isinstance(score, (int, float)) else f"grader: {pair.grader}"
+    evaluated = [e for e in criterion.evidence if e.status in ("passed", "failed", "error", "timeout")]
+    failing = [e for e in evaluated if e.status != "passed"]
+    failing_view = [{"test": e.test, "status": e.status, "claim": e.claim, "message": short_message(e.message)}
+                    for e in failing]
+    score = criterion.score
+    head = f"grader: {pair.grader} ({score:.2f})" if score is not None else f"grader: {pair.grader}"
     tail = f"; judge said {pair.judge}"
-    rationale = criterion.get("rationale", "")
-    apply = result.get("apply") or {}
-    failed_hunks = [f"{f['path']} {h['header']}".strip() for f in apply.get("files", []) for h in f.get("hunks", [])
-                    if h.get("status") == "failed"]
+    rationale = criterion.rationale
+    failed_hunks = [f"{f.path} {h.header}".strip() for f in (result.apply.files if result.apply else [])
+                    for h in f.hunks if h.status == "failed"]
     lower = _RANK[pair.grader] < _RANK[pair.judge]
     if lower and rationale.startswith("anchor "):
         anchor_id = rationale.split()[1]
-        anchor = (result.get("criteria") or {}).get(anchor_id) or {}
-        anchor_fail = next((e for e in anchor.get("evidence") or []
-                            if e.get("status") in ("failed", "error", "timeout")), None)
+        anchor = result.criteria.get(anchor_id)
+        anchor_fail = next((e for e in (anchor.evidence if anchor else [])
+                            if e.status in ("failed", "error", "timeout")), None)
         why = ""
         if anchor_fail:
-            msg = short_message(anchor_fail.get("message", ""))
-            why = f" ({_test_name(anchor_fail.get('test', ''))} fails" + (f": {msg})" if msg else ")")
+            msg = short_message(anchor_fail.message)
+            why = f" ({_test_name(anchor_fail.test)} fails" + (f": {msg})" if msg else ")")
         return "anchor_unmet", (f"{head} — {rationale.split(':')[0]}{why}, so the mechanism this criterion judges "
                                 f"is not credited{tail}"), failing_view
     if lower and failed_hunks:
@@ -277,8 +276,8 @@ def explain(pair: Pair, criterion: dict, result: dict) -> tuple[str, str, list[d
                                     f"so only part of the change was tested{tail}"), failing_view
     if lower and failing:
         first = failing[0]
-        msg = short_message(first.get("message", ""))
-        statuses = {e.get("status") for e in failing}
+        msg = short_message(first.message)
+        statuses = {e.status for e in failing}
         if "timeout" in statuses:
             cause = "timeout"
         elif "error" in statuses or _CRASH.search(msg or ""):
@@ -286,12 +285,12 @@ def explain(pair: Pair, criterion: dict, result: dict) -> tuple[str, str, list[d
         else:
             cause = "failing_assertion"
         more = f" (+{len(failing) - 1} more failing)" if len(failing) > 1 else ""
-        verb = "times out" if first.get("status") == "timeout" else "fails"
-        text = f"{head} — {_test_name(first.get('test', ''))} {verb}"
+        verb = "times out" if first.status == "timeout" else "fails"
+        text = f"{head} — {_test_name(first.test)} {verb}"
         text += f" with: {msg}" if msg else ""
         return cause, text + more + tail, failing_view
     if not lower and not failing and evaluated:
-        names = ", ".join(_test_name(e.get("test", "")) for e in evaluated[:3])
+        names = ", ".join(_test_name(e.test) for e in evaluated[:3])
         extra = f" and {len(evaluated) - 3} more" if len(evaluated) > 3 else ""
         return "all_checks_pass", (f"{head} — all {len(evaluated)} evaluated check(s) pass ({names}{extra}); the "
                                    f"judge's objection is not exercised by a hidden test{tail}"), failing_view
@@ -326,12 +325,12 @@ def load_notes(path: Path | None) -> dict[str, dict]:
 # ---------------------------------------------------------------- the whole document
 
 
-def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dict] | None = None,
+def calibrate(results: list[CandidateResult], labels: dict, stem: str, notes: dict[str, dict] | None = None,
               diffs: dict[str, str] | None = None, inputs: dict | None = None) -> dict:
     """The calibration document (see the module docstring for its keys)."""
     notes = notes or {}
     criteria = tuple(sorted({c for t in labels.get("criteria", {}).values() for c in t})) or CRITERION_IDS
-    by_id = {r["id"]: r for r in results}
+    by_id = {r.id: r for r in results}
     entries = labels.get("entries", [])
     pairs, verdicts = build_pairs(entries, by_id, stem, criteria)
     whole, truncated = split_pairs(pairs)
@@ -343,25 +342,25 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
         if not p.compared or p.agrees:
             continue
         result = by_id[p.id]
-        crit = result["criteria"][p.criterion]
+        crit = result.criteria[p.criterion]
         cause, text, failing = explain(p, crit, result)
         meaning = labels.get("criteria", {}).get(p.task, {}).get(p.criterion, {})
         disagreements.append({
             "id": p.id, "task": p.task, "criterion": p.criterion,
-            "grader": {"class": p.grader, "status": crit.get("status"), "score": crit.get("score"),
-                       "title": crit.get("title", ""), "rationale": crit.get("rationale", ""), "failing": failing,
-                       "verdict": result.get("verdict"), "apply_status": (result.get("apply") or {}).get("status")},
+            "grader": {"class": p.grader, "status": crit.status, "score": crit.score, "title": crit.title,
+                       "rationale": crit.rationale, "failing": failing, "verdict": result.verdict,
+                       "apply_status": result.apply.status if result.apply else None},
             "judge": {"class": p.judge, "label": entry_by_id[p.id].get(p.criterion),
                       "criterion_name": meaning.get("name", ""), "criterion_meaning": meaning.get("meaning", ""),
                       "overall": entry_by_id[p.id].get("overall"),
-                      "paragraph": result.get("reference_summary") or ""},
+                      "paragraph": result.reference_summary or ""},
             "direction": "grader_lower" if _RANK[p.grader] < _RANK[p.judge] else "grader_higher",
             "cause": cause, "explanation": text, "note": notes.get(f"{p.id}.{p.criterion}"),
             "diff": (diffs or {}).get(p.id, ""),
         })
     verdict_disagreements = [
         {"id": v.id, "task": v.task, "grader": v.grader, "judge": v.judge,
-         "score": by_id[v.id].get("score"), "note": notes.get(f"{v.id}.verdict")}
+         "score": by_id[v.id].score, "note": notes.get(f"{v.id}.verdict")}
         for v in vwhole if v.excluded is None and v.grader != v.judge]
     truncated_disagreements = [
         {"id": p.id, "task": p.task, "criterion": p.criterion, "grader": p.grader, "judge": p.judge}
@@ -381,10 +380,10 @@ def calibrate(results: list[dict], labels: dict, stem: str, notes: dict[str, dic
             "labelled": len(entries),
             "graded": sum(1 for i in labelled_ids if i in by_id),
             "missing_results": sorted(i for i in labelled_ids if i not in by_id),
-            "task_mismatch": sorted(i for i in labelled_ids if i in by_id and by_id[i].get("verdict") != "error"
-                                    and by_id[i].get("task") != entry_by_id[i].get("task")
+            "task_mismatch": sorted(i for i in labelled_ids if i in by_id and by_id[i].verdict != "error"
+                                    and by_id[i].task != entry_by_id[i].get("task")
                                     and not _empty_without_task(by_id[i])),
-            "errors": sorted(i for i in labelled_ids if by_id.get(i, {}).get("verdict") == "error"),
+            "errors": sorted(i for i in labelled_ids if i in by_id and by_id[i].verdict == "error"),
             "whole_candidates": len({v.id for v in vwhole}),
             "truncated_candidates": len({v.id for v in vtrunc}),
         },
@@ -467,7 +466,7 @@ def grade_bundle(args) -> Path | None:
         return None
     options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or default_jobs())
     run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
-    return write_results_json(args.out, [r.to_json() for r in run.results], {"grader_version": __version__, "gpu": reason,
+    return write_results_json(args.out, run.results, {"grader_version": __version__, "gpu": reason,
                                                       "candidates": len(candidates),
                                                       "timings": {"wall_s": run.wall_s}})
 
@@ -486,8 +485,9 @@ def run_calibrate(args) -> int:
         if results_path is None:
             return 2
     try:
-        results = json.loads(results_path.read_text(encoding="utf-8"))["candidates"]
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        document = json.loads(results_path.read_text(encoding="utf-8"))
+        results = [CandidateResult.from_json(r) for r in document["candidates"]]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, RecordError) as exc:
         print(f"error: cannot read results {results_path}: {exc}", file=sys.stderr)
         return 2
     notes_path = args.notes if args.notes is not None else (DEFAULT_NOTES if DEFAULT_NOTES.is_file() else None)
@@ -504,7 +504,7 @@ def run_calibrate(args) -> int:
     if args.results is None:  # the scorecards of the run just made, with the judge's verdicts beside
         from grader.report import write_html
 
-        write_html(args.out, results, json.loads(results_path.read_text()).get("run", {}), diffs,
+        write_html(args.out, results, document.get("run", {}), diffs,
                    judge_verdicts(labels, args.bundle.stem))
     print(headline_text(doc), file=sys.stderr)
     print(f"wrote {json_path} and {html_path}", file=sys.stderr)

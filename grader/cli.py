@@ -364,10 +364,8 @@ def _run_grade(args, gate: SignalGate) -> int:
         if on_ray:
             ray_backend.disconnect()
     results = run.results
-    # The reports and the exit code read results.json's form: the same code serves a merge of written outputs.
-    ordered = [result.to_json() for result in results]
-    code = 130 if run.interrupted else exit_code(ordered, args.fail_under)
-    why = exit_reason(ordered, args.fail_under, run.interrupted)
+    code = 130 if run.interrupted else exit_code(results, args.fail_under)
+    why = exit_reason(results, args.fail_under, run.interrupted)
     if args.fail_on_flags and code == 0:
         code, why = flags_exit(results, code, why)
     run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
@@ -379,11 +377,11 @@ def _run_grade(args, gate: SignalGate) -> int:
                 "timings": {"wall_s": run.wall_s}}
     if run.interrupted:
         run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
-    failed_reports = write_reports(args, ordered, run_info, {c.id: c.diff for c in candidates}, judge)
+    failed_reports = write_reports(args, results, run_info, {c.id: c.diff for c in candidates}, judge)
     if failed_reports and not run.interrupted:
         code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
     if run.interrupted:
-        print(f"interrupted ({run.interrupted}): {len(ordered)} of {len(candidates)} candidate(s) graded, written "
+        print(f"interrupted ({run.interrupted}): {len(results)} of {len(candidates)} candidate(s) graded, written "
               f"to {args.out / 'results.json'}; the rest were not graded and nothing unfinished was stored",
               file=sys.stderr)
         return code
@@ -393,7 +391,7 @@ def _run_grade(args, gate: SignalGate) -> int:
     return code
 
 
-def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
+def write_reports(args, records: list[CandidateResult], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
     """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
     others are still written. Returns the names of those that failed."""
     writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
@@ -414,7 +412,7 @@ def write_reports(args, records: list[dict], run_info: dict, diffs: dict[str, st
     return failed
 
 
-def append_step_summary(records: list[dict]) -> None:
+def append_step_summary(records: list[CandidateResult]) -> None:
     with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
         f.write(markdown_summary(records))
 
@@ -453,7 +451,7 @@ def run_merge(args) -> int:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
           file=sys.stderr)
-    print_closing([CandidateResult.from_json(r) for r in merged.results], why, sys.stderr)
+    print_closing(merged.results, why, sys.stderr)
     return code
 
 

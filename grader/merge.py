@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import output_folder, page_name
+from grader.core.records import CandidateResult, RecordError
 from grader.report import comparable
 
 
@@ -23,7 +24,7 @@ class MergeError(Exception):
 
 @dataclass(frozen=True)
 class Merged:
-    results: list[dict]
+    results: list[CandidateResult]
     run_info: dict
     # Each result's output folder, where its candidate page lies.
     origin: dict[str, Path]
@@ -53,14 +54,28 @@ def same_grading(documents: dict[Path, dict]) -> None:
                              f"(schema, commit, GPU, containment: {identity(document)} vs {identity(first)})")
 
 
+def read_results(out: Path, document: dict) -> list[CandidateResult]:
+    """The candidates of one output's results.json as records; one that is not a result of this schema is
+    refused, naming the output."""
+    try:
+        return [CandidateResult.from_json(result) for result in document["candidates"]]
+    except RecordError as exc:
+        raise MergeError(f"{out / 'results.json'}: a candidate is not a result of this grader ({exc})") from None
+
+
+def same_result(a: CandidateResult, b: CandidateResult) -> bool:
+    """Whether two results agree apart from the fields that vary between identical runs."""
+    return comparable({"candidates": [a.to_json()]}) == comparable({"candidates": [b.to_json()]})
+
+
 def merge_documents(documents: dict[Path, dict]) -> Merged:
     same_grading(documents)
-    results: dict[str, dict] = {}
+    results: dict[str, CandidateResult] = {}
     origin: dict[str, Path] = {}
     for out, document in documents.items():
-        for result in document["candidates"]:
-            cid = result["id"]
-            if cid in results and comparable({"candidates": [results[cid]]}) != comparable({"candidates": [result]}):
+        for result in read_results(out, document):
+            cid = result.id
+            if cid in results and not same_result(results[cid], result):
                 raise MergeError(f"candidate {cid!r} has different results in {origin[cid]} and {out}")
             results.setdefault(cid, result)
             origin.setdefault(cid, out)
@@ -77,7 +92,7 @@ def merge_documents(documents: dict[Path, dict]) -> Merged:
                  "timings": {"wall_s": round(sum((run.get("timings") or {}).get("wall_s", 0.0) for run in runs), 2)}}
     if not_graded:
         run_info["incomplete"] = {"reason": "some merged output was interrupted", "not_graded": not_graded}
-    return Merged(sorted(results.values(), key=lambda r: r["id"]), run_info, origin)
+    return Merged(sorted(results.values(), key=lambda r: r.id), run_info, origin)
 
 
 def merge_outputs(outs: list[Path]) -> Merged:
@@ -91,7 +106,7 @@ def copy_pages(merged: Merged, dest: Path) -> None:
     results.json does not hold)."""
     pages = output_folder(dest / "candidates")
     for result in merged.results:
-        name = page_name(result["id"])
-        source = merged.origin[result["id"]] / "candidates" / name
+        name = page_name(result.id)
+        source = merged.origin[result.id] / "candidates" / name
         if source.is_file():
             shutil.copyfile(source, pages / name)

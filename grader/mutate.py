@@ -806,7 +806,7 @@ def _criteria_json(criteria: dict | None) -> dict:
     if not criteria:
         return {}
     return {cid: {"status": r.status, "score": r.score, "rationale": r.rationale,
-                  "failing": [e["test"] for e in r.evidence if e["status"] not in ("passed", "skipped")][:8]}
+                  "failing": [e.test for e in r.evidence if e.status not in ("passed", "skipped")][:8]}
             for cid, r in criteria.items()}
 
 

@@ -18,55 +18,57 @@ from __future__ import annotations
 
 from typing import Literal
 
+from grader.core.records import CandidateResult
+
 Outcome = Literal["passed", "failed", "skipped", "error"]
 # Run states in which a candidate was not graded completely: neither a pass nor a fail.
 UNFINISHED = ("timed_out", "interrupted", "input_truncated")
 EXIT_BELOW, EXIT_BROKE, EXIT_INCOMPLETE, EXIT_NO_TASK = 1, 2, 3, 4
 
 
-def unfinished(result: dict) -> str | None:
+def unfinished(result: CandidateResult) -> str | None:
     """Why ``result`` is not a complete grading ("timed out", "input cut off", "no task"), or None."""
-    if result["verdict"] == "no_task":
+    if result.verdict == "no_task":
         return "no task"
-    if result["verdict"] == "input_truncated" or result.get("run_status") == "input_truncated":
+    if result.verdict == "input_truncated" or result.run_status == "input_truncated":
         return "input cut off"
-    state = result.get("run_status", "complete")
+    state = result.run_status
     return state.replace("_", " ") if state in UNFINISHED else None
 
 
-def below_threshold(result: dict, fail_under: float) -> bool:
+def below_threshold(result: CandidateResult, fail_under: float) -> bool:
     """A completely graded result below ``fail_under``: ``no_diff`` scores 0, and a whole diff applied only in
     part never passes."""
-    score = 0.0 if result["verdict"] == "no_diff" else (result["score"] or 0.0)
-    return score < fail_under or result.get("run_status") == "apply_partial"
+    score = 0.0 if result.verdict == "no_diff" else (result.score or 0.0)
+    return score < fail_under or result.run_status == "apply_partial"
 
 
-def ci_outcome(result: dict, fail_under: float | None) -> Outcome:
+def ci_outcome(result: CandidateResult, fail_under: float | None) -> Outcome:
     """The verdict as CI reads it: ``error`` where grading broke, ``skipped`` where the candidate was not graded
     completely (or has no diff, without a threshold), ``failed`` below ``--fail-under`` (without one: verdict
     ``fail``), else ``passed``."""
-    if result["verdict"] == "error":
+    if result.verdict == "error":
         return "error"
     if unfinished(result):
         return "skipped"
     if fail_under is None:
-        return "skipped" if result["verdict"] == "no_diff" else "failed" if result["verdict"] == "fail" else "passed"
+        return "skipped" if result.verdict == "no_diff" else "failed" if result.verdict == "fail" else "passed"
     return "failed" if below_threshold(result, fail_under) else "passed"
 
 
-def _ids(results: list[dict]) -> str:
-    return ", ".join(r["id"] for r in results[:5]) + (f" and {len(results) - 5} more" if len(results) > 5 else "")
+def _ids(results: list[CandidateResult]) -> str:
+    return ", ".join(r.id for r in results[:5]) + (f" and {len(results) - 5} more" if len(results) > 5 else "")
 
 
-def exit_code(results: list[dict], fail_under: float | None) -> int:
+def exit_code(results: list[CandidateResult], fail_under: float | None) -> int:
     return int(exit_reason(results, fail_under, None).split(":", 1)[0])
 
 
-def exit_reason(results: list[dict], fail_under: float | None, interrupted: str | None) -> str:
+def exit_reason(results: list[CandidateResult], fail_under: float | None, interrupted: str | None) -> str:
     """Why the exit code is what it is, in one sentence that starts with the code."""
     if interrupted:
         return f"130: interrupted by {interrupted} before every candidate was graded"
-    broken = [r for r in results if r["verdict"] == "error"]
+    broken = [r for r in results if r.verdict == "error"]
     if broken:
         return f"{EXIT_BROKE}: grading broke or met an environment fault for {len(broken)} candidate(s): {_ids(broken)}"
     below = [r for r in results if ci_outcome(r, fail_under) == "failed"]

@@ -15,7 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
-from grader.core.records import CRITERION_IDS, SCHEMA_VERSION
+from grader.core.records import CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry
 from grader.outcome import ci_outcome, unfinished
 from grader.core.sanitize import clean
 
@@ -69,26 +69,27 @@ def differences(a, b, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
 
 
-def results_document(results: list[dict], run_info: dict) -> dict:
-    """The results.json document (see ``comparable`` for the fields that vary between identical runs)."""
+def results_document(results: list[CandidateResult], run_info: dict) -> dict:
+    """The results.json document (see ``comparable`` for the fields that vary between identical runs): the one
+    place results become dictionaries (``grader.merge`` reads them back with ``CandidateResult.from_json``)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "grader_version": __version__,
         "run": run_info,
-        "candidates": sorted(results, key=lambda r: r["id"]),
+        "candidates": [r.to_json() for r in sorted(results, key=lambda r: r.id)],
     }
 
 
-def write_results_json(out: Path, results: list[dict], run_info: dict) -> Path:
+def write_results_json(out: Path, results: list[CandidateResult], run_info: dict) -> Path:
     path = out / "results.json"
     atomic_write(path, json.dumps(results_document(results, run_info), indent=2, sort_keys=True) + "\n")
     return path
 
 
-def _by_task(results: list[dict]) -> dict[str, list[dict]]:
+def _by_task(results: list[CandidateResult]) -> dict[str, list[CandidateResult]]:
     grouped = defaultdict(list)
-    for r in sorted(results, key=lambda r: r["id"]):
-        grouped[r["task"] or "(no task)"].append(r)
+    for r in sorted(results, key=lambda r: r.id):
+        grouped[r.task or "(no task)"].append(r)
     return dict(sorted(grouped.items()))
 
 
@@ -102,23 +103,23 @@ def copy_static(out: Path) -> None:
         atomic_write(out / "static" / name, (shipped / name).read_text(encoding="utf-8"))
 
 
-def write_html(out: Path, results: list[dict], run_info: dict, diffs: dict[str, str],
+def write_html(out: Path, results: list[CandidateResult], run_info: dict, diffs: dict[str, str],
                judge: dict[str, str] | None = None) -> Path:
     """The scorecards: ``index.html`` and one page per candidate under ``candidates/`` (view model:
     ``grader.scorecard``). ``judge`` maps candidate ids to a judge's overall verdict, shown beside the grader's."""
     tasks = scorecard.known_tasks()
     pages = out / "candidates"
     for r in results:
-        shown_diff = clean(diffs.get(r["id"], "").replace("\r\n", "\n"), limit=None)
+        shown_diff = clean(diffs.get(r.id, "").replace("\r\n", "\n"), limit=None)
         view = scorecard.build_candidate(r, shown_diff, judge, tasks)
         html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
         # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
         # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
-        atomic_write(pages / page_name(r["id"]), clean(html, limit=None))
+        atomic_write(pages / page_name(r.id), clean(html, limit=None))
     return write_index(out, results, run_info, judge)
 
 
-def write_index(out: Path, results: list[dict], run_info: dict, judge: dict[str, str] | None = None) -> Path:
+def write_index(out: Path, results: list[CandidateResult], run_info: dict, judge: dict[str, str] | None = None) -> Path:
     """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
     copy_static(out)
     index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
@@ -133,27 +134,27 @@ def xml_safe(text: str | None) -> str:
     return clean(text or "", limit=None)
 
 
-def measured_seconds(entries: list[dict]) -> float:
-    """The measured time of the hidden tests behind ``entries`` (evidence entries; each test counted once), as
-    recorded with the evidence, so a cached result keeps the time its tests took."""
-    seen = {e["test"]: e.get("duration_s") or 0.0 for e in entries}
+def measured_seconds(entries: list[EvidenceEntry]) -> float:
+    """The measured time of the hidden tests behind ``entries`` (each test counted once), as recorded with the
+    evidence, so a cached result keeps the time its tests took."""
+    seen = {e.test: e.duration_s for e in entries}
     return round(sum(seen.values()), 3)
 
 
-def junit_class(result: dict) -> str:
+def junit_class(result: CandidateResult) -> str:
     """A candidate's JUnit classname: its id without the task folder it may start with, and no slash."""
-    cid = result["id"]
-    task = result.get("task") or ""
+    cid = result.id
+    task = result.task or ""
     if task and cid.startswith(task + "/"):
         cid = cid[len(task) + 1:]
     return cid.replace("/", ".")
 
 
-def verdict_message(result: dict, outcome: str, fail_under: float | None) -> str:
-    headline = result["verdict"] + ("" if result["score"] is None else f" ({result['score']:.2f})")
+def verdict_message(result: CandidateResult, outcome: str, fail_under: float | None) -> str:
+    headline = result.verdict + ("" if result.score is None else f" ({result.score:.2f})")
     if outcome == "skipped":
         why = unfinished(result) or "no diff to grade"
-        return f"{why}: {first_sentence(result.get('summary', '')) or headline}"
+        return f"{why}: {first_sentence(result.summary) or headline}"
     if outcome == "failed" and fail_under is not None:
         return f"below --fail-under {fail_under:g}: {headline}"
     return headline
@@ -170,7 +171,7 @@ def junit_timestamp(started: str | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def write_junit(path: Path, results: list[dict], fail_under: float | None = None, started: str | None = None) -> Path:
+def write_junit(path: Path, results: list[CandidateResult], fail_under: float | None = None, started: str | None = None) -> Path:
     """One testsuite per task (with its time and the run's start); per candidate a ``verdict`` testcase and one
     per criterion (``c1 <title>``), named the same in every run. The verdict case is what the exit code reads
     (grader.outcome.ci_outcome): an ``<error>`` where grading broke, ``<skipped>`` where the candidate was not
@@ -198,30 +199,30 @@ def write_junit(path: Path, results: list[dict], fail_under: float | None = None
         for r in group:
             classname = junit_class(r)
             outcome = ci_outcome(r, fail_under)
-            evidence = [e for c in r["criteria"].values() for e in c.get("evidence", [])]
+            evidence = [e for c in r.criteria.values() for e in c.evidence]
             verdict = case(classname, "verdict", measured_seconds(evidence))
             counts["measured"] += measured_seconds(evidence)
             message = verdict_message(r, outcome, fail_under)
             if outcome == "error":
-                mark(verdict, "error", r.get("error") or "not graded", r.get("summary", ""))
+                mark(verdict, "error", r.error or "not graded", r.summary)
             elif outcome == "skipped":
                 mark(verdict, "skipped", message)
             elif outcome == "failed":
-                mark(verdict, "failure", message, r.get("summary", ""))
+                mark(verdict, "failure", message, r.summary)
             for cid in CRITERION_IDS:
-                crit = r["criteria"].get(cid)
+                crit = r.criteria.get(cid)
                 if crit is None:
                     continue
-                element = case(classname, f"{cid} {crit['title']}", measured_seconds(crit.get("evidence", [])))
-                state = crit["status"] if crit["score"] is None else f"{crit['status']} ({crit['score']:.2f})"
-                if crit["status"] == "not_evaluated":
-                    mark(element, "skipped", crit["rationale"])
+                element = case(classname, f"{cid} {crit.title}", measured_seconds(crit.evidence))
+                state = crit.status if crit.score is None else f"{crit.status} ({crit.score:.2f})"
+                if crit.status == "not_evaluated":
+                    mark(element, "skipped", crit.rationale)
                 elif outcome in ("skipped", "error"):
                     mark(element, "skipped", f"{message} (this criterion: {state})")
-                elif crit["status"] != "met" and outcome == "failed":
-                    mark(element, "failure", state, crit["rationale"])
+                elif crit.status != "met" and outcome == "failed":
+                    mark(element, "failure", state, crit.rationale)
                 else:
-                    ET.SubElement(element, "system-out").text = xml_safe(f"{state}: {crit['rationale']}")
+                    ET.SubElement(element, "system-out").text = xml_safe(f"{state}: {crit.rationale}")
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(int(counts[key])))
             totals[key] += counts[key]
@@ -237,13 +238,13 @@ def write_junit(path: Path, results: list[dict], fail_under: float | None = None
     return path
 
 
-def markdown_summary(results: list[dict]) -> str:
+def markdown_summary(results: list[CandidateResult]) -> str:
     lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERION_IDS) + " |",
              "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERION_IDS) + " |"]
-    for r in sorted(results, key=lambda r: r["id"]):
-        marks = [r["criteria"].get(c, {}).get("status", "-") for c in CRITERION_IDS]
-        score = "-" if r["score"] is None else f"{r['score']:.2f}"
-        lines.append(f"| {r['id']} | {r['task'] or '-'} | {r['verdict']} | {score} | {r.get('run_status', '-')} | "
+    for r in sorted(results, key=lambda r: r.id):
+        marks = [r.criteria[c].status if c in r.criteria else "-" for c in CRITERION_IDS]
+        score = "-" if r.score is None else f"{r.score:.2f}"
+        lines.append(f"| {r.id} | {r.task or '-'} | {r.verdict} | {score} | {r.run_status} | "
                      + " | ".join(marks) + " |")
     return "\n".join(lines) + "\n"
 

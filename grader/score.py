@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from grader.core.records import ApplyReport, CriterionResult, CriterionStatus, RunReport, RunStatus, TestOutcome, Verdict
+from grader.core.records import (ApplyReport, CriterionResult, CriterionStatus, EvidenceEntry, RunReport, RunStatus,
+                                 TestOutcome, Verdict)
 from grader.core.rubric import Task
 
 MET_AT = 0.75
@@ -29,14 +30,10 @@ def status_for(score: float) -> CriterionStatus:
     return "partial"
 
 
-def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
-    entry = {"test": outcome.nodeid, "status": outcome.status, "weight": weight, "claim": outcome.doc,
-             "kinds": outcome.kinds, "duration_s": round(outcome.duration, 3)}
-    if outcome.message:
-        entry["message"] = outcome.message[-1500:]
-    if outcome.ran is not None:  # shown on the scorecard; nothing here or in the verdict reads it
-        entry["ran"] = outcome.ran
-    return entry
+def _evidence_entry(outcome: TestOutcome, weight: float) -> EvidenceEntry:
+    # ``ran`` is shown on the scorecard; nothing here or in the verdict reads it.
+    return EvidenceEntry(outcome.nodeid, outcome.status, weight, outcome.doc, outcome.kinds,
+                         round(outcome.duration, 3), outcome.message[-1500:], outcome.ran)
 
 
 def _not_run_reason(outcome: TestOutcome) -> str:

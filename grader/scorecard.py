@@ -1,5 +1,5 @@
-"""The HTML scorecards' view model: what ``index.html`` and each candidate page show, computed from result dicts
-(the ``candidates`` of results.json) and the rubric. The templates only lay it out; nothing here is HTML, and
+"""The HTML scorecards' view model: what ``index.html`` and each candidate page show, computed from typed results
+(``CandidateResult``, as graded or read back from results.json) and the rubric. The templates only lay it out; nothing here is HTML, and
 every string stays untrusted text for the templates to escape.
 
 Index
@@ -52,7 +52,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
-from grader.core.records import RUN_STATUSES, VERDICTS
+from grader.core.records import (RUN_STATUSES, VERDICTS, ApplyReport, CandidateResult, CriterionResult, EvidenceEntry,
+                                 FileReport, HunkReport)
 from grader.core.rubric import RubricError, Task, all_tasks
 from grader.score import FULL_AT
 from grader.summarize import assertion_line
@@ -89,52 +90,52 @@ class Column:
     requires: str = ""
 
 
-def columns_for(task_id: str | None, results: list[dict], tasks: dict[str, Task]) -> list[Column]:
+def columns_for(task_id: str | None, results: list[CandidateResult], tasks: dict[str, Task]) -> list[Column]:
     """The rubric's criteria of the task; for a task without a rubric, the criteria its results carry."""
     task = tasks.get(task_id or "")
     if task is not None:
         return [Column(c.id, c.title, c.core, c.requires) for c in task.criteria.values()]
     titles: dict[str, str] = {}
     for r in results:
-        for cid, crit in sorted(r.get("criteria", {}).items()):
-            titles.setdefault(cid, crit.get("title", ""))
+        for cid, crit in sorted(r.criteria.items()):
+            titles.setdefault(cid, crit.title)
     return [Column(cid, title, False) for cid, title in sorted(titles.items())]
 
 
 # ---------------------------------------------------------------- reasons and agreement
 
 
-def failing_criteria(result: dict, core: set[str]) -> list[tuple[str, dict]]:
+def failing_criteria(result: CandidateResult, core: set[str]) -> list[tuple[str, CriterionResult]]:
     """Criteria below met that count against the patch, in the summary's order: core first, unmet before partial.
     A conditional criterion that only lost to its anchor is left out: its anchor is the reason."""
-    failing = [(cid, c) for cid, c in result.get("criteria", {}).items()
-               if c.get("status") in ("unmet", "partial") and not c.get("rationale", "").startswith("anchor ")]
-    return sorted(failing, key=lambda item: (item[0] not in core, item[1].get("status") != "unmet", item[0]))
+    failing = [(cid, c) for cid, c in result.criteria.items()
+               if c.status in ("unmet", "partial") and not c.rationale.startswith("anchor ")]
+    return sorted(failing, key=lambda item: (item[0] not in core, item[1].status != "unmet", item[0]))
 
 
-def failing_claim(cid: str, criterion: dict) -> str:
+def failing_claim(cid: str, criterion: CriterionResult) -> str:
     """``c1: "claim" does not hold``, or the criterion's rationale when none of its checks failed (the assertion
     itself is on the candidate's page)."""
-    entry = deciding_failure(criterion.get("evidence", []))
+    entry = deciding_failure(criterion.evidence)
     if entry is None:
-        return f"{cid}: {criterion.get('rationale') or criterion.get('status', '')}"
+        return f"{cid}: {criterion.rationale or criterion.status}"
     return f"{cid}: \u201c{claim_of(entry)}\u201d does not hold"
 
 
-def hunk_counts(apply: dict) -> Counter:
-    return Counter(h.get("status") for f in apply.get("files", []) for h in f.get("hunks", []))
+def hunk_counts(apply: ApplyReport) -> Counter:
+    return Counter(h.status for f in apply.files for h in f.hunks)
 
 
-def apply_reason(apply: dict | None) -> str:
+def apply_reason(apply: ApplyReport | None) -> str:
     """What the apply report says when the patched tree is not simply the diff: failed, rejected, partial, cut."""
     if not apply:
         return ""
-    status, message = apply.get("status"), apply.get("message") or ""
+    status, message = apply.status, apply.message
     counts = hunk_counts(apply)
     total = sum(counts.values())
     if status in ("failed", "rejected"):
         return f"apply {status}" + (f": {message}" if message else "")
-    if apply.get("truncated"):
+    if apply.truncated:
         cut = counts["truncated"]
         return f"truncated preview: {cut} of {total} hunk{'s' if total != 1 else ''} cut off" if cut else \
             "truncated preview"
@@ -143,12 +144,12 @@ def apply_reason(apply: dict | None) -> str:
     return ""
 
 
-def run_reason(result: dict) -> str:
-    status = result.get("run_status") or "complete"
+def run_reason(result: CandidateResult) -> str:
+    status = result.run_status
     if status in ("complete", "apply_partial"):
         return ""  # apply_partial is said by the apply report's reason
     if status in ("environment_error", "grader_error"):
-        return status.replace("_", " ") + (f": {first_line(result.get('error'))}" if result.get("error") else "")
+        return status.replace("_", " ") + (f": {first_line(result.error)}" if result.error else "")
     return status.replace("_", " ")
 
 
@@ -156,37 +157,37 @@ def first_line(text: str | None) -> str:
     return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
-def reason(result: dict, core: set[str]) -> str:
+def reason(result: CandidateResult, core: set[str]) -> str:
     """Why the row is what it is, in one line (see the module docstring for the order)."""
     parts = []
-    if result.get("verdict") == "error":
-        parts.append("error: " + (first_line(result.get("error")) or "not graded"))
+    if result.verdict == "error":
+        parts.append("error: " + (first_line(result.error) or "not graded"))
     parts.append(run_reason(result))
-    if result.get("verdict") == "no_diff":
+    if result.verdict == "no_diff":
         parts.append("no diff to grade")
-    elif result.get("verdict") == "no_task":
+    elif result.verdict == "no_task":
         parts.append("the task could not be told: pass --task")
     else:
-        parts.append(apply_reason(result.get("apply")))
+        parts.append(apply_reason(result.apply))
     failing = failing_criteria(result, core)
     if failing:
         parts.append(failing_claim(*failing[0]))
     elif all_met_where_evaluated(result):
         parts.append(verdict_phrase(result))
-    elif result.get("verdict") == "partial":
-        parts.append(short_of_full(result.get("criteria", {})))
+    elif result.verdict == "partial":
+        parts.append(short_of_full(result.criteria))
     return "; ".join(p for p in dict.fromkeys(parts) if p)
 
 
-def short_of_full(criteria: dict[str, dict]) -> str:
+def short_of_full(criteria: dict[str, CriterionResult]) -> str:
     """Why a partial with no failing criterion is not full: criteria not evaluated, checks that did not run
     here, or a met criterion below the full threshold."""
     ordered = sorted(criteria.items())
-    unevaluated = [cid for cid, c in ordered if c.get("status") == "not_evaluated"]
-    thin = [f"{cid} ({', '.join(f'{n} {why}' for why, n in sorted(c['not_run'].items()))})"
-            for cid, c in ordered if c.get("status") != "not_evaluated" and c.get("not_run")]
-    low = [f"{cid} {c['score']:.2f}" for cid, c in ordered
-           if c.get("status") == "met" and c.get("score") is not None and c["score"] < FULL_AT]
+    unevaluated = [cid for cid, c in ordered if c.status == "not_evaluated"]
+    thin = [f"{cid} ({', '.join(f'{n} {why}' for why, n in sorted(c.not_run.items()))})"
+            for cid, c in ordered if c.status != "not_evaluated" and c.not_run]
+    low = [f"{cid} {c.score:.2f}" for cid, c in ordered
+           if c.status == "met" and c.score is not None and c.score < FULL_AT]
     parts = [("not evaluated: " + ", ".join(unevaluated)) if unevaluated else "",
              ("checks not run: " + ", ".join(thin)) if thin else "",
              (f"below {FULL_AT}: " + ", ".join(low)) if low else ""]
@@ -311,34 +312,34 @@ def anchor_for(text: str, used: set[str]) -> str:
     return anchor
 
 
-def cell_for(result: dict, cid: str) -> Cell:
-    crit = result.get("criteria", {}).get(cid)
+def cell_for(result: CandidateResult, cid: str) -> Cell:
+    crit = result.criteria.get(cid)
     if crit is None:
         return Cell("absent", None, "")
-    return Cell(crit.get("status", "not_evaluated"), crit.get("score"), crit.get("rationale", ""))
+    return Cell(crit.status, crit.score, crit.rationale)
 
 
-def build_row(result: dict, columns: list[Column], core: set[str], page: str, judge: dict[str, str] | None) -> Row:
-    judged = (judge or {}).get(result["id"])
-    return Row(result["id"], page, result.get("verdict", "error"), result.get("score"),
-               result.get("run_status") or "complete", [cell_for(result, c.id) for c in columns],
-               reason(result, core), judged, agreement(result.get("verdict", "error"), judged),
-               verdict_phrase(result) if all_met_where_evaluated(result) else "", input_kind(result),
-               len(result.get("integrity_flags", [])))
+def build_row(result: CandidateResult, columns: list[Column], core: set[str], page: str,
+              judge: dict[str, str] | None) -> Row:
+    judged = (judge or {}).get(result.id)
+    return Row(result.id, page, result.verdict, result.score, result.run_status,
+               [cell_for(result, c.id) for c in columns], reason(result, core), judged,
+               agreement(result.verdict, judged), verdict_phrase(result) if all_met_where_evaluated(result) else "",
+               input_kind(result), len(result.integrity_flags))
 
 
-def input_kind(result: dict) -> str:
+def input_kind(result: CandidateResult) -> str:
     """``cut`` for a truncated preview (the apply report says so), ``whole`` for any other input."""
-    return "cut" if (result.get("apply") or {}).get("truncated") else "whole"
+    return "cut" if result.apply is not None and result.apply.truncated else "whole"
 
 
-def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict[str, str] | None = None,
+def build_index(results: list[CandidateResult], page_for: Callable[[str], str], judge: dict[str, str] | None = None,
                 tasks: dict[str, Task] | None = None) -> Index:
     """Per-task tables of every result (sorted by id), the task-less ones last under ``(no task)``."""
     tasks = known_tasks() if tasks is None else tasks
-    grouped: dict[str, list[dict]] = defaultdict(list)
-    for r in sorted(results, key=lambda r: r["id"]):
-        grouped[r.get("task") or NO_TASK].append(r)
+    grouped: dict[str, list[CandidateResult]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: r.id):
+        grouped[r.task or NO_TASK].append(r)
     used: set[str] = set()
     tables = []
     for task_id in sorted(grouped, key=lambda t: (t == NO_TASK, t)):
@@ -346,7 +347,7 @@ def build_index(results: list[dict], page_for: Callable[[str], str], judge: dict
         task = tasks.get(task_id)
         columns = columns_for(None if task_id == NO_TASK else task_id, group, tasks)
         core = {c.id for c in columns if c.core}
-        rows = [build_row(r, columns, core, page_for(r["id"]), judge) for r in group]
+        rows = [build_row(r, columns, core, page_for(r.id), judge) for r in group]
         tables.append(TaskTable(task_id, task.title if task else "", anchor_for(f"task-{task_id}", used),
                                 columns, rows))
     everything = [r for t in tables for r in t.rows]
@@ -397,7 +398,7 @@ class DiffFile:
     header: list[str]
     hunks: list[DiffHunk]
     # Hunks the apply report lists with no hunk in the diff text (a preview cut inside the file header).
-    unshown: list[dict] = field(default_factory=list)
+    unshown: list[HunkReport] = field(default_factory=list)
     criteria: list[str] = field(default_factory=list)  # criteria whose failing checks name this file
     neutralized: bool = False
     open: bool = True  # shown open; on a long diff only files a failing check ran or named are
@@ -500,38 +501,38 @@ def numbered_hunks(hunks: list[tuple[str, list[str], str, str]]) -> list[list[Di
     return numbered
 
 
-def report_files_by_path(apply: dict | None) -> dict[str, list[dict]]:
-    by_path: dict[str, list[dict]] = defaultdict(list)
-    for f in (apply or {}).get("files", []):
-        by_path[f.get("path", "")].append(f)
+def report_files_by_path(apply: ApplyReport | None) -> dict[str, list[FileReport]]:
+    by_path: dict[str, list[FileReport]] = defaultdict(list)
+    for f in apply.files if apply else []:
+        by_path[f.path].append(f)
     return by_path
 
 
-def build_diff(diff: str, apply: dict | None) -> DiffView:
+def build_diff(diff: str, apply: ApplyReport | None) -> DiffView:
     """The diff by file and hunk, each hunk beside its apply report entry (matched by path, then by header)."""
     sections = parse_sections(diff)
     reported = report_files_by_path(apply)
-    neutralized = set((apply or {}).get("neutralized", []))
+    neutralized = set(apply.neutralized if apply else [])
     used: set[str] = set()
     files, shown = [], 0
     for index, section in enumerate(sections):
         path = section.path
         report = reported[path].pop(0) if reported.get(path) else None
-        report_hunks = list((report or {}).get("hunks", []))
+        report_hunks = list(report.hunks if report else [])
         outcomes = []
         for hunk in section.hunks:
-            entry = next((h for h in report_hunks if h.get("header") == hunk.header), None)
+            entry = next((h for h in report_hunks if h.header == hunk.header), None)
             if entry is not None:
                 report_hunks.remove(entry)
-            status = entry.get("status", "unknown") if entry else ("not_applied" if path in neutralized else "unknown")
-            outcomes.append((hunk.header, hunk.lines, status, entry.get("detail", "") if entry else ""))
+            status = entry.status if entry else ("not_applied" if path in neutralized else "unknown")
+            outcomes.append((hunk.header, hunk.lines, status, entry.detail if entry else ""))
         hunks = [DiffHunk(anchor_for(f"hunk-{index + 1}-{number}", used), header, lines, status, detail,
                           number=number)
                  for number, ((header, _, status, detail), lines) in
                  enumerate(zip(outcomes, numbered_hunks(outcomes)), start=1)]
         shown += len(section.header) + sum(1 + len(h.lines) for h in section.hunks)
         files.append(DiffFile(anchor_for(f"file-{index + 1}", used), path,
-                              (report or {}).get("change", "") or ("not applied" if path in neutralized else ""),
+                              report.change if report else ("not applied" if path in neutralized else ""),
                               section.header, hunks, report_hunks, neutralized=path in neutralized))
     total = len(split_lines(diff))
     return DiffView(files, max(total - shown, 0), diff)
@@ -717,43 +718,33 @@ class CriterionView:
         return list(seen.values())
 
 
-def skip_message(evidence: dict) -> str:
-    return (evidence.get("message") or "").strip().removeprefix("Skipped:").strip() or "no reason given"
+def skip_message(evidence: EvidenceEntry) -> str:
+    return evidence.message.strip().removeprefix("Skipped:").strip() or "no reason given"
 
 
-def collapse_skips(evidence: list[dict]) -> list[SkipGroup]:
+def collapse_skips(evidence: list[EvidenceEntry]) -> list[SkipGroup]:
     """Skipped checks grouped by their skip message, in order of first appearance."""
     groups: dict[str, list[str]] = {}
     for e in evidence:
-        if e.get("status") == "skipped":
-            groups.setdefault(skip_message(e), []).append(e.get("test", ""))
+        if e.status == "skipped":
+            groups.setdefault(skip_message(e), []).append(e.test)
     return [SkipGroup(message, tests) for message, tests in groups.items()]
 
 
-def evidence_view(e: dict, anchor: str) -> EvidenceView:
-    failing = e.get("status") in FAILING
-    return EvidenceView(anchor, e.get("test", ""), e.get("test", "").rsplit("::", 1)[-1], e.get("claim") or "",
-                        e.get("status", ""), e.get("weight", 0.0), list(e.get("kinds") or []),
-                        e.get("message") or "", assertion_line(e.get("message") or "") if failing else "",
-                        ran=ran_of(e))
+def evidence_view(e: EvidenceEntry, anchor: str) -> EvidenceView:
+    failing = e.status in FAILING
+    return EvidenceView(anchor, e.test, e.test.rsplit("::", 1)[-1], e.claim, e.status, e.weight, list(e.kinds),
+                        e.message, assertion_line(e.message) if failing else "", ran=e.ran)
 
 
-def ran_of(evidence: dict) -> dict[str, list[int]] | None:
-    """An evidence entry's ``ran`` field as data of the expected shape (results.json is read back from disk)."""
-    ran = evidence.get("ran")
-    if not isinstance(ran, dict):
-        return None
-    return {str(p): [n for n in lines if type(n) is int] for p, lines in ran.items() if isinstance(lines, list)}
-
-
-def criterion_view(cid: str, crit: dict, column: Column | None) -> CriterionView:
-    shown = [e for e in crit.get("evidence", []) if e.get("status") != "skipped"]
+def criterion_view(cid: str, crit: CriterionResult, column: Column | None) -> CriterionView:
+    shown = [e for e in crit.evidence if e.status != "skipped"]
     evidence = [evidence_view(e, f"ev-{cid}-{n}") for n, e in enumerate(shown, start=1)]
+    first_failure = next((e for e in evidence if e.status in DECIDING), None)
     return CriterionView(
-        cid, f"crit-{cid}", crit.get("title") or (column.title if column else ""), column.requires if column else "",
-        bool(column and column.core), crit.get("status", "not_evaluated"), crit.get("score"), crit.get("coverage"),
-        sorted((crit.get("not_run") or {}).items()), crit.get("rationale", ""), evidence,
-        collapse_skips(crit.get("evidence", [])), next((e for e in evidence if e.status in DECIDING), None))
+        cid, f"crit-{cid}", crit.title or (column.title if column else ""), column.requires if column else "",
+        bool(column and column.core), crit.status, crit.score, crit.coverage, sorted(crit.not_run.items()),
+        crit.rationale, evidence, collapse_skips(crit.evidence), first_failure)
 
 
 def verdict_sentence(summary: str) -> str:
@@ -780,7 +771,7 @@ def verdict_sentence(summary: str) -> str:
 
 @dataclass
 class CandidatePage:
-    result: dict
+    result: CandidateResult
     task_title: str
     headline: str
     rest_of_summary: str
@@ -823,20 +814,20 @@ class CandidatePage:
                    for c in self.criteria for ev in c.evidence if ev.status in FAILING)
 
 
-def build_candidate(result: dict, diff: str, judge: dict[str, str] | None = None,
+def build_candidate(result: CandidateResult, diff: str, judge: dict[str, str] | None = None,
                     tasks: dict[str, Task] | None = None) -> CandidatePage:
     tasks = known_tasks() if tasks is None else tasks
-    task = tasks.get(result.get("task") or "")
-    columns = {c.id: c for c in columns_for(result.get("task"), [result], tasks)}
-    criteria = [criterion_view(cid, crit, columns.get(cid)) for cid, crit in sorted(result.get("criteria", {}).items())]
-    view = build_diff(diff, result.get("apply"))
+    task = tasks.get(result.task or "")
+    columns = {c.id: c for c in columns_for(result.task, [result], tasks)}
+    criteria = [criterion_view(cid, crit, columns.get(cid)) for cid, crit in sorted(result.criteria.items())]
+    view = build_diff(diff, result.apply)
     link_evidence(view, criteria, set(tasks))
-    headline = verdict_sentence(result.get("summary", ""))
-    summary = " ".join((result.get("summary") or "").split())
-    judged = (judge or {}).get(result["id"])
+    headline = verdict_sentence(result.summary)
+    summary = " ".join(result.summary.split())
+    judged = (judge or {}).get(result.id)
     core = {c.id for c in columns.values() if c.core}
     return CandidatePage(result, task.title if task else "", headline, summary[len(headline):].strip(), criteria,
-                         view, judged, agreement(result.get("verdict", "error"), judged), reason(result, core))
+                         view, judged, agreement(result.verdict, judged), reason(result, core))
 
 
 # ---------------------------------------------------------------- looking at the pages in a browser

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from grader.core.records import ApplyReport, CandidateResult, CriterionResult, RunReport
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, RunReport
 from grader.wording import all_met_where_evaluated, claim_of, deciding_failure, verdict_phrase
 
 _env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
@@ -81,7 +81,7 @@ def failure_sentence(criterion: CriterionResult) -> str:
     if entry is None:
         return criterion.rationale
     claim = claim_of(entry)
-    said = assertion_line(entry.get("message") or "")
+    said = assertion_line(entry.message)
     return f"\"{claim}\" does not hold" + (f" ({said.rstrip('.')})" if said else "")
 
 
@@ -177,27 +177,27 @@ def case_of(test: str) -> str:
     return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else ""
 
 
-def evaluated(criterion: CriterionResult) -> list[dict]:
-    return [e for e in criterion.evidence if e.get("status") in ("passed", "failed", "error")]
+def evaluated(criterion: CriterionResult) -> list[EvidenceEntry]:
+    return [e for e in criterion.evidence if e.status in ("passed", "failed", "error")]
 
 
-def none_ran_in(failing: list[dict]) -> bool:
+def none_ran_in(failing: list[EvidenceEntry]) -> bool:
     """Whether the patch's lines were traced in these failing checks and none of them ran in any."""
-    return bool(failing) and all(e.get("ran") == {} for e in failing)
+    return bool(failing) and all(e.ran == {} for e in failing)
 
 
 def unmet_sentence(criterion: CriterionResult, core: bool, first: bool) -> str:
     """The evidence that decided a criterion below met, one clause each: the claim, the case, what was observed."""
     checks = evaluated(criterion)
-    failing = [e for e in checks if e["status"] != "passed"]
+    failing = [e for e in checks if e.status != "passed"]
     entry = deciding_failure(criterion.evidence)
     state = "is not met" if criterion.status == "unmet" else "is only partly met"
     count = f"{len(checks) - len(failing)} of {len(checks)} checks pass"
     head = f"{'Core criterion ' if core else ''}{criterion.id} ({criterion.title}) {state}"
     if entry is None:
         return f"{head}: {count}."
-    case = case_of(entry["test"])
-    observed = observed_clause(entry.get("message") or "", ASSERTION_CAP if first else SECONDARY_CAP)
+    case = case_of(entry.test)
+    observed = observed_clause(entry.message, ASSERTION_CAP if first else SECONDARY_CAP)
     claim = f"\"{claim_of(entry)}\" does not hold" + (f" for {case}" if case else "")
     tail = f" ({observed})" if observed else ""
     where = "; none of the diff's lines ran in the failing checks" if none_ran_in(failing) else ""
@@ -252,9 +252,8 @@ def not_evaluated_reason(rationale: str) -> str:
 
 def verdict_closing(result: CandidateResult) -> str:
     """The last sentence: the verdict as it should be read (``grader.wording``)."""
-    data = result.to_json()
-    if all_met_where_evaluated(data):
-        return f"Verdict partial: {verdict_phrase(data)}."
+    if all_met_where_evaluated(result):
+        return f"Verdict partial: {verdict_phrase(result)}."
     if result.score is None:
         return f"Verdict {result.verdict.replace('_', ' ')}."
     return f"Verdict {result.verdict}, weighted score {result.score:.2f}."

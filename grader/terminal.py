@@ -45,7 +45,7 @@ def candidate_line(item: Graded, done: int, total: int) -> str:
     state = "" if result.run_status == "complete" else f" [{result.run_status}]"
     elapsed = sum(timings.get(k, 0.0) for k in ("apply_s", "tests_s"))
     timing = f" in {elapsed:.1f}s" if elapsed and not item.stored else ""
-    verdict = verdict_line(result.to_json()) if result.score is not None else f"{result.verdict} -"
+    verdict = verdict_line(result) if result.score is not None else f"{result.verdict} -"
     return clean(f"[{done}/{total}] {result.id}: {result.task or '?'} {verdict}{state}{timing}{note}")
 
 
@@ -208,15 +208,13 @@ def verdict_counts(results: list[CandidateResult]) -> dict[str, Counter]:
 
 def closing_reasons(results: list[CandidateResult]) -> list[tuple[str, str, str]]:
     """(id, verdict, why) for every candidate that is an error or a fail, or was not graded completely, cleaned
-    for a terminal (they carry text the candidate chose). The reason is worded from the result's JSON form, as
-    the pages word it (they render results.json documents, merged ones among them)."""
+    for a terminal (they carry text the candidate chose). The reason is the index's (``grader.scorecard.reason``)."""
     tasks = all_tasks()
     found = []
     for result in results:
-        data = result.to_json()
-        if result.verdict in ("error", "fail") or unfinished(data):
+        if result.verdict in ("error", "fail") or unfinished(result):
             core = set(tasks[result.task].core_criteria) if result.task in tasks else set()
-            found.append((clean(result.id), result.verdict, clean(reason(data, core))))
+            found.append((clean(result.id), result.verdict, clean(reason(result, core))))
     return found
 
 

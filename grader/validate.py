@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grader.many_candidates import grade_many
 from grader.core.environment import default_jobs, detect_gpu
-from grader.core.records import Candidate, CriterionResult, GradingOptions
+from grader.core.records import Candidate, CriterionResult, EvidenceEntry, GradingOptions
 from grader.core.paths import atomic_write
 from grader.core.rubric import REPO_ROOT, Task, all_tasks
 
@@ -29,16 +29,23 @@ class Validation:
     unevaluated: list[str] = field(default_factory=list)
     base: dict[str, str] = field(default_factory=dict)
     reference: dict[str, str] = field(default_factory=dict)
-    # Why each criterion got its status, with the failing tests' messages: what to read when a rubric breaks.
-    evidence: dict[str, dict] = field(default_factory=dict)
+    # Why each criterion got its status, with the failing tests' messages: what to read when a rubric breaks
+    # ({"base" | "reference": {criterion id: (rationale, failing evidence)}}).
+    evidence: dict[str, dict[str, tuple[str, list[EvidenceEntry]]]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The task's entry in validation.json."""
+        evidence = {side: {cid: {"rationale": rationale, "failing": [e.to_json() for e in failing]}
+                           for cid, (rationale, failing) in criteria.items()}
+                    for side, criteria in self.evidence.items()}
+        return dict(vars(self), evidence=evidence)
 
 
 def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[str, CriterionResult]) -> Validation:
     """Pure: compare base and reference statuses with what each criterion's kind demands."""
     v = Validation(task.id, base={c: r.status for c, r in base.items()},
                    reference={c: r.status for c, r in reference.items()},
-                   evidence={side: {c: {"rationale": r.rationale,
-                                        "failing": [e for e in r.evidence if e["status"] not in ("passed", "skipped")]}
+                   evidence={side: {c: (r.rationale, [e for e in r.evidence if e.status not in ("passed", "skipped")])
                                     for c, r in results.items()}
                              for side, results in (("base", base), ("reference", reference))})
     for criterion in task.criteria.values():
@@ -96,6 +103,6 @@ def validate_rubrics(args) -> int:
             print(f"  broken: {problem}")
         for note in v.unevaluated:
             print(f"  not evaluated here: {note}")
-        report.append(v.__dict__)
+        report.append(v.to_json())
     atomic_write(Path(args.out) / "validation.json", json.dumps({"gpu": reason, "tasks": report}, indent=2) + "\n")
     return 1 if broken else 0

@@ -1,7 +1,7 @@
 """How a result is said, the same everywhere it is said (the summary, the index, the candidate page, the terminal):
 which failing claim stands for a criterion, and how a verdict reads.
 
-Functions of result dicts (``CandidateResult.to_json()``, or results.json read back). The verdict value itself is
+Functions of typed results (``CandidateResult``; results.json is read back into them). The verdict value itself is
 the scorer's (``grader.score.verdict_for``); this only words it: a ``partial`` whose every evaluated criterion is
 met, short of ``full`` only because checks did not run, reads "all met where evaluated; 5 GPU checks not run",
 never as a bare "partial 1.00".
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from grader.core.records import CandidateResult, CriterionResult, EvidenceEntry
 from grader.score import FULL_AT
 
 EVALUATED = ("passed", "failed", "error")
@@ -19,36 +20,36 @@ NOT_RUN_WORDS = {"gpu": ("GPU check", "not run"), "timeout": ("check", "timed ou
                  "not_run": ("check", "not run (the grader's fault)"), "skipped": ("check", "skipped")}
 
 
-def deciding_failure(evidence: list[dict]) -> dict | None:
+def deciding_failure(evidence: list[EvidenceEntry]) -> EvidenceEntry | None:
     """The evidence entry that stands for a criterion's failure: its first check that failed or errored (a check
     that timed out was not evaluated and decides nothing). The summary, the index and the page all name this one."""
-    return next((e for e in evidence if e.get("status") in DECIDING), None)
+    return next((e for e in evidence if e.status in DECIDING), None)
 
 
-def claim_of(evidence: dict) -> str:
+def claim_of(evidence: EvidenceEntry) -> str:
     """What a check claims, in the rubric's words: its docstring's first line, else its test's name."""
-    return (evidence.get("claim") or evidence.get("test", "").rsplit("::", 1)[-1]).strip().rstrip(".")
+    return (evidence.claim or evidence.test.rsplit("::", 1)[-1]).strip().rstrip(".")
 
 
-def not_run_reason(evidence: dict) -> str:
-    if evidence.get("status") in ("timeout", "not_run"):
-        return evidence["status"]
-    return "gpu" if "gpu" in (evidence.get("kinds") or []) else "skipped"
+def not_run_reason(evidence: EvidenceEntry) -> str:
+    if evidence.status in ("timeout", "not_run"):
+        return evidence.status
+    return "gpu" if "gpu" in evidence.kinds else "skipped"
 
 
-def checks_not_run(criteria: dict[str, dict]) -> Counter:
+def checks_not_run(criteria: dict[str, CriterionResult]) -> Counter:
     """Distinct checks that did not run, by reason (a check evidencing several criteria counts once); a skipped
     variant whose criterion had another variant evaluated stood in for nothing missing and is not counted."""
     reasons: dict[str, str] = {}
     for criterion in criteria.values():
-        evidence = criterion.get("evidence", [])
-        variant_ran = any("variant" in (e.get("kinds") or []) and e.get("status") in EVALUATED for e in evidence)
+        evidence = criterion.evidence
+        variant_ran = any("variant" in e.kinds and e.status in EVALUATED for e in evidence)
         for e in evidence:
-            if e.get("status") in EVALUATED:
+            if e.status in EVALUATED:
                 continue
-            if variant_ran and "variant" in (e.get("kinds") or []) and e.get("status") == "skipped":
+            if variant_ran and "variant" in e.kinds and e.status == "skipped":
                 continue
-            reasons.setdefault(e.get("test", ""), not_run_reason(e))
+            reasons.setdefault(e.test, not_run_reason(e))
     return Counter(reasons.values())
 
 
@@ -62,22 +63,20 @@ def not_run_phrase(counts: Counter) -> str:
     return ", ".join(parts)
 
 
-def all_met_where_evaluated(result: dict) -> bool:
+def all_met_where_evaluated(result: CandidateResult) -> bool:
     """A ``partial`` with no criterion below met: short of full only for what was not evaluated or did not run."""
-    criteria = result.get("criteria") or {}
-    statuses = [c.get("status") for c in criteria.values()]
-    return (result.get("verdict") == "partial" and "met" in statuses
+    statuses = [c.status for c in result.criteria.values()]
+    return (result.verdict == "partial" and "met" in statuses
             and all(s in ("met", "not_evaluated") for s in statuses))
 
 
-def verdict_phrase(result: dict) -> str:
+def verdict_phrase(result: CandidateResult) -> str:
     """The verdict as a reader should read it: "all met where evaluated; 5 GPU checks not run" for a partial
     short of full only by coverage; otherwise the verdict, with the weighted score where there is one."""
-    verdict = result.get("verdict", "error")
     if all_met_where_evaluated(result):
-        criteria = result.get("criteria") or {}
+        criteria = result.criteria
         parts = ["all met where evaluated"]
-        unevaluated = sorted(cid for cid, c in criteria.items() if c.get("status") == "not_evaluated")
+        unevaluated = sorted(cid for cid, c in criteria.items() if c.status == "not_evaluated")
         missing = not_run_phrase(checks_not_run(criteria))
         if missing:
             parts.append(missing)
@@ -86,24 +85,24 @@ def verdict_phrase(result: dict) -> str:
         if len(parts) == 1:  # everything ran: "where evaluated" would say nothing
             parts = ["all met", short_of_full_otherwise(result)]
         return "; ".join(parts)
-    score = result.get("score")
-    return verdict.replace("_", " ") + (f" {score:.2f}" if score is not None else "")
+    score = result.score
+    return result.verdict.replace("_", " ") + (f" {score:.2f}" if score is not None else "")
 
 
-def short_of_full_otherwise(result: dict) -> str:
+def short_of_full_otherwise(result: CandidateResult) -> str:
     """What else keeps a result whose every criterion is met and ran from full."""
-    if result.get("run_status") == "apply_partial":
+    if result.run_status == "apply_partial":
         return "but the patch applied only in part"
-    low = [f"{cid} {c['score']:.2f}" for cid, c in sorted((result.get("criteria") or {}).items())
-           if c.get("score") is not None and c["score"] < FULL_AT]
+    low = [f"{cid} {c.score:.2f}" for cid, c in sorted(result.criteria.items())
+           if c.score is not None and c.score < FULL_AT]
     if low:
         return f"below full ({FULL_AT}) on {', '.join(low)}"
-    return "the run did not complete" if result.get("run_status", "complete") != "complete" else "not full"
+    return "the run did not complete" if result.run_status != "complete" else "not full"
 
 
-def verdict_line(result: dict) -> str:
+def verdict_line(result: CandidateResult) -> str:
     """The verdict in one line for the terminal and the page: ``fail 0.00``, ``full 1.00``, or
     ``partial (all met where evaluated; 5 GPU checks not run)``."""
     if all_met_where_evaluated(result):
-        return f"{result['verdict']} ({verdict_phrase(result)})"
+        return f"{result.verdict} ({verdict_phrase(result)})"
     return verdict_phrase(result)

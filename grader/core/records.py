@@ -57,6 +57,23 @@ def record_from_json(cls: type[Record], data: Any, where: str = "") -> Record:
     return cls(**values)
 
 
+def _default_of(spec: dataclasses.Field) -> Any:
+    return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON data: records by their own ``to_json``, containers element by element."""
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _value(value: Any, hint: Any, where: str) -> Any:
     origin, args = get_origin(hint), get_args(hint)
     if hint is Any:
@@ -98,10 +115,20 @@ def _value(value: Any, hint: Any, where: str) -> Any:
 
 
 class JsonRecord:
-    """A record that crosses a stage or a cache: ``to_json`` and the checked ``from_json``."""
+    """A record that crosses a stage or a cache: ``to_json`` and the checked ``from_json``. A field named in
+    ``ABSENT_WHEN_DEFAULT`` is left out of the JSON while it holds its default (``from_json`` gives the default
+    back), so a document says such a field only where it has something to say."""
+
+    ABSENT_WHEN_DEFAULT: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return asdict(self)  # type: ignore[call-overload]
+        document = {}
+        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, spec.name)
+            if spec.name in self.ABSENT_WHEN_DEFAULT and value == _default_of(spec):
+                continue
+            document[spec.name] = _plain(value)
+        return document
 
     @classmethod
     def from_json(cls, data: Any):
@@ -212,13 +239,32 @@ class RunReport(JsonRecord):
 
 
 @dataclass(frozen=True)
+class EvidenceEntry(JsonRecord):
+    """One hidden test as evidence of one criterion (a ``TestOutcome`` weighed for that criterion)."""
+
+    ABSENT_WHEN_DEFAULT = ("message", "ran")
+
+    test: str
+    status: TestStatus
+    weight: float
+    # The test's docstring: the claim it checks, in the rubric's words ("" where it has none).
+    claim: str
+    kinds: list[str]
+    duration_s: float
+    # The failure or skip text, its last 1,500 characters ("": none).
+    message: str = ""
+    # The patch's added lines that ran during the test (``TestOutcome.ran``); None where lines were not traced.
+    ran: dict[str, list[int]] | None = None
+
+
+@dataclass(frozen=True)
 class CriterionResult(JsonRecord):
     id: str
     title: str
     score: float | None
     status: CriterionStatus
     rationale: str
-    evidence: list[dict] = field(default_factory=list)
+    evidence: list[EvidenceEntry] = field(default_factory=list)
     # Evaluated weight over the weight of every check of the criterion (1.0: every check ran).
     coverage: float = 0.0
     # Why checks did not run, counted: {"gpu": 5, "timeout": 1, ...}.
