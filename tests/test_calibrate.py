@@ -11,23 +11,34 @@ from grader.calibrate import (CLASSES, NotesError, Pair, agreement, build_pairs,
                               confusion, explain, grader_class, headline_text, judge_class, load_notes, short_message,
                               split_pairs, verdict_agreement, write_reports)
 from grader.cli import build_parser
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport
 
 STEM = "bundle"
 
 
-def crit(score, status=None, rationale="", evidence=None) -> dict:
+def check(test: str, status: str, claim: str = "", message: str = "") -> EvidenceEntry:
+    return EvidenceEntry(test, status, 1.0, claim, [], 0.0, message)
+
+
+def crit(score, status=None, rationale="", evidence=None, cid="c1") -> CriterionResult:
     if status is None:
         status = "not_evaluated" if score is None else "met" if score >= 0.75 else "unmet" if score <= 0.25 \
             else "partial"
-    return {"score": score, "status": status, "rationale": rationale, "evidence": evidence or [], "title": "t"}
+    return CriterionResult(cid, "t", score, status, rationale, evidence or [])
 
 
-def result(position: int, task: str, scores: dict, verdict="partial", truncated=False, apply_status="applied",
-           files=None) -> dict:
-    return {"id": f"{STEM}-{position:03d}", "task": task, "verdict": verdict, "score": 0.5,
-            "criteria": {c: s if isinstance(s, dict) else crit(s) for c, s in scores.items()},
-            "apply": {"status": apply_status, "truncated": truncated, "files": files or []},
-            "reference_summary": f"judge paragraph {position}"}
+def result(position: int, task: str | None, scores: dict, verdict="partial", truncated=False, apply_status="applied",
+           files=None) -> CandidateResult:
+    return CandidateResult(f"{STEM}-{position:03d}", task, "b.txt", verdict, 0.5,
+                           {c: s if isinstance(s, CriterionResult) else crit(s, cid=c) for c, s in scores.items()},
+                           ApplyReport(apply_status, files=files or [], truncated=truncated), "",
+                           reference_summary=f"judge paragraph {position}")
+
+
+def graded_with(criteria: dict | None = None, files=None) -> CandidateResult:
+    """A result for ``explain``: its criteria and the files of its apply report."""
+    return CandidateResult("x", "a", "x.diff", "partial", 0.5, criteria or {}, ApplyReport("applied", files=files or []),
+                           "")
 
 
 def entry(position: int, task: str, overall: str, **labels) -> dict:
@@ -43,7 +54,7 @@ def test_grader_class_thresholds(score, expected):
 
 def test_grader_class_not_evaluated_is_none():
     assert grader_class(crit(None)) is None
-    assert grader_class({"score": 0.4, "status": "not_evaluated"}) is None
+    assert grader_class(crit(0.4, "not_evaluated")) is None
     assert grader_class(None) is None
 
 
@@ -57,7 +68,7 @@ def test_build_pairs_excludes_and_matches_by_bundle_position():
                entry(1, "a", "fail", c1=1),            # no result at all
                entry(2, "b", "full", c1=1),            # the grader inferred another task
                entry(3, "a", "partial", c1=1)]         # grading broke
-    results = {r["id"]: r for r in [
+    results = {r.id: r for r in [
         result(0, "a", {"c1": 1.0, "c2": 0.0, "c3": 0.1, "c4": 1.0, "c5": None}),
         result(2, "a", {"c1": 1.0}),
         result(3, "a", {"c1": None}, verdict="error"),
@@ -76,8 +87,7 @@ def test_build_pairs_excludes_and_matches_by_bundle_position():
 
 
 def test_empty_candidate_without_task_is_compared_as_no_diff():
-    empty = {"id": "bundle-000", "task": None, "verdict": "no_diff", "score": None, "criteria": {},
-             "apply": {"status": "empty", "truncated": False, "files": []}}
+    empty = result(0, None, {}, verdict="no_diff", apply_status="empty")
     pairs, verdicts = build_pairs([entry(0, "a", "no_diff")], {"bundle-000": empty}, STEM)
     assert {p.excluded for p in pairs} == {"not_stated"}
     assert verdict_agreement(verdicts)["agree"] == 1
@@ -85,7 +95,7 @@ def test_empty_candidate_without_task_is_compared_as_no_diff():
 
 def test_split_by_apply_truncated():
     entries = [entry(0, "a", "full", c1=1), entry(1, "a", "full", c1=1), entry(2, "a", "full", c1=1)]
-    results = {r["id"]: r for r in [result(0, "a", {"c1": 1.0}, truncated=True), result(1, "a", {"c1": 0.0}),
+    results = {r.id: r for r in [result(0, "a", {"c1": 1.0}, truncated=True), result(1, "a", {"c1": 0.0}),
                                     result(2, "a", {"c1": 1.0}, apply_status="partial")]}
     pairs, verdicts = build_pairs(entries, results, STEM, ("c1",))
     whole, truncated = split_pairs(pairs)
@@ -132,7 +142,7 @@ def test_by_criterion_and_by_task():
 
 def test_verdict_agreement():
     entries = [entry(0, "a", "full"), entry(1, "a", "fail"), entry(2, "a", "no_diff"), entry(3, "a", "partial")]
-    results = {r["id"]: r for r in [result(0, "a", {}, verdict="full"), result(1, "a", {}, verdict="partial"),
+    results = {r.id: r for r in [result(0, "a", {}, verdict="full"), result(1, "a", {}, verdict="partial"),
                                     result(2, "a", {}, verdict="no_diff"), result(3, "a", {}, verdict="error")]}
     _, verdicts = build_pairs(entries, results, STEM)
     v = verdict_agreement(verdicts)
@@ -148,27 +158,25 @@ def test_short_message_prefers_the_E_line():
 
 def test_explain_failing_assertion_and_passing_checks():
     failing = crit(0.0, rationale="0 of 1 weighted checks pass", evidence=[
-        {"test": "t.py::test_accepts[fp8]", "status": "failed", "claim": "accepts fp8",
-         "message": "E   AssertionError: rejected fp8"}])
-    cause, text, fails = explain(Pair("x", "a", "c1", "met", "unmet", False), failing, {"apply": {}})
+        check("t.py::test_accepts[fp8]", "failed", "accepts fp8", "E   AssertionError: rejected fp8")])
+    cause, text, fails = explain(Pair("x", "a", "c1", "met", "unmet", False), failing, graded_with())
     assert cause == "failing_assertion"
     assert "test_accepts[fp8] fails with: AssertionError: rejected fp8" in text and "judge said met" in text
     assert fails[0]["claim"] == "accepts fp8"
-    passing = crit(1.0, evidence=[{"test": "t.py::test_ok", "status": "passed", "claim": ""}])
-    cause, text, _ = explain(Pair("x", "a", "c1", "unmet", "met", False), passing, {"apply": {}})
+    passing = crit(1.0, evidence=[check("t.py::test_ok", "passed")])
+    cause, text, _ = explain(Pair("x", "a", "c1", "unmet", "met", False), passing, graded_with())
     assert cause == "all_checks_pass" and "test_ok" in text
 
 
 def test_explain_crash_anchor_and_apply():
-    crash = crit(0.0, evidence=[{"test": "t.py::test_a", "status": "failed", "message": "E   ImportError: no x"}])
-    assert explain(Pair("x", "a", "c1", "met", "unmet", False), crash, {"apply": {}})[0] == "crash"
-    anchored = crit(0.0, rationale="anchor c1 (title) is unmet: the change adds no such mechanism")
-    assert explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, {"apply": {}})[0] == "anchor_unmet"
-    with_anchor = {"apply": {}, "criteria": {"c1": crash}}
-    text = explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, with_anchor)[1]
+    crash = crit(0.0, evidence=[check("t.py::test_a", "failed", message="E   ImportError: no x")])
+    assert explain(Pair("x", "a", "c1", "met", "unmet", False), crash, graded_with())[0] == "crash"
+    anchored = crit(0.0, rationale="anchor c1 (title) is unmet: the change adds no such mechanism", cid="c2")
+    assert explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, graded_with())[0] == "anchor_unmet"
+    text = explain(Pair("x", "a", "c2", "met", "unmet", False), anchored, graded_with({"c1": crash}))[1]
     assert "anchor c1 (title) is unmet (test_a fails: ImportError: no x)" in text
-    files = [{"path": "vllm/a.py", "hunks": [{"header": "@@ -1 +1 @@", "status": "failed"}]}]
-    cause, text, _ = explain(Pair("x", "a", "c1", "met", "unmet", False), crash, {"apply": {"files": files}})
+    files = [FileReport("vllm/a.py", "modified", [HunkReport("@@ -1 +1 @@", "failed")])]
+    cause, text, _ = explain(Pair("x", "a", "c1", "met", "unmet", False), crash, graded_with(files=files))
     assert cause == "apply_incomplete" and "vllm/a.py" in text
 
 
@@ -189,7 +197,7 @@ def doc():
                           entry(2, "a", "fail", c1=0, c2=None)]}
     results = [
         result(0, "a", {"c1": 1.0, "c2": crit(0.0, rationale="0 of 1 weighted checks pass; failing: test_b", evidence=[
-            {"test": "t.py::test_b", "status": "failed", "claim": "b <holds>", "message": "E   AssertionError: <b>"}])},
+            check("t.py::test_b", "failed", "b <holds>", "E   AssertionError: <b>")], cid="c2")},
             verdict="fail"),
         result(1, "a", {"c1": 0.0, "c2": 0.5}, truncated=True),
         result(2, "a", {"c1": 0.0, "c2": 1.0}, verdict="fail"),
@@ -247,11 +255,10 @@ def test_calibrate_command_end_to_end_with_results(tmp_path):
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"criteria": {}, "entries": [
         {"bundle_position": i, "task": "a", "overall": "no_diff"} for i in range(2)]}))
-    graded = [{"id": f"mini-{i:03d}", "task": "a", "verdict": "no_diff", "score": None, "criteria": {},
-               "apply": {"status": "empty", "truncated": False, "files": []}, "reference_summary": None}
+    graded = [CandidateResult(f"mini-{i:03d}", "a", "mini.txt", "no_diff", None, {}, ApplyReport("empty"), "")
               for i in range(2)]
     results = tmp_path / "results.json"
-    results.write_text(json.dumps({"candidates": graded}))
+    results.write_text(json.dumps({"candidates": [r.to_json() for r in graded]}))
     notes = tmp_path / "notes.toml"
     notes.write_text("")
     out = tmp_path / "out"

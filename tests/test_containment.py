@@ -353,12 +353,12 @@ def test_import_time_infinite_loop_cut_by_the_run_limit_is_an_honest_timeout(gra
     result, seconds = graded["import-loop-cut-by-the-limit"]
     assert seconds < LOOP_TIMEOUT + 60
     every = [e for c in result.criteria.values() for e in c.evidence]
-    assert any(e["status"] == "timeout" for e in every)
+    assert any(e.status == "timeout" for e in every)
     assert result.run_status == "timed_out" and result.summary.startswith("Timed out"), result.summary
     assert not any(c.status in ("unmet", "partial") for c in result.criteria.values()), result.summary
     for criterion in result.criteria.values():
         # Only a static check (it reads the source, nothing hung there) can still decide a criterion.
-        if not any("static" in e["kinds"] and e["status"] == "passed" for e in criterion.evidence):
+        if not any("static" in e.kinds and e.status == "passed" for e in criterion.evidence):
             assert criterion.status == "not_evaluated", (criterion.id, result.summary)
     assert result.verdict == "partial"
 
@@ -369,7 +369,7 @@ def test_import_time_infinite_loop_fails_its_checks_where_the_controls_import(gr
     reference and the base answered that call: every check that calls it fails (before budgets: ``partial``)."""
     result, _ = graded["import-loop"]
     assert result.verdict == "fail" and result.run_status == "complete", result.summary
-    messages = [e.get("message", "") for c in result.criteria.values() for e in c.evidence]
+    messages = [e.message for c in result.criteria.values() for e in c.evidence]
     assert any("never got ready" in m for m in messages), messages[:3]
     assert not any(c.status == "not_evaluated" for c in result.criteria.values()), result.summary
 
@@ -378,7 +378,7 @@ def test_import_time_infinite_loop_fails_its_checks_where_the_controls_import(gr
 def test_memory_hog_fails_its_criteria_with_memory_error(graded):
     result, _ = graded["memory-hog"]
     assert result.verdict == "fail"
-    assert any("MemoryError" in e.get("message", "") for c in result.criteria.values() for e in c.evidence)
+    assert any("MemoryError" in e.message for c in result.criteria.values() for e in c.evidence)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from grader.describe import code, describe_file
 from grader.ingest import parse_bundle
 from grader.one_candidate import BaseCache
 from grader.core.rubric import REPO_ROOT, all_tasks
-from grader.core.records import CriterionResult
+from grader.core.records import CriterionResult, EvidenceEntry
 from grader.summarize import assertion_line, failure_sentence, quote_assertion
 
 BEFORE = '''
@@ -156,7 +156,6 @@ def test_a_failure_that_only_quotes_a_traceback_is_told_by_the_exception_it_rais
                "AttributeError: module \\'triton\\' has no attribute \\'cdiv\\'']")
     said = assertion_line(message)
     assert said.startswith("AttributeError: module 'triton' has no attribute 'cdiv'") and "Traceback" not in said
-    criterion = CriterionResult("c1", "t", 0.0, "unmet", "0 of 1", [
-        {"test": "t.py::k", "status": "failed", "claim": "The kernel launches.", "weight": 1.0, "kinds": [],
-         "message": message}])
+    criterion = CriterionResult("c1", "t", 0.0, "unmet", "0 of 1",
+                                [EvidenceEntry("t.py::k", "failed", 1.0, "The kernel launches.", [], 0.0, message)])
     assert failure_sentence(criterion).startswith('"The kernel launches" does not hold (AttributeError: module')

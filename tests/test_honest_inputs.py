@@ -125,8 +125,8 @@ def test_a_whole_diff_whose_every_hunk_ends_early_is_not_applied(tree):
 # --- exit codes and CI outcomes ---------------------------------------------------------------------------------
 
 
-def record(cid: str, verdict: str, score: float | None, run_status: str = "complete") -> dict:
-    return {"id": cid, "task": "t", "verdict": verdict, "score": score, "run_status": run_status, "criteria": {}}
+def record(cid: str, verdict: str, score: float | None, run_status: str = "complete") -> records.CandidateResult:
+    return records.CandidateResult(cid, "t", f"{cid}.diff", verdict, score, {}, None, "", run_status=run_status)
 
 
 @pytest.mark.parametrize("records,fail_under,code", [

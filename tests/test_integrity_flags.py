@@ -107,16 +107,15 @@ def test_flags_reach_the_result_and_decide_nothing(tmp_path):
     candidate = Candidate("flagged", "x.diff", diff, task=None, task_reason="no task here")
     result, _ = grade_candidate(candidate, BaseCache(), GradingOptions(use_evidence_cache=False))
     assert result.verdict == "no_task" and [f.rule for f in result.integrity_flags] == ["ctypes"]
-    record = result.to_json()
-    assert record["integrity_flags"][0]["file"] == "vllm/x.py"
+    assert result.to_json()["integrity_flags"][0]["file"] == "vllm/x.py"
     import jsonschema
 
     run_info = {"grader_version": "x", "grader": grader_revision(), "started_at": started_at(), "gpu": "off",
                 "candidates": 1, "containment": "on", "fail_under": None, "exit_code": 0, "exit_reason": "0",
                 "timings": {"wall_s": 1.0}}
-    doc = json.loads(write_results_json(tmp_path, [record], run_info).read_text())
+    doc = json.loads(write_results_json(tmp_path, [result], run_info).read_text())
     jsonschema.validate(doc, json.loads((REPO_ROOT / "grader" / "schema" / "results.schema.json").read_text()))
-    write_html(tmp_path, [record], {}, {"flagged": diff})
+    write_html(tmp_path, [result], {}, {"flagged": diff})
     assert "&#9873; 1" in (tmp_path / "index.html").read_text()
     [page] = (tmp_path / "candidates").glob("*.html")
     assert "Tamper signals (1)" in page.read_text() and "import ctypes" in page.read_text()

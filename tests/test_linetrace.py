@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from dataclasses import asdict
 
 import pytest
 
@@ -107,7 +106,7 @@ def test_evidence_takes_lines_ran_from_the_last_phase_and_none_when_untraced():
 
 
 def without_traces(result) -> dict:
-    data = asdict(result)
+    data = result.to_json()
     data.pop("timings")
     for criterion in data["criteria"].values():
         for entry in criterion["evidence"]:
@@ -126,7 +125,7 @@ def test_tracing_never_changes_a_result(task, sample):
     traced, _ = grade_candidate(candidate, bases, GradingOptions(trace_lines=True, use_evidence_cache=False))
     untraced, _ = grade_candidate(candidate, bases, GradingOptions(trace_lines=False, use_evidence_cache=False))
     assert traced.verdict != "error", traced.summary
-    ran = [e.get("ran") for c in traced.criteria.values() for e in c.evidence]
+    ran = [e.ran for c in traced.criteria.values() for e in c.evidence]
     assert any(ran) and all(r is not None for r in ran)
-    assert all("ran" not in e for c in untraced.criteria.values() for e in c.evidence)
+    assert all(e.ran is None for c in untraced.criteria.values() for e in c.evidence)
     assert without_traces(traced) == without_traces(untraced)

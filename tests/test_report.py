@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader.cli import exit_code
-from grader.core.records import SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.core.records import (SCHEMA_VERSION, ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport,
+                                 HunkReport)
 from grader.report import (grader_revision, markdown_summary, page_name, started_at, write_html, write_junit,
                            write_results_json)
 
@@ -18,20 +20,19 @@ STATUSES = {"c1": ("met", 1.0), "c2": ("partial", 0.5), "c3": ("unmet", 0.0), "c
             "c5": ("met", 0.8)}
 
 
-def _result(cid: str, verdict: str = "partial") -> dict:
+def _result(cid: str, verdict: str = "partial") -> CandidateResult:
     criteria = {c: CriterionResult(c, f"title {c}", score, status, f"why {c}",
-                                   [{"test": f"t.py::test_{c}", "status": "passed" if status == "met" else "failed",
-                                     "weight": 1.0, "claim": f"claim {c}", "kinds": [], "message": "E  boom <x>",
-                                     "duration_s": 0.5}])
+                                   [EvidenceEntry(f"t.py::test_{c}", "passed" if status == "met" else "failed", 1.0,
+                                                  f"claim {c}", [], 0.5, "E  boom <x>")])
                 for c, (status, score) in STATUSES.items()}
     apply = ApplyReport("applied", "git apply",
                         [FileReport("vllm/a.py", "modified", [HunkReport("@@ -1,2 +1,2 @@", "applied")])])
     return CandidateResult(cid, "int8-kv-rounding", f"{cid}.diff", verdict, 0.575, criteria, apply,
-                           "A summary <b>with markup</b>.").to_json()
+                           "A summary <b>with markup</b>.")
 
 
 @pytest.fixture
-def results() -> list[dict]:
+def results() -> list[CandidateResult]:
     return [_result("b/second"), _result("a-first", "full")]
 
 
@@ -75,10 +76,10 @@ def test_junit_has_a_verdict_case_and_one_case_per_criterion_with_stable_names(t
 
 
 def test_junit_verdict_fails_exactly_where_the_exit_code_does(tmp_path, results):
-    failing = dict(results[0], id="int8-kv-rounding/low", verdict="fail", score=0.1)
-    cut = dict(results[0], id="cut", verdict="input_truncated", run_status="input_truncated",
-               summary="The input was cut off: nothing was graded.")
-    timed = dict(results[1], id="slow", verdict="partial", run_status="timed_out")
+    failing = replace(results[0], id="int8-kv-rounding/low", verdict="fail", score=0.1)
+    cut = replace(results[0], id="cut", verdict="input_truncated", run_status="input_truncated",
+                  summary="The input was cut off: nothing was graded.")
+    timed = replace(results[1], id="slow", verdict="partial", run_status="timed_out")
     everything = [*results, failing, cut, timed]
     for fail_under, failed in ((None, {"low"}), (0.5, {"low"}), (0.6, {"low", "a-first", "b.second"})):
         cases = junit_cases(write_junit(tmp_path / "junit.xml", everything, fail_under))
@@ -92,7 +93,7 @@ def test_junit_verdict_fails_exactly_where_the_exit_code_does(tmp_path, results)
 
 
 def test_junit_stays_well_formed_for_any_text(tmp_path, results):
-    hostile = dict(results[0], verdict="fail", summary="bad \x00\x1b[31m \ud800 & <x> ]]>")
+    hostile = replace(results[0], verdict="fail", summary="bad \x00\x1b[31m \ud800 & <x> ]]>")
     path = write_junit(tmp_path / "junit.xml", [hostile])
     ET.parse(path)
     assert "&lt;x&gt;" in path.read_text()
@@ -108,7 +109,7 @@ def test_exit_codes(results):
     assert exit_code(results, None) == 0
     assert exit_code(results, 0.5) == 0
     assert exit_code(results, 0.6) == 1
-    assert exit_code(results + [dict(results[0], verdict="error", id="z")], None) == 2
+    assert exit_code(results + [replace(results[0], verdict="error", id="z")], None) == 2
 
 
 def test_html_escapes_and_links(tmp_path, results):

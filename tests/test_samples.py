@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grader.core.records import Candidate
+from grader.core.records import Candidate, CandidateResult, CriterionResult
 from grader.sandbox.launch import start_warm_pool
 from grader.core.records import GradingOptions
 from grader.core.environment import detect_gpu
@@ -50,8 +50,8 @@ TASKS = sorted({task for task, _, _ in SAMPLES})
 
 
 @pytest.fixture(scope="session")
-def results() -> dict[tuple[str, str], dict]:
-    """Grade every sample once, two at a time; key (task, name) -> its result (``CandidateResult.to_json()``)."""
+def results() -> dict[tuple[str, str], CandidateResult]:
+    """Grade every sample once, two at a time; key (task, name) -> its result."""
     tasks, bases = all_tasks(), BaseCache()
     launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
     options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
@@ -70,7 +70,7 @@ def results() -> dict[tuple[str, str], dict]:
 
 
 @pytest.fixture(scope="session")
-def graded(results) -> dict[tuple[str, str], dict]:
+def graded(results) -> dict[tuple[str, str], dict[str, CriterionResult]]:
     """Key (task, name) -> criterion results."""
     return {key: result.criteria for key, result in results.items()}
 
@@ -108,18 +108,18 @@ CUT_MARKS = ("...", "\u2026", "and more", " ,", "( ", " )", "edits 1 in", "  ")
 @pytest.mark.slow
 @pytest.mark.parametrize("task,name", [(t, n) for t, n, _ in SAMPLES], ids=[f"{t}/{n}" for t, n, _ in SAMPLES])
 def test_every_summary_is_whole_sentences_naming_each_unmet_claim(results, task, name):
-    result = results[(task, name)].to_json()
-    summary = result["summary"]
+    result = results[(task, name)]
+    summary = result.summary
     assert summary.endswith(".") and summary[:1].isupper(), summary
     assert not [mark for mark in CUT_MARKS if mark in summary], summary
     # moe-swap-ab's c4/c5 claims are long; a summary naming every unmet claim stays within 260 words
     assert len(summary.split()) <= 260, summary
     assert "Verdict " in summary
-    for cid, criterion in result["criteria"].items():
-        if criterion["status"] in ("unmet", "partial") and not criterion["rationale"].startswith("anchor "):
-            entry = deciding_failure(criterion["evidence"])
+    for cid, criterion in result.criteria.items():
+        if criterion.status in ("unmet", "partial") and not criterion.rationale.startswith("anchor "):
+            entry = deciding_failure(criterion.evidence)
             assert entry is None or claim_of(entry) in summary, (cid, summary)
             # The index names the same claim for the criterion as the summary does.
             assert entry is None or claim_of(entry) in failing_claim(cid, criterion)
-        if criterion["status"] == "met":
-            assert criterion["title"] in summary, (cid, summary)
+        if criterion.status == "met":
+            assert criterion.title in summary, (cid, summary)

@@ -10,13 +10,15 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader import cli
 from grader.apply import apply_diff
-from grader.core.records import ApplyReport, Candidate, CandidateResult, CriterionResult, FileReport, HunkReport
+from grader.core.records import (ApplyReport, Candidate, CandidateResult, CriterionResult, EvidenceEntry, FileReport,
+                                 HunkReport)
 from grader.core.rubric import REPO_ROOT
 from grader.core.sanitize import TEXT_LIMIT, clean, clean_apply_report, clean_bytes, is_clean
 from grader.ingest import ingest, unique_ids
@@ -54,18 +56,18 @@ def test_clean_caps_length_and_says_so():
     assert len(out) <= TEXT_LIMIT and "more characters cut" in out and clean(out) == out
 
 
-def hostile_result(cid: str) -> dict:
+def hostile_result(cid: str) -> CandidateResult:
     """A result whose every candidate-chosen field holds the whole hostile corpus, as an older store or a bug
     upstream could hand the writers."""
     text = " | ".join(HOSTILE)
     criteria = {c: CriterionResult(c, f"title {c}", 0.0, "unmet", text,
-                                   [{"test": f"t.py::test_{c}", "status": "failed", "weight": 1.0, "claim": text,
-                                     "kinds": [], "message": text, "duration_s": 0.1}]) for c in ("c1", "c2")}
+                                   [EvidenceEntry(f"t.py::test_{c}", "failed", 1.0, text, [], 0.1, text)])
+                for c in ("c1", "c2")}
     apply = ApplyReport("applied", "git apply", [FileReport(f"vllm/{text}.py", "added",
                                                             [HunkReport("@@ -0,0 +1 @@", "applied", text)])],
                         message=text, neutralized=[f"{text}/conftest.py"])
     return CandidateResult(cid, "xpu-kv-cache-dtypes", text, "fail", 0.0, criteria, apply, text,
-                           reference_summary=text).to_json()
+                           reference_summary=text)
 
 
 HOSTILE_DIFF = ('diff --git "a/vllm/x\\377\\033[2J.py" "b/vllm/x\\377\\033[2J.py"\nnew file mode 100644\n'
@@ -83,7 +85,7 @@ def test_junit_is_well_formed_whatever_the_records_hold(tmp_path):
 def test_pages_and_results_are_written_whatever_the_records_and_diff_hold(tmp_path):
     results = [hostile_result("a \x1b[2J \ud800 id")]
     write_results_json(tmp_path, results, {})
-    index = write_html(tmp_path, results, {}, {results[0]["id"]: HOSTILE_DIFF})
+    index = write_html(tmp_path, results, {}, {results[0].id: HOSTILE_DIFF})
     pages = [index, *sorted((tmp_path / "candidates").glob("*.html"))]
     assert len(pages) == 2
     for page in pages:
@@ -91,14 +93,13 @@ def test_pages_and_results_are_written_whatever_the_records_and_diff_hold(tmp_pa
 
 
 def test_terminal_prints_no_control_character_from_a_candidate():
-    records = [{**hostile_result(f"id {text}"), "id": f"id {text}"} for text in HOSTILE]
+    records = [replace(hostile_result(f"id {text}"), id=f"id {text}") for text in HOSTILE]
     plain, tty = io.StringIO(), type("Tty", (io.StringIO,), {"isatty": lambda self: True})()
     for stream in (plain, tty):
         with observer_for(stream, len(records)) as observer:
             for n, rec in enumerate(records, 1):
-                observer.graded(Graded(Candidate(rec["id"], "x.diff", "+x\n", rec["task"]),
-                                       CandidateResult.from_json(rec)), n, len(records))
-        print_closing([CandidateResult.from_json(r) for r in records], f"2: broken for {records[0]['id']}", stream)
+                observer.graded(Graded(Candidate(rec.id, "x.diff", "+x\n", rec.task), rec), n, len(records))
+        print_closing(records, f"2: broken for {records[0].id}", stream)
     assert isinstance(observer_for(plain, 1).__enter__(), ProgressLines)
     for stream in (plain, tty):
         # rich draws with its own few sequences (colour, hide the cursor, erase and move up a line, CR): strip

@@ -61,13 +61,13 @@ def document(ids: list[str], commit: str = "abc", verdict: str = "full", **run) 
     return {"schema_version": "2.1", "run": {"grader": {"commit": commit}, "gpu": "no CUDA GPU", "containment": "x",
                                              "started_at": "2026-12-01T00:00:00+00:00", "timings": {"wall_s": 1.0},
                                              **run},
-            "candidates": [{"id": i, "task": TASK, "verdict": verdict, "score": 1.0, "run_status": "complete",
-                            "criteria": {}, "timings": {"tests_s": 1.0}} for i in ids]}
+            "candidates": [CandidateResult(i, TASK, f"{i}.diff", verdict, 1.0, {}, None, "",
+                                           timings={"tests_s": 1.0}).to_json() for i in ids]}
 
 
 def test_merge_joins_shards_and_refuses_mixed_graders_or_disagreeing_results():
     merged = merge_documents({Path("a"): document(["x", "y"]), Path("b"): document(["z", "y"])})
-    assert [r["id"] for r in merged.results] == ["x", "y", "z"]
+    assert [r.id for r in merged.results] == ["x", "y", "z"]
     assert merged.origin["z"] == Path("b") and len(merged.run_info["merged_from"]) == 2
     with pytest.raises(MergeError, match="another grader"):
         merge_documents({Path("a"): document(["x"]), Path("b"): document(["z"], commit="def")})
@@ -76,6 +76,13 @@ def test_merge_joins_shards_and_refuses_mixed_graders_or_disagreeing_results():
     cut = merge_documents({Path("a"): document(["x"]),
                            Path("b"): document(["z"], incomplete={"reason": "SIGINT", "not_graded": ["w"]})})
     assert cut.run_info["incomplete"]["not_graded"] == ["w"] and cut.run_info["candidates"] == 3
+
+
+def test_merge_refuses_a_candidate_that_is_not_a_result_of_this_schema():
+    older = document(["y"])
+    older["candidates"][0]["weight"] = 1.0  # a field no result has
+    with pytest.raises(MergeError, match=r"b/results.json: a candidate is not a result .*unknown field 'weight'"):
+        merge_documents({Path("a"): document(["x"]), Path("b"): older})
 
 
 def test_pace_counts_only_candidates_graded_in_this_run():

@@ -45,8 +45,8 @@ def test_weighted_share():
     outcomes = [out("a", "passed", c1=3), out("b", "failed", c1=1), out("c", "passed", c2=1)]
     r = score_from_outcomes("c1", "t", outcomes)
     assert r.score == 0.75 and r.status == "met"
-    assert [e["test"] for e in r.evidence] == ["tests/test_x.py::a", "tests/test_x.py::b"]
-    assert r.evidence[0]["claim"] == "claim of a" and r.evidence[0]["weight"] == 3
+    assert [e.test for e in r.evidence] == ["tests/test_x.py::a", "tests/test_x.py::b"]
+    assert r.evidence[0].claim == "claim of a" and r.evidence[0].weight == 3
     assert "3 of 4" in r.rationale and "b" in r.rationale
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader.calibrate import candidate_id
-from grader.core.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
-from grader.report import page_name, write_html
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport
+from grader.report import page_name, write_html, write_junit, write_results_json
 from grader.core.rubric import all_tasks
 from grader.scorecard import (CHROMIUM_FLAGS, agreement, build_candidate, build_diff, build_index, collapse_skips,
                               named_places, reason, system_chromium, verdict_sentence)
@@ -25,11 +25,8 @@ HIDDEN = f"{TASK}/tests/test_int8_rounding.py"
 GPU_SKIP = "Skipped: needs a CUDA GPU: GPU evidence is switched off for this run"
 
 
-def check(test: str, status: str, claim: str = "", message: str = "", weight: float = 1.0) -> dict:
-    entry = {"test": f"{HIDDEN}::{test}", "status": status, "weight": weight, "claim": claim, "kinds": []}
-    if message:
-        entry["message"] = message
-    return entry
+def check(test: str, status: str, claim: str = "", message: str = "", weight: float = 1.0) -> EvidenceEntry:
+    return EvidenceEntry(f"{HIDDEN}::{test}", status, weight, claim, [], 0.0, message)
 
 
 def pytest_failure(assertion: str, frames: list[tuple[str, int]] = ()) -> str:
@@ -39,7 +36,7 @@ def pytest_failure(assertion: str, frames: list[tuple[str, int]] = ()) -> str:
             f"E       AssertionError: {assertion}\nE       assert 2 == 3\n{trace}\n{HIDDEN}:70: AssertionError")
 
 
-def criterion(cid: str, status: str, score: float | None, evidence: list[dict], rationale: str = "",
+def criterion(cid: str, status: str, score: float | None, evidence: list[EvidenceEntry], rationale: str = "",
               coverage: float = 1.0, not_run: dict | None = None) -> CriterionResult:
     return CriterionResult(cid, f"title of {cid}", score, status, rationale or f"{status} per its checks", evidence,
                            coverage, not_run or {})
@@ -71,7 +68,9 @@ def apply_report(second: str = "applied", detail: str = "", truncated: bool = Fa
 
 
 def result(cid: str = "cand-1", verdict: str = "partial", criteria: dict | None = None, apply=None,
-           task: str | None = TASK, score: float | None = 0.6, **extra) -> dict:
+           task: str | None = TASK, score: float | None = 0.6,
+           summary: str = "The patch rounds `x.to(tl.int8)` first. Value rounding is missing (\"c3. cut\").",
+           **extra) -> CandidateResult:
     criteria = criteria if criteria is not None else {
         "c1": criterion("c1", "met", 1.0, [check("test_rounds", "passed", "Keys are rounded")]),
         "c2": criterion("c2", "met", 1.0, [check("test_clamped", "passed", "Stays clamped")]),
@@ -82,9 +81,7 @@ def result(cid: str = "cand-1", verdict: str = "partial", criteria: dict | None 
         "c5": criterion("c5", "met", 1.0, [check("test_negative", "passed", "Negatives round")]),
     }
     return CandidateResult(cid, task, f"{cid}.diff", verdict, score, criteria,
-                           apply if apply is not None else apply_report(),
-                           "The patch rounds `x.to(tl.int8)` first. Value rounding is missing (\"c3. cut\").",
-                           **extra).to_json()
+                           apply if apply is not None else apply_report(), summary, **extra)
 
 
 # ---------------------------------------------------------------- reasons
@@ -130,16 +127,14 @@ def test_reason_skips_a_conditional_criterion_that_lost_only_to_its_anchor():
      "applied in part: 1 of 2 hunks failed; c3: "),
 ])
 def test_reason_says_what_kept_the_row_from_full(changes, expected):
-    r = result()
-    r.update({k: asdict(v) if isinstance(v, ApplyReport) else v for k, v in changes.items()})
-    assert reason(r, {"c1"}).startswith(expected)
+    assert reason(replace(result(), **changes), {"c1"}).startswith(expected)
 
 
 def test_reason_of_a_partial_without_failures_names_what_was_not_evaluated_and_full_has_none():
     only_gpu_missing = result(criteria={"c1": criterion("c1", "met", 1.0, []),
                                         "c4": criterion("c4", "not_evaluated", None, [], coverage=0.0)})
     assert reason(only_gpu_missing, {"c1"}) == "all met where evaluated; c4 not evaluated"
-    skipped = [dict(check(f"test_gpu[{n}]", "skipped", message=GPU_SKIP), kinds=["gpu"]) for n in range(5)]
+    skipped = [replace(check(f"test_gpu[{n}]", "skipped", message=GPU_SKIP), kinds=["gpu"]) for n in range(5)]
     thin = result(criteria={"c1": criterion("c1", "met", 1.0, [*skipped, check("test_t", "timeout")], coverage=0.6,
                                             not_run={"gpu": 5, "timeout": 1}),
                             "c4": criterion("c4", "met", 0.77, [])})
@@ -331,7 +326,7 @@ def test_without_an_apply_report_for_a_hunk_only_the_file_is_linked():
 
 
 def traced(ran, diff: str = DIFF, message: str = "E   AssertionError: value cache truncates"):
-    entry = dict(check("test_v", "failed", "Values round", message), **({"ran": ran} if ran is not None else {}))
+    entry = replace(check("test_v", "failed", "Values round", message), ran=ran)
     page = build_candidate(result(criteria={"c3": criterion("c3", "unmet", 0.0, [entry])}), diff)
     return page, page.criteria[0].evidence[0]
 
@@ -370,8 +365,8 @@ def test_where_the_diff_also_changes_untraceable_files_none_ran_says_which_lines
 
 
 def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(tmp_path):
-    ran = dict(check("test_v", "failed", "Values round"), ran={FILE: [43]})
-    idle = dict(check("test_w", "failed", "Keys round"), ran={})
+    ran = replace(check("test_v", "failed", "Values round"), ran={FILE: [43]})
+    idle = replace(check("test_w", "failed", "Keys round"), ran={})
     r = result("ran", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [ran, idle])})
     write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": DIFF})
     html = (tmp_path / "candidates" / page_name("ran")).read_text()
@@ -381,17 +376,16 @@ def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(t
 
 
 def test_the_diff_view_keeps_stray_lines_and_hunks_the_preview_cut_inside_the_header():
-    apply = {"status": "partial", "truncated": True, "files": [
-        {"path": FILE, "change": "modified", "hunks": [
-            {"header": "@@ -10,3 +10,5 @@ def store(x):", "status": "applied", "detail": ""},
-            {"header": "@@ -40,4 +42,4 @@ def kernel(x):", "status": "applied", "detail": ""}]},
-        {"path": "vllm/b.py", "change": "modified",
-         "hunks": [{"header": "", "status": "truncated", "detail": "cut off inside the file header; no hunk shown"}]}]}
+    apply = ApplyReport("partial", files=[
+        FileReport(FILE, "modified", [HunkReport("@@ -10,3 +10,5 @@ def store(x):", "applied"),
+                                      HunkReport("@@ -40,4 +42,4 @@ def kernel(x):", "applied")]),
+        FileReport("vllm/b.py", "modified",
+                   [HunkReport("", "truncated", "cut off inside the file header; no hunk shown")])], truncated=True)
     view = build_diff("A preamble line\n" + DIFF + "diff --git a/vllm/b.py b/vllm/b.py\n", apply)
     assert view.stray_lines == 1
     assert [f.path for f in view.files] == [FILE, "vllm/b.py"]
     assert [h.status for h in view.files[0].hunks] == ["applied", "applied"]
-    assert [u["detail"] for u in view.files[1].unshown] == ["cut off inside the file header; no hunk shown"]
+    assert [u.detail for u in view.files[1].unshown] == ["cut off inside the file header; no hunk shown"]
     assert view.hunk_statuses == [("applied", 2)]
 
 
@@ -402,10 +396,10 @@ HOSTILE_ID = 'x"><script>alert(1)</script>'
 HOSTILE_DIFF = DIFF.replace("    e = 5", "    e = '</script><img src=x onerror=alert(2)>'")
 
 
-def every_kind_of_result() -> list[dict]:
+def every_kind_of_result() -> list[CandidateResult]:
     hostile = result(HOSTILE_ID, "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [
-        check("t<b>", "failed", "claim </script><b>", "E   AssertionError: <img src=x onerror=alert(3)>")])})
-    hostile["summary"] = "Summary </script><script>alert(4)</script>."
+        check("t<b>", "failed", "claim </script><b>", "E   AssertionError: <img src=x onerror=alert(3)>")])},
+                     summary="Summary </script><script>alert(4)</script>.")
     cut = apply_report("truncated", "cut off after 3 lines; not applied", truncated=True)
     return [
         result("full-one", "full", criteria={c: criterion(c, "met", 1.0, [check(f"t_{c}", "passed", "ok")])
@@ -424,7 +418,7 @@ def every_kind_of_result() -> list[dict]:
 
 def write_every_kind(out: Path, judge: dict | None = None) -> Path:
     results = every_kind_of_result()
-    diffs = {r["id"]: HOSTILE_DIFF if r["id"] == HOSTILE_ID else DIFF for r in results if r["id"] != "empty"}
+    diffs = {r.id: HOSTILE_DIFF if r.id == HOSTILE_ID else DIFF for r in results if r.id != "empty"}
     run = {"grader_version": "x", "gpu": "off", "candidates": len(results) + 1,
            "incomplete": {"reason": "interrupted by SIGINT", "not_graded": ["never</script>"]}}
     return write_html(out, results, run, diffs, judge)
@@ -587,10 +581,10 @@ def long_diff(lines: int = 320) -> str:
                    f"@@ -1,1 +1,{lines + 1} @@\n def f():\n{body}")
 
 
-def ran_result(cid: str = "ran") -> dict:
-    ran = dict(check("test_v", "failed", "Values round", "E   AssertionError: value cache truncates"),
-               ran={FILE: [43]})
-    idle = dict(check("test_w", "failed", "Keys round", "E   AssertionError: key cache truncates"), ran={})
+def ran_result(cid: str = "ran", ran_lines: dict[str, list[int]] | None = None) -> CandidateResult:
+    ran = replace(check("test_v", "failed", "Values round", "E   AssertionError: value cache truncates"),
+                  ran=ran_lines or {FILE: [43]})
+    idle = replace(check("test_w", "failed", "Keys round", "E   AssertionError: key cache truncates"), ran={})
     apply = ApplyReport("applied", "git apply", [
         FileReport(FILE, "modified", [HunkReport("@@ -10,3 +10,5 @@ def store(x):", "applied"),
                                       HunkReport("@@ -40,4 +42,4 @@ def kernel(x):", "applied")]),
@@ -608,6 +602,35 @@ def test_a_long_diff_gets_a_file_list_and_collapses_the_files_no_failing_check_t
     html = (tmp_path / "candidates" / page_name("ran")).read_text()
     assert '<nav class="diff-toc"' in html and f'<a href="#{second.anchor}"><code>{OTHER}</code></a>' in html
     assert html.count('<details class="file-body" open>') == 1 and html.count('<details class="file-body">') == 1
+
+
+def write_every_report(out: Path, results: list[CandidateResult]) -> list[Path]:
+    """results.json, the pages and the JUnit file of ``results``, with the run facts of a merge (no clock)."""
+    run = {"grader_version": "x", "gpu": "off", "candidates": len(results), "started_at": "2026-12-01T21:00:00+00:00"}
+    diffs = {r.id: long_diff() if r.id == "ran" else HOSTILE_DIFF if r.id == HOSTILE_ID else DIFF for r in results}
+    write_results_json(out, results, run)
+    write_html(out, results, run, diffs)
+    write_junit(out / "junit.xml", results, 0.5, run["started_at"])
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def test_reports_from_results_json_read_back_are_the_reports_of_the_records(tmp_path):
+    """The writers read records only: results.json read back (what a merge does) gives the same files, byte for
+    byte, as the records it was written from, and a result still in its JSON form is refused, not half-read."""
+    records = [*every_kind_of_result(), ran_result()]
+    written = write_every_report(tmp_path / "graded", records)
+    document = json.loads((tmp_path / "graded" / "results.json").read_text())
+    read_back = [CandidateResult.from_json(c) for c in document["candidates"]]
+    again = write_every_report(tmp_path / "read-back", read_back)
+    assert [p.relative_to(tmp_path / "graded") for p in written] == [p.relative_to(tmp_path / "read-back")
+                                                                      for p in again]
+    assert len(written) > len(records) + 2
+    for first, second in zip(written, again):
+        assert first.read_bytes() == second.read_bytes(), first.name
+    with pytest.raises(AttributeError):
+        write_junit(tmp_path / "dicts.xml", document["candidates"])
+    with pytest.raises(AttributeError):
+        build_index(document["candidates"], page_name)
 
 
 def test_the_index_marks_cut_previews_for_the_input_filter(tmp_path):
@@ -636,9 +659,7 @@ def test_a_failing_check_links_to_the_hunk_that_ran_and_back(browser, tmp_path, 
 
 @pytest.mark.browser
 def test_a_link_into_a_collapsed_file_opens_it(browser, tmp_path):
-    r = ran_result()
-    r["criteria"]["c3"]["evidence"][0]["ran"] = {OTHER: [2]}
-    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    write_html(tmp_path, [ran_result(ran_lines={OTHER: [2]})], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
     path = tmp_path / "candidates" / page_name("ran")
     page, problems = open_page(browser, path, 1280)
     assert page.locator("#hunk-2-1").is_visible()  # the file it ran in is open: a failing check links it

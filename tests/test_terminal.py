@@ -24,7 +24,8 @@ def record(cid: str, verdict: str, score: float | None, **extra) -> CandidateRes
 
 
 FAILED_C1 = {"c1": {"id": "c1", "title": "Keys", "score": 0.5, "status": "unmet", "rationale": "1 of 2 checks failed",
-                    "evidence": [{"status": "failed", "claim": "Keys are rounded to nearest.", "test": "t::k"}]}}
+                    "evidence": [{"status": "failed", "claim": "Keys are rounded to nearest.", "test": "t::k",
+                                  "weight": 1.0, "kinds": [], "duration_s": 0.1}]}}
 
 
 def graded(rec: CandidateResult, stored: bool = False) -> Graded:

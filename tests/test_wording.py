@@ -3,7 +3,9 @@ the one claim chosen for a failed criterion, and summaries that say what was ver
 
 from __future__ import annotations
 
-from grader.core.records import ApplyReport, CandidateResult, CriterionResult, FileReport, HunkReport
+from dataclasses import replace
+
+from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport
 from grader.core.rubric import all_tasks
 from grader.describe import describe_file
 from grader.many_candidates import Graded
@@ -16,9 +18,8 @@ TASK = "xpu-kv-cache-dtypes"
 FILE = "vllm/v1/attention/backends/triton_attn.py"
 
 
-def entry(test: str, status: str, claim: str = "", message: str = "", kinds=()) -> dict:
-    return {"test": f"{TASK}/tests/test_k.py::{test}", "status": status, "weight": 1.0, "claim": claim,
-            "kinds": list(kinds), **({"message": message} if message else {})}
+def entry(test: str, status: str, claim: str = "", message: str = "", kinds=()) -> EvidenceEntry:
+    return EvidenceEntry(f"{TASK}/tests/test_k.py::{test}", status, 1.0, claim, list(kinds), 0.0, message)
 
 
 def criterion(cid: str, status: str, score, evidence, rationale: str = "", coverage: float = 1.0,
@@ -55,7 +56,7 @@ def all_met_but_gpu() -> CandidateResult:
 
 
 def test_a_partial_short_of_full_only_by_checks_not_run_reads_as_all_met_where_evaluated():
-    data = all_met_but_gpu().to_json()
+    data = all_met_but_gpu()
     assert verdict_phrase(data) == "all met where evaluated; 5 GPU checks not run; c5 not evaluated"
     assert verdict_line(data) == "partial (all met where evaluated; 5 GPU checks not run; c5 not evaluated)"
     assert reason(data, {"c1"}) == verdict_phrase(data)
@@ -70,12 +71,13 @@ def test_a_partial_short_of_full_only_by_checks_not_run_reads_as_all_met_where_e
 
 def test_a_check_evidencing_two_criteria_counts_once_among_those_not_run():
     shared = entry("test_both_gpu", "skipped", message=GPU_SKIP, kinds=["gpu"])
-    criteria = {"c1": {"evidence": [shared, entry("a", "passed")]}, "c2": {"evidence": [shared]}}
+    criteria = {"c1": criterion("c1", "met", 1.0, [shared, entry("a", "passed")]),
+                "c2": criterion("c2", "not_evaluated", None, [shared])}
     assert checks_not_run(criteria) == {"gpu": 1}
 
 
 def test_a_check_the_grader_did_not_run_is_named_as_the_graders_not_the_candidates():
-    criteria = {"c1": {"evidence": [entry("a", "passed"), entry("b", "not_run"), entry("c", "timeout")]}}
+    criteria = {"c1": criterion("c1", "met", 1.0, [entry("a", "passed"), entry("b", "not_run"), entry("c", "timeout")])}
     counts = checks_not_run(criteria)
     assert counts == {"not_run": 1, "timeout": 1}
     assert not_run_phrase(counts) == "1 check timed out, 1 check not run (the grader's fault)"
@@ -84,12 +86,12 @@ def test_a_check_the_grader_did_not_run_is_named_as_the_graders_not_the_candidat
 def test_input_truncated_and_no_task_read_as_their_verdicts():
     for verdict, words in (("input_truncated", "input truncated"), ("no_task", "no task")):
         result = candidate(verdict, None, {})
-        assert verdict_line(result.to_json()) == words
+        assert verdict_line(result) == words
         assert f"{verdict} -" in candidate_line(Graded(None, result), 1, 1)
 
 
 def test_other_verdicts_read_as_verdict_and_score():
-    data = candidate("fail", 0.0, {"c1": criterion("c1", "unmet", 0.0, [entry("t", "failed", "claim")])}).to_json()
+    data = candidate("fail", 0.0, {"c1": criterion("c1", "unmet", 0.0, [entry("t", "failed", "claim")])})
     assert verdict_line(data) == "fail 0.00" and build_index([data], str).tables[0].rows[0].phrase == ""
 
 
@@ -107,7 +109,7 @@ def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_
     c1 = criterion("c1", "unmet", 0.0, [timeout, entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8.",
                                                        "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU"),
                                         entry("test_fp8[fp8]", "failed", "The backend accepts fp8.")])
-    c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"), dict(
+    c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"), replace(
         entry("test_b", "failed", "Both sites agree", "E   AssertionError: " + "the store disagrees, " * 12),
         ran={})])
     criteria = {"c1": c1, "c2": met("c2"), "c3": met("c3"), "c4": met("c4"), "c5": c5}
@@ -119,9 +121,8 @@ def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_
            "hold (the store disagrees" in summary
     assert "none of the diff's lines ran in the failing checks" in summary
     assert "..." not in summary and "Times out first" not in summary
-    data = result.to_json()
-    assert deciding_failure(data["criteria"]["c1"]["evidence"])["test"].endswith("[fp8_e5m2]")
-    assert reason(data, {"c1", "c2"}) == "c1: \u201cThe backend accepts fp8\u201d does not hold"
+    assert deciding_failure(result.criteria["c1"].evidence).test.endswith("[fp8_e5m2]")
+    assert reason(result, {"c1", "c2"}) == "c1: \u201cThe backend accepts fp8\u201d does not hold"
 
 
 def test_descriptions_never_cut_a_fragment_or_leave_a_count_without_its_noun():
