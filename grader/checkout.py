@@ -1,4 +1,5 @@
-"""Pinned vLLM bases: download the sdist, verify it, unpack, overlay, commit, and prove every expected blob.
+"""Pinned vLLM bases: download the sdist, verify it, unpack, overlay, prove every expected blob, commit; on each
+reuse, prove the tree whole (its manifest of every file) and its blobs again, else build it anew.
 
 A built base is a git repository under the cache dir; each candidate gets a private copy of its files, a
 repository of its own that borrows the base's objects (``grader.apply.make_tree``), so the base itself is never

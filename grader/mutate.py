@@ -19,26 +19,33 @@ task's base that the hidden tests should tell apart from the reference. Operator
 - ``not-in-to-in``, ``in-to-not-in`` (a membership test negated, never a ``for``'s ``in``), ``drop-element``
   (one element left out of a literal set, tuple or list that a membership test reads);
 - ``shift-constant``: an integer constant in a comparison moved by one either way (``n`` -> ``n+1``, ``n-1``);
-- ``drop-guard`` (an added ``if`` whose block only returns, raises, continues or breaks, dropped whole) and
-  ``drop-exit`` (the ``return``/``raise`` of a one-line guard, or one spanning lines, replaced by ``pass``);
+- ``drop-guard`` (an added ``if`` whose block only returns, raises, continues or breaks, dropped whole, on one
+  line or several) and ``drop-exit`` (the exit of a one-line guard, or an added ``return``/``raise`` that spans
+  lines, replaced by ``pass``);
 - ``widen-except`` (``except X`` -> ``except Exception``, an ``as`` name kept) and ``drop-handler`` (an added
   handler deleted where its ``try`` keeps another, else replaced by ``finally: pass``, so the exception goes on);
 - ``delete-call``: an added call statement that spans lines replaced by ``pass``.
 
-Only code is mutated: comments, string literals and docstrings are masked out. Every mutant is built on the
-diff text (``grader.diffparse``) with its hunk headers recounted, so ``git apply`` takes it as it is.
+Every file of the reference can be left out (``drop-file``, ``drop-hunk``); the other operators change only the
+added lines of Python files, and only their code: comments, string literals and docstrings are masked out. Every
+mutant is built on the diff text (``grader.diffparse``) with its hunk headers recounted, so ``git apply`` takes
+it as it is.
 
 A mutant id is ``<operator>:<path>[:h<hunk>[:l<line>[:<k>]]]`` with 0-based hunk index within the file,
-0-based line index within the hunk body, and ``k`` the occurrence on that line when an operator matches more
-than once: ids depend on the reference diff alone, so they stay stable between runs. Two operators that give the
-same diff text keep the first mutant (operators are tried in the order above).
+0-based line index within the hunk body, and ``k`` (1, 2, ...) the second and later matches of one operator on
+that line: ids depend on the reference diff alone, so they stay stable between runs. Mutants come whole files
+first, then hunks, then each hunk's line mutants by operator in the order above; two that give the same diff
+text keep the first.
 
 Grading (``run_mutate``): the reference and each mutant are graded as ``grade`` grades a candidate, through
-``many_candidates.grade_many`` (CPU evidence, the local backend, no results store). Only criteria *met* on the reference count; a mutant is *caught* when at least one of
-them is no longer met (``partial`` or ``unmet``), *not_applicable* when it does not apply cleanly or every
-evaluated test errors on import, *equivalent* when it is missed but listed in
-``rubrics/<task>/equivalent-mutants.toml`` (``"<mutant-id>" = "reason"``; a key may be an ``fnmatch`` pattern),
-and *missed* otherwise. Mutation score = caught / (graded - not_applicable - equivalent).
+``many_candidates.grade_many`` (CPU evidence, the local backend, the evidence cache unless ``--no-cache``, no
+results store). Only criteria *met* on the reference count; a mutant is *caught* when at least one of them is no
+longer met (``partial`` or ``unmet``), *not_applicable* when it does not apply cleanly, no hidden test ran, or
+every evaluated test errors on import, *equivalent* when it is missed but listed in
+``rubrics/<task>/equivalent-mutants.toml`` (``"<mutant-id>" = "reason"``; a key with ``*``, ``?`` or ``[`` is an
+``fnmatch`` pattern), and *missed* otherwise; *error* where its grading broke, and *not_graded* where ``--limit``
+left it out (source files under ``vllm/`` are graded first). Mutation score = caught / (graded - not_applicable -
+equivalent), where graded counts neither errors nor those not graded.
 """
 
 from __future__ import annotations
@@ -630,7 +637,8 @@ def _dropped_handler(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> li
 
 
 def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = None) -> list[Mutant]:
-    """Every mutant of ``diff``, in operator order; ``base_source(path)`` (optional) tells docstring state."""
+    """Every mutant of ``diff``, in the module docstring's order; ``base_source(path)`` (optional) tells
+    docstring state."""
     sections = [s for s in parse_sections(diff) if s.hunks or s.header]
     made: list[Mutant] = []
     for fi, section in enumerate(sections):
