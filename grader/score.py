@@ -36,10 +36,11 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> EvidenceEntry:
                          round(outcome.duration, 3), outcome.message[-1500:], outcome.ran)
 
 
-def _not_run_reason(outcome: TestOutcome) -> str:
-    if outcome.status in ("timeout", "not_run"):
-        return outcome.status
-    return "gpu" if "gpu" in outcome.kinds else "skipped"
+def not_run_reason(check: TestOutcome | EvidenceEntry) -> str:
+    """Why a check that was not evaluated did not run: ``timeout``, ``not_run`` (the grader's), ``gpu``, ``skipped``."""
+    if check.status in ("timeout", "not_run"):
+        return check.status
+    return "gpu" if "gpu" in check.kinds else "skipped"
 
 
 def stood_in_for(listed: list[tuple[TestOutcome, float]]) -> set[str]:
@@ -60,7 +61,7 @@ def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> Cr
     evaluated = [(o, w) for o, w in relevant if o.status in EVALUATED]
     total = sum(w for _, w in evaluated)
     everything = sum(w for _, w in relevant)
-    not_run = dict(Counter(_not_run_reason(o) for o, _ in relevant if o.status not in EVALUATED))
+    not_run = dict(Counter(not_run_reason(o) for o, _ in relevant if o.status not in EVALUATED))
     coverage = round(total / everything, 4) if everything > 0 else 0.0
     if not evaluated or total <= 0:
         # A time-out is named first: it is why this run has no evidence, whatever else would not have run here.

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections import Counter
 
 from grader.core.records import CandidateResult, CriterionResult, EvidenceEntry
-from grader.score import FULL_AT
+from grader.score import EVALUATED, FULL_AT, not_run_reason
 
-EVALUATED = ("passed", "failed", "error")
 DECIDING = ("failed", "error")
 NOT_RUN_WORDS = {"gpu": ("GPU check", "not run"), "timeout": ("check", "timed out"),
                  "not_run": ("check", "not run (the grader's fault)"), "skipped": ("check", "skipped")}
@@ -29,12 +28,6 @@ def deciding_failure(evidence: list[EvidenceEntry]) -> EvidenceEntry | None:
 def claim_of(evidence: EvidenceEntry) -> str:
     """What a check claims, in the rubric's words: its docstring's first line, else its test's name."""
     return (evidence.claim or evidence.test.rsplit("::", 1)[-1]).strip().rstrip(".")
-
-
-def not_run_reason(evidence: EvidenceEntry) -> str:
-    if evidence.status in ("timeout", "not_run"):
-        return evidence.status
-    return "gpu" if "gpu" in evidence.kinds else "skipped"
 
 
 def checks_not_run(criteria: dict[str, CriterionResult]) -> Counter:
