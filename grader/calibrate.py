@@ -473,6 +473,7 @@ def grade_bundle(args) -> Path | None:
 
 def run_calibrate(args) -> int:
     from grader.ingest import IngestError, ingest
+    from grader.report import results_of
 
     try:
         labels = json.loads(args.labels.read_text(encoding="utf-8"))
@@ -486,7 +487,7 @@ def run_calibrate(args) -> int:
             return 2
     try:
         document = json.loads(results_path.read_text(encoding="utf-8"))
-        results = [CandidateResult.from_json(r) for r in document["candidates"]]
+        results = results_of(document)
     except (OSError, json.JSONDecodeError, KeyError, TypeError, RecordError) as exc:
         print(f"error: cannot read results {results_path}: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grader.core.paths import output_folder, page_name
 from grader.core.records import CandidateResult, RecordError
-from grader.report import comparable
+from grader.report import comparable, results_of
 
 
 class MergeError(Exception):
@@ -58,7 +58,7 @@ def read_results(out: Path, document: dict) -> list[CandidateResult]:
     """The candidates of one output's results.json as records; one that is not a result of this schema is
     refused, naming the output."""
     try:
-        return [CandidateResult.from_json(result) for result in document["candidates"]]
+        return results_of(document)
     except RecordError as exc:
         raise MergeError(f"{out / 'results.json'}: a candidate is not a result of this grader ({exc})") from None
 

@@ -79,6 +79,13 @@ def results_document(results: list[CandidateResult], run_info: dict) -> dict:
     }
 
 
+def results_of(document: dict) -> list[CandidateResult]:
+    """The candidates of a results.json document as records (``results_document``'s inverse); one that is not a
+    result of this schema raises ``RecordError`` (a ``KeyError`` or ``TypeError`` for a document with no
+    candidates list)."""
+    return [CandidateResult.from_json(result) for result in document["candidates"]]
+
+
 def write_results_json(out: Path, results: list[CandidateResult], run_info: dict) -> Path:
     path = out / "results.json"
     atomic_write(path, json.dumps(results_document(results, run_info), indent=2, sort_keys=True) + "\n")

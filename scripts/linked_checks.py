@@ -16,16 +16,18 @@ import json
 import sys
 from pathlib import Path
 
+from grader.core.records import CandidateResult
 from grader.ingest import parse_bundle
+from grader.report import results_of
 from grader.scorecard import build_candidate, input_kind, known_tasks
 
 
-def count(results: list[dict], diffs: dict[str, str]) -> dict[str, dict[str, int]]:
+def count(results: list[CandidateResult], diffs: dict[str, str]) -> dict[str, dict[str, int]]:
     """Per input kind ("all", "whole", "cut"): failing checks, those linked to a hunk, those saying none ran."""
     tasks = known_tasks()
     totals = {kind: {"failing": 0, "hunk": 0, "none_ran": 0, "candidates": 0} for kind in ("all", "whole", "cut")}
     for result in results:
-        page = build_candidate(result, diffs.get(result["id"], ""), None, tasks)
+        page = build_candidate(result, diffs.get(result.id, ""), None, tasks)
         for kind in ("all", input_kind(result)):
             totals[kind]["failing"] += page.failing_checks
             totals[kind]["hunk"] += page.hunk_linked_checks
@@ -46,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--bundle", type=Path)
     args = parser.parse_args(argv)
-    results = json.loads((args.out / "results.json").read_text())["candidates"]
+    results = results_of(json.loads((args.out / "results.json").read_text()))
     if args.bundle:
         diffs = {c.id: c.diff for c in parse_bundle(args.bundle)}
     else:
-        diffs = {r["id"]: Path(r["source"]).read_text() for r in results if Path(r["source"]).is_file()}
+        diffs = {r.id: Path(r.source).read_text() for r in results if Path(r.source).is_file()}
     for kind, found in count(results, diffs).items():
         print(line(kind, found))
     return 0

@@ -25,20 +25,21 @@ from playwright.sync_api import sync_playwright
 
 from grader.calibrate import candidate_id
 from grader.ingest import parse_bundle
-from grader.report import page_name, write_html
+from grader.core.records import CandidateResult
+from grader.report import page_name, results_of, write_html
 from grader.scorecard import CHROMIUM_FLAGS, system_chromium
 
 WIDTHS = (1280, 390)
 VERDICTS = ("full", "partial", "fail")
 
 
-def pick_candidates(results: list[dict], chosen: dict[str, str | None]) -> dict[str, str]:
+def pick_candidates(results: list[CandidateResult], chosen: dict[str, str | None]) -> dict[str, str]:
     """verdict -> candidate id: the one asked for, else the first by id with that verdict."""
     picked = {}
     for verdict in VERDICTS:
-        ids = sorted(r["id"] for r in results if r["verdict"] == verdict)
+        ids = sorted(r.id for r in results if r.verdict == verdict)
         wanted = chosen.get(verdict)
-        if wanted is not None and wanted not in {r["id"] for r in results}:
+        if wanted is not None and wanted not in {r.id for r in results}:
             raise SystemExit(f"{wanted!r} is not a candidate of this run")
         if wanted or ids:
             picked[verdict] = wanted or ids[0]
@@ -51,7 +52,7 @@ def with_judge(out: Path, bundle: Path, labels: Path, into: Path) -> Path:
     entries = json.loads(labels.read_text())["entries"]
     judge = {candidate_id(bundle.stem, int(e["bundle_position"])): e["overall"] for e in entries}
     diffs = {c.id: c.diff for c in parse_bundle(bundle)}
-    write_html(into, document["candidates"], document["run"], diffs, judge)
+    write_html(into, results_of(document), document["run"], diffs, judge)
     return into
 
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     chromium = system_chromium()
     if chromium is None:
         raise SystemExit("no Chromium found (make browser installs it)")
-    results = json.loads((args.out / "results.json").read_text())["candidates"]
+    results = results_of(json.loads((args.out / "results.json").read_text()))
     with tempfile.TemporaryDirectory(prefix="scorecards-") as scratch:
         pages_at = with_judge(args.out, args.bundle, args.judge, Path(scratch)) if args.judge else args.out
         pages = {"index": pages_at / "index.html"}
@@ -107,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def first_linked(results: list[dict]) -> str | None:
+def first_linked(results: list[CandidateResult]) -> str | None:
     """The first candidate by id with a failing check in which some of the patch's added lines ran."""
-    for result in sorted(results, key=lambda r: r["id"]):
-        for criterion in result.get("criteria", {}).values():
-            if any(e.get("status") in ("failed", "error") and e.get("ran") for e in criterion.get("evidence", [])):
-                return result["id"]
+    for result in sorted(results, key=lambda r: r.id):
+        for criterion in result.criteria.values():
+            if any(e.status in ("failed", "error") and e.ran for e in criterion.evidence):
+                return result.id
     return None
 
 
