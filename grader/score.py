@@ -36,6 +36,8 @@ def _evidence_entry(outcome: TestOutcome, weight: float) -> dict:
         entry["message"] = outcome.message[-1500:]
     if outcome.ran is not None:  # shown on the scorecard; nothing here or in the verdict reads it
         entry["ran"] = outcome.ran
+    if outcome.rerun:
+        entry["rerun"] = outcome.rerun
     return entry
 
 
