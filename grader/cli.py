@@ -104,8 +104,9 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="regrade candidates already in the output's store")
     p.add_argument("--keep-trees", action="store_true", help="keep patched trees for inspection")
     p.add_argument("--trace-lines", action="store_true",
-                   help="record which of the diff's added lines ran in each check, so the pages link each failing "
-                        "check to its hunks (about 1.3-1.8x the tests' time; never changes a verdict)")
+                   help="after the tests, run the failing checks again with the diff's added lines traced, so the "
+                        "pages link each failing check to the hunks that ran in it (passing checks are never "
+                        "traced; the re-run never changes a verdict)")
     p.add_argument("--contain", choices=("on", "strict", "off"), default="on",
                    help="run candidates' tests in a sandbox (own uid, no network, limits): on uses what this "
                         "machine allows and warns when that is less than the full sandbox, strict refuses to run "

@@ -30,7 +30,7 @@ from grader.core.rubric import Task, all_tasks
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
-from grader.store import ResultStore, cache_key
+from grader.store import ResultStore, cache_key, is_final
 
 
 # Seconds an interrupt waits for the gradings it stopped to wind down (their judges are killed at once).
@@ -208,7 +208,9 @@ class LocalBackend:
                 return None if stopping.is_set() else Graded(candidate, result)
             observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, options, launcher, evidence)
-            return None if stopping.is_set() else Graded(candidate, result, run)
+            # An interrupt that cut only a traced re-run short left a final verdict: it is kept (its checks say
+            # that their re-run did not finish); one that cut the tests themselves short left none.
+            return None if stopping.is_set() and not is_final(result) else Graded(candidate, result, run)
 
         pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
         futures = []

@@ -33,7 +33,8 @@ from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
 from grader.sandbox.tooling import ToolMissing, os_error_line
-from grader.run import ensure_call_times, environment_problem, run_hidden_tests
+from grader.run import added_lines, ensure_call_times, environment_problem, run_hidden_tests
+from grader.traced_rerun import rerun_finished, trace_failing_checks
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
 
@@ -129,16 +130,12 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradingOptions, l
         key = tree_key(identity, apply)
         run = evidence.load(key) if evidence and key else None
         if run is None:
-            import_root = make_import_root(tree, scratch / "import-root")
-            budgets = ensure_call_times(task, base, options.gpu, launcher, options.contained,
-                                        options.memory_bytes, options.also_pass)
-            run = run_hidden_tests(task, tree, import_root, base.path, scratch, options.gpu, launcher,
-                                   options.timeout, options.contained, memory_bytes=options.memory_bytes,
-                                   also_pass=options.also_pass, call_budgets=budgets,
-                                   traced=[f.path for f in apply.files] if options.trace_lines else None)
-            if evidence and key:
+            run, complete = hidden_test_evidence(task, base, tree, scratch, apply, options, launcher, evidence,
+                                                 timings)
+            if not complete:  # a traced re-run that did not finish: kept for this result, not cached
+                return apply, run, timings
+            if evidence and key and options.trace_lines:  # the untraced run is already kept under its own key
                 evidence.save(key, run)
-            timings["tests_s"] = round(run.duration, 2)
         else:
             timings["tests_s"] = 0.0
             timings["evidence_cached"] = 1.0
@@ -148,6 +145,49 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradingOptions, l
     finally:
         if not options.keep_trees:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path, apply: ApplyReport,
+                         options: GradingOptions, launcher: Launcher, evidence: EvidenceCache | None,
+                         timings: dict) -> tuple[RunReport, bool]:
+    """The hidden tests' evidence of ``tree``, and whether it is whole (cacheable). The verdict's evidence comes
+    from an untraced run (found in the evidence cache under the untraced identity, or run now and kept there);
+    with ``options.trace_lines``, its failing checks then run again traced, for their ``ran`` alone
+    (``grader.traced_rerun``). The stages' seconds are added to ``timings``."""
+    untraced_key = tree_key(grading_identity(task, options.gpu, options.contained, False), apply)
+    first = evidence.load(untraced_key) if evidence and untraced_key else None
+    import_root = make_import_root(tree, scratch / "import-root")
+    budgets = None
+
+    def run_tests(folder: Path, **traced) -> RunReport:
+        nonlocal budgets
+        budgets = budgets or ensure_call_times(task, base, options.gpu, launcher, options.contained,
+                                               options.memory_bytes, options.also_pass)
+        return run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
+                                options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
+                                call_budgets=budgets, **traced)
+
+    if first is None:
+        first = run_tests(scratch)
+        if evidence and untraced_key:
+            evidence.save(untraced_key, first)
+        timings["tests_s"] = round(first.duration, 2)
+    else:
+        timings["tests_s"] = 0.0
+        timings["evidence_cached"] = 1.0
+    if not options.trace_lines:
+        return first, True
+    paths = [f.path for f in apply.files]
+    rerun_folder = scratch / "traced-rerun"
+
+    def run_traced(node_ids: list[str]) -> RunReport:
+        rerun_folder.mkdir()
+        return run_tests(rerun_folder, traced=paths, only=node_ids)
+
+    run, rerun = trace_failing_checks(first, bool(added_lines(base.path, tree, paths)), run_traced)
+    if rerun is not None:
+        timings["rerun_s"] = round(rerun.duration, 2)
+    return run, rerun is None or rerun_finished(rerun)
 
 
 def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradingOptions,

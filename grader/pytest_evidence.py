@@ -6,8 +6,10 @@ hangs or kills the judge is still known by name. A test whose probe went over it
 the same call fails, its message starting ``timeout:``; one whose probe did not answer where no control finished
 either is marked ``timeout`` (not evaluated); a skip says who decided it. Where the subject traces the patch's lines
 (``GRADER_ADDED_LINES``), a test's last phase also records which added lines ran in the candidate's subject during
-the test (``ran``: the diff's path -> tree line numbers), as the judge bounded them. The last line,
-``session_end``, is written when pytest's session ends. Log parsing stays in ``grader.run``.
+the test (``ran``: the diff's path -> tree line numbers), as the judge bounded them. A re-run of some checks
+(``GRADER_ONLY_TESTS``, a JSON list of node ids in the judge's folder) deselects every other test before any is
+reported. The last line, ``session_end``, is written when pytest's session ends. Log parsing stays in
+``grader.run``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def _describe(item) -> dict:
         "kinds": [m for m in ("gpu", "static", "variant") if item.get_closest_marker(m)],
         "doc": _first_doc_line(item),
     }
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """In a re-run of some checks, only those run: exact node ids, so a parametrized case is never confused with
+    another (as a ``-k`` expression could be)."""
+    listed = os.environ.get(protocol.ONLY_TESTS)
+    if not listed:
+        return
+    with open(listed, encoding="utf-8") as handle:
+        wanted = set(json.load(handle))
+    deselected = [item for item in items if item.nodeid not in wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.nodeid in wanted]
 
 
 def pytest_collection_finish(session):

@@ -209,11 +209,12 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
                      launcher: Launcher, timeout: float = DEFAULT_TIMEOUT_S, contained: bool = True,
                      select: str | None = None, memory_bytes: int | None = None,
                      also_pass: tuple[str, ...] = (), call_budgets: Path | None = None,
-                     call_times_out: Path | None = None, traced: list[str] | None = None) -> RunReport:
+                     call_times_out: Path | None = None, traced: list[str] | None = None,
+                     only: list[str] | None = None) -> RunReport:
     """One judge run over ``tree``. ``call_budgets``: the controls' times its candidate calls are held to
     (``ensure_call_times``); ``call_times_out``: a calibration run over a control, whose calls' times are written
     there; ``traced`` (the diff's paths): each test also records which of the patch's added lines in them ran
-    (``TestOutcome.ran``)."""
+    (``TestOutcome.ran``); ``only``: the node ids of the tests to run, the others deselected (a re-run)."""
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -234,6 +235,9 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         specs["candidate"] = replace(specs["candidate"], added_lines=trace_request(
             judge, import_root, added_lines(base_tree, tree, traced)))
         extra[protocol.ADDED_LINES] = str(judge / "added-lines.json")
+    if only is not None:
+        (judge / "only-tests.json").write_text(json.dumps(sorted(only)))
+        extra[protocol.ONLY_TESTS] = str(judge / "only-tests.json")
     folder = set_up_judge(judge, pytest_args(task, select), str(RUBRICS_DIR), tree, base_tree, gpu, timeout, specs,
                           also_pass, extra)
     job, evidence, log = folder.request, folder.evidence, folder.log

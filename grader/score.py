@@ -33,7 +33,7 @@ def status_for(score: float) -> CriterionStatus:
 def _evidence_entry(outcome: TestOutcome, weight: float) -> EvidenceEntry:
     # ``ran`` is shown on the scorecard; nothing here or in the verdict reads it.
     return EvidenceEntry(outcome.nodeid, outcome.status, weight, outcome.doc, outcome.kinds,
-                         round(outcome.duration, 3), outcome.message[-1500:], outcome.ran)
+                         round(outcome.duration, 3), outcome.message[-1500:], outcome.ran, outcome.rerun)
 
 
 def not_run_reason(check: TestOutcome | EvidenceEntry) -> str:

@@ -39,7 +39,9 @@ Which hunks ran in a check
     graded tree that ran during the check), a failing check links to every hunk that holds one of those lines
     (the same tree numbering as above), and each such hunk back to the check. A traced check none of whose
     added lines ran says so: "none of the diff's lines ran in this check", or, where the diff also changes
-    files that cannot be traced (anything but vLLM's Python files), that none of its Python lines ran.
+    files that cannot be traced (anything but vLLM's Python files), that none of its Python lines ran. Lines are
+    traced in a re-run of the failing checks alone (``grader.traced_rerun``); a check whose re-run did not
+    finish or did not reproduce its status shows why (``rerun``) instead.
 """
 
 from __future__ import annotations
@@ -669,6 +671,7 @@ class EvidenceView:
     ran: dict[str, list[int]] | None = None  # the patch's added lines that ran in it; None: not traced
     ran_hunks: list[EvidenceRef] = field(default_factory=list)
     none_ran: str = ""  # the sentence for a traced failing check in which no hunk's added line ran
+    rerun: str = ""  # why a failing check re-run traced has no lines (its re-run did not finish or reproduce)
 
 
 @dataclass(frozen=True)
@@ -734,7 +737,8 @@ def collapse_skips(evidence: list[EvidenceEntry]) -> list[SkipGroup]:
 def evidence_view(e: EvidenceEntry, anchor: str) -> EvidenceView:
     failing = e.status in FAILING
     return EvidenceView(anchor, e.test, e.test.rsplit("::", 1)[-1], e.claim, e.status, e.weight, list(e.kinds),
-                        e.message, assertion_line(e.message) if failing else "", ran=e.ran)
+                        e.message, assertion_line(e.message) if failing else "", ran=e.ran,
+                        rerun=e.rerun if failing else "")
 
 
 def criterion_view(cid: str, crit: CriterionResult, column: Column | None) -> CriterionView:

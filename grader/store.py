@@ -22,6 +22,11 @@ def cache_key(candidate: Candidate, task: Task | None, gpu: bool, contained: boo
         "result", candidate.id, candidate.task, candidate.diff, candidate.reference_summary, candidate.source)
 
 
+def is_final(result: CandidateResult) -> bool:
+    """A complete grading that is not an error: the result a regrade would give again."""
+    return result.run_status == "complete" and result.verdict != "error"
+
+
 class ResultStore:
     """``reuse=False`` keeps results without answering from them (``--no-cache``: grade again, still resumable)."""
 
@@ -51,7 +56,7 @@ class ResultStore:
     def save(self, candidate_id: str, key: str, result: CandidateResult) -> bool:
         """Keep a finished result; only a complete grading is kept (a time-out, an interrupt, an environment
         fault or a grading error would be replayed as if it were the candidate's result)."""
-        if result.run_status != "complete" or result.verdict == "error":
+        if not is_final(result):
             return False
         return self.writer.write(self._path(candidate_id), json.dumps({"key": key, "result": result.to_json()},
                                                                       sort_keys=True))

@@ -144,3 +144,13 @@ def test_temporary_paths_are_scrubbed_even_when_a_repr_cuts_them_short(tmp_path)
     assert messages[0] == messages[1], messages
     assert "<tree>/vllm/a.py" in messages[0] and "<base>/vllm" in messages[0] and "<scratch>..." in messages[0]
     assert "INFO <time> [x.py:3] ready" in messages[0] and "WARNING <time>'" in messages[0]
+
+
+def test_a_cold_launcher_starts_no_judge_after_an_interrupt(tmp_path):
+    """After ``terminate`` (an interrupt) a run returns as killed at once: a traced re-run that would start next
+    does not go on behind the interrupt."""
+    launcher = ColdLauncher()
+    launcher.terminate()
+    job = JudgeRequest(["--version"], {}, [], str(tmp_path), str(tmp_path / "judge.log"), 10)
+    assert launcher.run(job) == (None, False)
+    assert not (tmp_path / "judge.log").exists() and launcher.live == set()

@@ -375,6 +375,22 @@ def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(t
     assert "none of the diff&#39;s lines ran in this check" in html
 
 
+def test_a_failing_check_whose_traced_re_run_did_not_reproduce_says_so_and_links_nowhere(tmp_path):
+    note = "re-run did not reproduce: the traced re-run of this check passed, so the lines it ran are not shown"
+    flaky = replace(check("test_v", "failed", "Values round"), rerun=note)
+    page = build_candidate(result(criteria={"c3": criterion("c3", "unmet", 0.0, [flaky])}), DIFF)
+    ev = page.criteria[0].evidence[0]
+    assert (ev.rerun, ev.ran_hunks, ev.none_ran, page.none_ran_checks) == (note, [], "", 0)
+    # A passing check carries no note even if its record held one.
+    passing = replace(check("test_w", "passed", "Keys round"), rerun=note)
+    assert build_candidate(result(criteria={"c3": criterion("c3", "met", 1.0, [passing])}),
+                           DIFF).criteria[0].evidence[0].rerun == ""
+    write_html(tmp_path, [result("flaky", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [flaky])})],
+               {"grader_version": "x", "gpu": "off", "candidates": 1}, {"flaky": DIFF})
+    html = (tmp_path / "candidates" / page_name("flaky")).read_text()
+    assert '<div class="places rerun-note">re-run did not reproduce: the traced re-run of this check passed' in html
+
+
 def test_the_diff_view_keeps_stray_lines_and_hunks_the_preview_cut_inside_the_header():
     apply = ApplyReport("partial", files=[
         FileReport(FILE, "modified", [HunkReport("@@ -10,3 +10,5 @@ def store(x):", "applied"),

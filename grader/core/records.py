@@ -220,8 +220,11 @@ class TestOutcome(JsonRecord):
     # decided at run time, from the environment, that it cannot run here). Subjects can never skip.
     skipped_by: str = ""
     # The patch's added lines that ran in the candidate's subject during this test (the diff's path -> line
-    # numbers of the graded tree); None where lines were not traced. Shown on the scorecard, never scored.
+    # numbers of the graded tree), from a traced re-run of the failing checks (``grader.traced_rerun``); None
+    # where lines were not traced. Shown on the scorecard, never scored.
     ran: dict[str, list[int]] | None = None
+    # Why a re-run failing check has no ``ran`` (its re-run did not finish, or did not reproduce); "" otherwise.
+    rerun: str = ""
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,7 @@ class RunReport(JsonRecord):
 class EvidenceEntry(JsonRecord):
     """One hidden test as evidence of one criterion (a ``TestOutcome`` weighed for that criterion)."""
 
-    ABSENT_WHEN_DEFAULT = ("message", "ran")
+    ABSENT_WHEN_DEFAULT = ("message", "ran", "rerun")
 
     test: str
     status: TestStatus
@@ -255,6 +258,8 @@ class EvidenceEntry(JsonRecord):
     message: str = ""
     # The patch's added lines that ran during the test (``TestOutcome.ran``); None where lines were not traced.
     ran: dict[str, list[int]] | None = None
+    # Why the traced re-run gave no lines for a failing check (``TestOutcome.rerun``; "": it gave them, or none ran).
+    rerun: str = ""
 
 
 @dataclass(frozen=True)
@@ -349,8 +354,8 @@ class GradingOptions(JsonRecord):
     cold: bool = False
     contained: bool = True
     keep_trees: bool = False
-    # Record which of the diff's added lines ran in each check (the pages link failing checks to hunks; costs
-    # about 1.3-1.8x the tests' time, bench/linetrace.py; never changes a verdict).
+    # Record which of the diff's added lines ran in each failing check, in a traced re-run of those checks alone
+    # (``grader.traced_rerun``; the pages link failing checks to hunks; never changes a verdict).
     trace_lines: bool = False
     # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
     use_evidence_cache: bool = True

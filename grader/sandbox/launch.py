@@ -98,8 +98,10 @@ class ColdLauncher:
 
     def __init__(self) -> None:
         self.live: set[int] = set()
+        self.terminated = False
 
     def terminate(self) -> None:
+        self.terminated = True
         for pid in list(self.live):
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -107,6 +109,8 @@ class ColdLauncher:
                 pass
 
     def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
+        if self.terminated:  # after an interrupt no judge starts (a traced re-run would otherwise go on)
+            return None, False
         command = [judge_interpreter(), "-m", "grader.sandbox.judge"]
         with open(job.log, "wb") as log:
             # Its own parent's pid in argv (not the environment, which names nothing of a run): it dies with it.

@@ -40,6 +40,7 @@ JUDGE_PYCACHE = "GRADER_JUDGE_PYCACHE"  # where the judge keeps the modules it c
 CALL_BUDGETS = "GRADER_CALL_BUDGETS"  # the controls' times a candidate's calls are held to
 CALL_TIMES_OUT = "GRADER_CALL_TIMES_OUT"  # a calibration run: where the calls' times are written
 ADDED_LINES = "GRADER_ADDED_LINES"  # the patch's added lines the candidate's subject traces
+ONLY_TESTS = "GRADER_ONLY_TESTS"  # a re-run of some checks: the node ids it runs (the others are deselected)
 # Set by the judge itself for its client:
 ZYGOTE_FD = "GRADER_ZYGOTE_FD"  # the judge's socket to its zygote
 # Read only when the grader's own tests set them (a subject never sees a judge's environment):
@@ -54,7 +55,7 @@ PROGRESS_EVERY = "GRADER_PROGRESS_EVERY"  # seconds between two progress lines i
 
 PREFIX = "GRADER_"
 VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
-             CALL_TIMES_OUT, ADDED_LINES, ZYGOTE_FD, BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S, CACHE,
+             CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S, CACHE,
              SCRATCH, UID_LOCKS, PROGRESS_EVERY)
 
 # --- what every judge and subject inherits ----------------------------------------------------------------------------
