@@ -30,6 +30,8 @@ class FunctionChange:
     numbers: list[tuple[str, str]] = field(default_factory=list)
     strings: list[str] = field(default_factory=list)
     lines: int = 0
+    # What an added condition gates, where its branch says it plainly ("it can raise `ValueError`").
+    gates: dict[str, str] = field(default_factory=dict)
 
     def weight(self) -> int:
         return 3 * (len(self.conditions_added) + len(self.conditions_removed)) + 2 * len(self.numbers) + \
@@ -81,6 +83,32 @@ def _conditions(node: ast.AST) -> set[str]:
     return tests
 
 
+def _branch_statements(body: list[ast.stmt]):
+    """The statements of an ``if``'s true branch, nested blocks included, nested functions and classes left out."""
+    pending = list(body)
+    while pending:
+        stmt = pending.pop(0)
+        yield stmt
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            pending.extend(child for child in ast.iter_child_nodes(stmt) if isinstance(child, ast.stmt))
+
+
+def _gates(node: ast.AST) -> dict[str, str]:
+    """For each ``if`` test in ``node``, what its true branch does that a reader needs: the exceptions it can raise,
+    or that it returns at once."""
+    gated: dict[str, str] = {}
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.If):
+            continue
+        raised = sorted({ast.unparse(stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc)
+                         for stmt in _branch_statements(sub.body) if isinstance(stmt, ast.Raise) and stmt.exc})
+        if raised:
+            gated[ast.unparse(sub.test)] = "it can raise " + " or ".join(code(name) for name in raised[:2])
+        elif isinstance(sub.body[0], ast.Return):
+            gated[ast.unparse(sub.test)] = "it returns at once"
+    return gated
+
+
 def _calls(node: ast.AST) -> set[str]:
     return {ast.unparse(sub.func) for sub in ast.walk(node) if isinstance(sub, ast.Call)}
 
@@ -115,6 +143,7 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
     before, after = _conditions(old), _conditions(new)
     change.conditions_added = sorted(after - before)
     change.conditions_removed = sorted(before - after)
+    change.gates = {c: what for c, what in _gates(new).items() if c in change.conditions_added}
     calls_before, calls_after = _calls(old), _calls(new)
     change.calls_added = sorted(calls_after - calls_before)
     change.calls_removed = sorted(calls_before - calls_after)
@@ -199,7 +228,16 @@ def _sentence_for(change: FunctionChange) -> str:
         parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
     if not parts:
         parts.append(f"edits {change.lines} line{'s' if change.lines != 1 else ''}")
-    return " and ".join(parts) + f" in {code(change.name + '()')}"
+    return " and ".join(parts) + f" in {code(change.name + '()')}" + _gate_clause(change, parts)
+
+
+def _gate_clause(change: FunctionChange, parts: list[str]) -> str:
+    """What the one condition a function gained gates (", under which it can raise `ValueError`"), when the
+    sentence says nothing else that the clause could be read to belong to."""
+    if len(parts) != 1 or len(change.conditions_added) != 1 or change.conditions_removed:
+        return ""
+    gate = change.gates.get(change.conditions_added[0])
+    return f", under which {gate}" if gate and fits(change.conditions_added[0]) else ""
 
 
 def _join_code(fragments: list[str]) -> str:

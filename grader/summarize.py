@@ -22,6 +22,8 @@ from grader.wording import all_met_where_evaluated, claim_of, deciding_failure, 
 _env = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
 ASSERTION_CAP = 220
+# About a reviewer's paragraph (the seed judge's run 30-87 words, median 56): past it, a summary is told tersely.
+SUMMARY_WORDS = 90
 # The observation quoted for a criterion after the first one below met: shorter, so the paragraph stays short.
 SECONDARY_CAP = 90
 # pytest's own prefixes of an assertion message, not part of the claim.
@@ -186,18 +188,24 @@ def none_ran_in(failing: list[EvidenceEntry]) -> bool:
     return bool(failing) and all(e.ran == {} for e in failing)
 
 
-def unmet_sentence(criterion: CriterionResult, core: bool, first: bool) -> str:
-    """The evidence that decided a criterion below met, one clause each: the claim, the case, what was observed."""
+def unmet_sentence(criterion: CriterionResult, core: bool, first: bool, terse: bool = False) -> str:
+    """The evidence that decided a criterion below met, one clause each: the claim, the case, what was observed.
+    ``terse`` (a summary over its length): the first such criterion keeps its claim, case and a shorter observation
+    (the claim standing for its title), the others only their title and case."""
     checks = evaluated(criterion)
     failing = [e for e in checks if e.status != "passed"]
     entry = deciding_failure(criterion.evidence)
     state = "is not met" if criterion.status == "unmet" else "is only partly met"
     count = f"{len(checks) - len(failing)} of {len(checks)} checks pass"
-    head = f"{'Core criterion ' if core else ''}{criterion.id} ({criterion.title}) {state}"
+    # Told tersely, the first criterion's claim (the index's reason too) stands for its title.
+    title = "" if terse and first and entry is not None else f" ({criterion.title})"
+    head = f"{'Core criterion ' if core else ''}{criterion.id}{title} {state}"
     if entry is None:
         return f"{head}: {count}."
     case = case_of(entry.test)
-    observed = observed_clause(entry.message, ASSERTION_CAP if first else SECONDARY_CAP)
+    if terse and not first:
+        return f"{head}, {count}" + (f", failing for {case}." if case else ".")
+    observed = observed_clause(entry.message, ASSERTION_CAP if first and not terse else SECONDARY_CAP)
     claim = f"\"{claim_of(entry)}\" does not hold" + (f" for {case}" if case else "")
     tail = f" ({observed})" if observed else ""
     where = "; none of the diff's lines ran in the failing checks" if none_ran_in(failing) else ""
@@ -217,8 +225,9 @@ def verified_sentence(task, result: CandidateResult, met: list[CriterionResult])
     return f"Verified{where}: {'; '.join(titles)}."
 
 
-def reason_sentences(task, result: CandidateResult) -> list[str]:
-    """What was verified, then one sentence per reason for the verdict, repeated reasons merged."""
+def reason_sentences(task, result: CandidateResult, terse: bool = False) -> list[str]:
+    """What was verified, then one sentence per reason for the verdict, repeated reasons merged (``terse``: see
+    ``unmet_sentence``)."""
     criteria = [result.criteria[c] for c in sorted(result.criteria)]
     core = set(task.core_criteria) if task else set()
     anchored: dict[str, list[CriterionResult]] = defaultdict(list)
@@ -234,7 +243,7 @@ def reason_sentences(task, result: CandidateResult) -> list[str]:
             met.append(c)
     sentences = [verified_sentence(task, result, met)]
     failing.sort(key=lambda c: (c.id not in core, c.status != "unmet", c.id))
-    sentences += [unmet_sentence(c, c.id in core, n == 0) for n, c in enumerate(failing)]
+    sentences += [unmet_sentence(c, c.id in core, n == 0, terse) for n, c in enumerate(failing)]
     for anchor, dependants in anchored.items():
         sentences.append(f"{_join([c.id for c in dependants])} get{'s' if len(dependants) == 1 else ''} no credit "
                          f"while their anchor {anchor} is unmet.")
@@ -287,18 +296,32 @@ def change_sentence(task, apply: ApplyReport | None, change: str) -> str:
     return f"The patch changes {where}" + (f": it {change}." if change else ".")
 
 
+def terse_change(change: str) -> str:
+    """The description's first change only (``grader.describe`` parts them with "; "), the rest said to exist."""
+    parts = [i for i in clause_boundaries(change) if change.startswith("; ", i)]
+    return f"{change[:parts[0]]}, among other changes" if parts else change
+
+
 def graded_base(result: CandidateResult) -> bool:
     """Whether an empty diff's criteria were run (the unpatched base graded as itself)."""
     return any(evaluated(criterion) for criterion in result.criteria.values())
 
 
 def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:
+    """The candidate's paragraph; one over ``SUMMARY_WORDS`` is told again tersely (``unmet_sentence``)."""
+    text = render_summary(task, result, run, change, terse=False)
+    return text if len(text.split()) <= SUMMARY_WORDS else render_summary(task, result, run, change, terse=True)
+
+
+def render_summary(task, result: CandidateResult, run: RunReport | None, change: str, terse: bool) -> str:
+    # An empty diff has criteria only where it was graded as the unpatched base (validation's control).
+    graded = result.verdict != "no_diff" or graded_base(result)
+    change = terse_change(change) if terse else change
     text = _env.get_template("summary.txt.j2").render(
         result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
         opening=change_sentence(task, result.apply, change),
         lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
-        # An empty diff has criteria only where it was graded as the unpatched base (validation's control).
-        reasons=reason_sentences(task, result) if result.verdict != "no_diff" or graded_base(result) else [],
+        reasons=reason_sentences(task, result, terse) if graded else [],
         closing=verdict_closing(result),
     )
     return " ".join(text.split())

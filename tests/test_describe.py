@@ -13,6 +13,7 @@ import pytest
 from conftest import SEED, needs_seed
 from grader.apply import apply_diff, make_tree, scratch_root
 from grader.describe import code, describe_file
+from grader.summarize import SUMMARY_WORDS
 from grader.ingest import parse_bundle
 from grader.one_candidate import BaseCache
 from grader.core.rubric import REPO_ROOT, all_tasks
@@ -142,7 +143,9 @@ def test_summaries_are_short_and_keep_names_as_written(tmp_path):
     assert done.returncode in (0, 1), done.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())["candidates"]
     lengths = [len(r["summary"].split()) for r in results]
-    assert statistics.median(lengths) <= 80, sorted(lengths)
+    # A summary past SUMMARY_WORDS is told again tersely; what it never drops (the first change, the titles
+    # verified, the first unmet criterion's claim and case) keeps it near that length, not always under it.
+    assert statistics.median(lengths) <= 1.2 * SUMMARY_WORDS and max(lengths) <= 1.5 * SUMMARY_WORDS, sorted(lengths)
     text = " ".join(r["summary"] for r in results)
     for lowered in (" lora ", " xpu ", " cuda ", " fp8 gemm", " rocm "):
         assert lowered not in text.replace("`", " "), lowered
@@ -159,3 +162,21 @@ def test_a_failure_that_only_quotes_a_traceback_is_told_by_the_exception_it_rais
     criterion = CriterionResult("c1", "t", 0.0, "unmet", "0 of 1",
                                 [EvidenceEntry("t.py::k", "failed", 1.0, "The kernel launches.", [], 0.0, message)])
     assert failure_sentence(criterion).startswith('"The kernel launches" does not hold (AttributeError: module')
+
+
+def test_an_added_condition_is_told_with_what_it_gates():
+    old = ("class Impl:\n    def __init__(self, dtype):\n        if dtype == 'fp8':\n            if not capable():\n"
+           "                raise ValueError('no')\n\ndef store(x):\n    return x\n")
+    new = ("class Impl:\n    def __init__(self, dtype):\n        if dtype == 'fp8':\n            if on_cuda():\n"
+           "                if not capable():\n                    raise ValueError('no')\n\n"
+           "def store(x):\n    if x.empty:\n        return None\n    return x\n")
+    assert describe_file("vllm/impl.py", old, new) == [
+        "adds the condition `on_cuda()` in `Impl.__init__()`, under which it can raise `ValueError`",
+        "adds the condition `x.empty` in `store()`, under which it returns at once"]
+
+
+def test_a_gate_is_not_told_where_the_sentence_names_other_changes_it_could_belong_to():
+    old = "def f(x):\n    return g(x)\n"
+    new = "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return h(x)\n"
+    said = describe_file("vllm/f.py", old, new)
+    assert len(said) == 1 and said[0].startswith("adds the condition `x < 0` and ") and ", under which" not in said[0]

@@ -104,7 +104,11 @@ def test_a_full_result_says_what_was_verified_in_the_rubrics_words():
     assert summary.endswith("Verdict full, weighted score 1.00.")
 
 
-def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_index_names_the_same_claim():
+def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_index_names_the_same_claim(
+        monkeypatch):
+    import grader.summarize
+
+    monkeypatch.setattr(grader.summarize, "SUMMARY_WORDS", 1000)  # the whole form; the terse one is tested below
     timeout = entry("test_slow", "timeout", "Times out first", "timeout: no answer")
     c1 = criterion("c1", "unmet", 0.0, [timeout, entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8.",
                                                        "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU"),
@@ -132,3 +136,23 @@ def test_descriptions_never_cut_a_fragment_or_leave_a_count_without_its_noun():
     (text,) = describe_file("vllm/g.py", "def g():\n    return 1\n",
                             f"def g():\n    if {long_condition}:\n        return 2\n    return 1\n")
     assert text == "adds 1 condition in `g()`" and "..." not in text
+
+
+def test_a_summary_over_its_length_keeps_the_first_unmet_criterions_claim_and_case_and_names_the_rest():
+    import grader.summarize
+
+    c1 = criterion("c1", "unmet", 0.0, [entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8 " * 8,
+                                              "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU")])
+    c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"),
+                                          entry("test_b[sm75]", "failed", "Both sites agree", "E   AssertionError: no")])
+    result = candidate("fail", 0.6, {"c1": c1, "c2": met("c2"), "c3": met("c3"), "c4": met("c4"), "c5": c5})
+    summary = summary_of(result)
+    whole = grader.summarize.render_summary(all_tasks()[TASK], result, None, "adds the condition `x.is_xpu()` in `f()`",
+                                            terse=False)
+    assert len(summary.split()) < len(whole.split()) and len(whole.split()) > grader.summarize.SUMMARY_WORDS
+    claim = ("The backend accepts fp8 " * 8).strip()
+    assert (f"Core criterion c1 is not met, 0 of 1 checks pass: \"{claim}\" does not hold for fp8_e5m2 (rejected "
+            "kv_cache_dtype='fp8_e5m2' on XPU).") in summary
+    assert "c5 (Every validation site agrees) is only partly met, 1 of 2 checks pass, failing for sm75." in summary
+    assert summary.endswith("Verdict fail, weighted score 0.60.")
+    assert reason(result, {"c1", "c2"}) == f"c1: \u201c{claim}\u201d does not hold"  # the index names the same claim
