@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from grader import one_candidate
-from grader.core.records import Candidate, GradingOptions, RunReport, TestOutcome
+from grader.core.records import Candidate, EvidenceEntry, GradingOptions, RunReport, TestOutcome
 from grader.core.rubric import REPO_ROOT
 from grader.one_candidate import BaseCache, grade_candidate
 from grader.run import added_lines, parse_evidence
@@ -242,8 +242,8 @@ def sample_candidate(task: str, sample: str) -> Candidate:
     return Candidate(sample, "test", (REPO_ROOT / "candidates" / task / f"{sample}.diff").read_text(), task=task)
 
 
-def failing_entries(result) -> list[dict]:
-    return [e for c in result.criteria.values() for e in c.evidence if e["status"] in ("failed", "error")]
+def failing_entries(result) -> list[EvidenceEntry]:
+    return [e for c in result.criteria.values() for e in c.evidence if e.status in ("failed", "error")]
 
 
 @pytest.mark.slow
@@ -259,13 +259,13 @@ def test_tracing_never_changes_a_result(task, sample, monkeypatch):
     assert traced.verdict != "error", traced.summary
     failing = failing_entries(traced)
     assert failing, "the sample is chosen for failing checks"
-    assert all(e.get("ran") is not None for e in failing), failing
-    assert all("ran" not in e for c in traced.criteria.values() for e in c.evidence if e not in failing)
-    assert all("ran" not in e for c in untraced.criteria.values() for e in c.evidence)
+    assert all(e.ran is not None for e in failing), failing
+    assert all(e.ran is None for c in traced.criteria.values() for e in c.evidence if e not in failing)
+    assert all(e.ran is None for c in untraced.criteria.values() for e in c.evidence)
     assert without_traces(traced) == without_traces(untraced)
     # One untraced run of every check, then one traced run of the failing ones alone.
     assert [(r["traced"] is None, r["only"] is None) for r in runs] == [(True, True), (False, False)]
-    assert sorted(runs[1]["only"]) == runs[1]["reported"] == sorted({e["test"] for e in failing})
+    assert sorted(runs[1]["only"]) == runs[1]["reported"] == sorted({e.test for e in failing})
     assert len(runs[0]["reported"]) > len(runs[1]["reported"])
 
 
@@ -296,4 +296,4 @@ def test_a_re_run_cannot_change_a_verdict(monkeypatch, private_cache):
         assert without_traces(result) == without_traces(untraced)
         assert (result.verdict, result.score, result.run_status) == (untraced.verdict, untraced.score, "complete")
         failing = failing_entries(result)
-        assert failing and all("ran" not in e and e["rerun"].startswith(note) for e in failing), failing
+        assert failing and all(e.ran is None and e.rerun.startswith(note) for e in failing), failing
