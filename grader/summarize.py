@@ -190,22 +190,21 @@ def none_ran_in(failing: list[EvidenceEntry]) -> bool:
 
 def unmet_sentence(criterion: CriterionResult, core: bool, first: bool, terse: bool = False) -> str:
     """The evidence that decided a criterion below met, one clause each: the claim, the case, what was observed.
-    ``terse`` (a summary over its length): the first such criterion keeps its claim, case and a shorter observation
-    (the claim standing for its title), the others only their title and case."""
+    ``terse`` (a summary over its length): the claim stands for the title, the first such criterion keeps a shorter
+    observation and the others none."""
     checks = evaluated(criterion)
     failing = [e for e in checks if e.status != "passed"]
     entry = deciding_failure(criterion.evidence)
     state = "is not met" if criterion.status == "unmet" else "is only partly met"
     count = f"{len(checks) - len(failing)} of {len(checks)} checks pass"
-    # Told tersely, the first criterion's claim (the index's reason too) stands for its title.
-    title = "" if terse and first and entry is not None else f" ({criterion.title})"
+    # Told tersely, the claim (the index's reason too) stands for the criterion's title.
+    title = "" if terse and entry is not None else f" ({criterion.title})"
     head = f"{'Core criterion ' if core else ''}{criterion.id}{title} {state}"
     if entry is None:
         return f"{head}: {count}."
     case = case_of(entry.test)
-    if terse and not first:
-        return f"{head}, {count}" + (f", failing for {case}." if case else ".")
-    observed = observed_clause(entry.message, ASSERTION_CAP if first and not terse else SECONDARY_CAP)
+    cap = ASSERTION_CAP if first and not terse else SECONDARY_CAP
+    observed = "" if terse and not first else observed_clause(entry.message, cap)
     claim = f"\"{claim_of(entry)}\" does not hold" + (f" for {case}" if case else "")
     tail = f" ({observed})" if observed else ""
     where = "; none of the diff's lines ran in the failing checks" if none_ran_in(failing) else ""

@@ -145,7 +145,7 @@ def test_summaries_are_short_and_keep_names_as_written(tmp_path):
     lengths = [len(r["summary"].split()) for r in results]
     # A summary past SUMMARY_WORDS is told again tersely; what it never drops (the first change, the titles
     # verified, the first unmet criterion's claim and case) keeps it near that length, not always under it.
-    assert statistics.median(lengths) <= 1.2 * SUMMARY_WORDS and max(lengths) <= 1.5 * SUMMARY_WORDS, sorted(lengths)
+    assert statistics.median(lengths) <= 1.2 * SUMMARY_WORDS and max(lengths) <= 1.6 * SUMMARY_WORDS, sorted(lengths)
     text = " ".join(r["summary"] for r in results)
     for lowered in (" lora ", " xpu ", " cuda ", " fp8 gemm", " rocm "):
         assert lowered not in text.replace("`", " "), lowered
