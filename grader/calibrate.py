@@ -36,7 +36,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader.core.records import (CRITERION_IDS, CRITERION_STATUSES, VERDICTS as ALL_VERDICTS, CandidateResult,
-                                 CriterionResult, GradingOptions, RecordError)
+                                 CriterionResult, GradingOptions, RecordError, RunInfo)
 from grader.score import MET_AT, UNMET_AT
 
 # What a judge can say: every criterion status but not_evaluated, every verdict but error.
@@ -454,7 +454,10 @@ def grade_bundle(args) -> Path | None:
     from grader.ingest import IngestError, ingest
     from grader.many_candidates import grade_many
     from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
-    from grader.report import write_results_json
+    from grader.outcome import exit_code, exit_reason
+    from grader.report import grader_revision, started_at, write_results_json
+    from grader.sandbox import contain
+    from grader.sandbox.shortfall import shortfalls
     from grader.store import ResultStore
     from grader.terminal import ProgressLines
 
@@ -465,10 +468,16 @@ def grade_bundle(args) -> Path | None:
         print(f"error: {exc}", file=sys.stderr)
         return None
     options = GradingOptions(gpu=gpu, timeout=args.timeout, jobs=args.jobs or default_jobs())
+    began = started_at()
     run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
-    return write_results_json(args.out, run.results, {"grader_version": __version__, "gpu": reason,
-                                                      "candidates": len(candidates),
-                                                      "timings": {"wall_s": run.wall_s}})
+    degraded = shortfalls(contain.probe())
+    # The exit code and reason are those ``grade`` would give these results (calibrate itself exits 0).
+    return write_results_json(args.out, run.results, RunInfo(
+        grader_version=__version__, grader=grader_revision(), started_at=began, gpu=reason,
+        candidates=len(candidates), containment=contain.summary_line(), containment_degraded=bool(degraded),
+        containment_warning="; ".join(degraded) or None, timeout_s=float(options.timeout), fail_under=None,
+        exit_code=exit_code(run.results, None), exit_reason=exit_reason(run.results, None, None),
+        timings={"wall_s": run.wall_s}, backend="local", jobs=options.jobs))
 
 
 def run_calibrate(args) -> int:
@@ -503,9 +512,9 @@ def run_calibrate(args) -> int:
     doc = calibrate(results, labels, args.bundle.stem, notes, diffs, inputs)
     json_path, html_path = write_reports(args.out, doc)
     if args.results is None:  # the scorecards of the run just made, with the judge's verdicts beside
-        from grader.report import write_html
+        from grader.report import run_of, write_html
 
-        write_html(args.out, results, document.get("run", {}), diffs,
+        write_html(args.out, results, run_of(document), diffs,
                    judge_verdicts(labels, args.bundle.stem))
     print(headline_text(doc), file=sys.stderr)
     print(f"wrote {json_path} and {html_path}", file=sys.stderr)

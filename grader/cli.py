@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from grader import __version__
-from grader.core.records import CandidateResult, GradingOptions
+from grader.core.records import CandidateResult, GradingOptions, Incomplete, RunInfo
 from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
@@ -369,15 +369,14 @@ def _run_grade(args, gate: SignalGate) -> int:
     why = exit_reason(results, args.fail_under, run.interrupted)
     if args.fail_on_flags and code == 0:
         code, why = flags_exit(results, code, why)
-    run_info = {"grader_version": __version__, "grader": grader_revision(), "started_at": began,
-                "gpu": gpu_reason, "candidates": len(candidates),
-                "containment": contain.summary_line() if args.contain != "off" else "off (--contain off)",
-                "containment_degraded": bool(degraded), "containment_warning": "; ".join(degraded) or None,
-                "backend": args.backend, "jobs": args.jobs, "timeout_s": args.timeout,
-                "fail_under": args.fail_under, "exit_code": code, "exit_reason": why,
-                "timings": {"wall_s": run.wall_s}}
-    if run.interrupted:
-        run_info["incomplete"] = {"reason": f"interrupted by {run.interrupted}", "not_graded": list(run.not_graded)}
+    run_info = RunInfo(
+        grader_version=__version__, grader=grader_revision(), started_at=began, gpu=gpu_reason,
+        candidates=len(candidates),
+        containment=contain.summary_line() if args.contain != "off" else "off (--contain off)",
+        containment_degraded=bool(degraded), containment_warning="; ".join(degraded) or None,
+        timeout_s=float(args.timeout), fail_under=args.fail_under, exit_code=code, exit_reason=why,
+        timings={"wall_s": run.wall_s}, backend=args.backend, jobs=args.jobs,
+        incomplete=Incomplete(f"interrupted by {run.interrupted}", list(run.not_graded)) if run.interrupted else None)
     failed_reports = write_reports(args, results, run_info, {c.id: c.diff for c in candidates}, judge)
     if failed_reports and not run.interrupted:
         code, why = 2, f"2: the grader could not write {', '.join(failed_reports)} (see the errors above)"
@@ -392,13 +391,13 @@ def _run_grade(args, gate: SignalGate) -> int:
     return code
 
 
-def write_reports(args, records: list[CandidateResult], run_info: dict, diffs: dict[str, str], judge) -> list[str]:
+def write_reports(args, records: list[CandidateResult], run_info: RunInfo, diffs: dict[str, str], judge) -> list[str]:
     """Every report, each on its own: one that fails (a grader bug) is named on stderr with its error and the
     others are still written. Returns the names of those that failed."""
     writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
                ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
     if args.junit:
-        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, run_info.get("started_at"))))
+        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, run_info.started_at)))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         writers.append(("the step summary", lambda: append_step_summary(records)))
     failed = []
@@ -432,28 +431,24 @@ def run_merge(args) -> int:
     from grader.merge import MergeError, copy_pages, merge_outputs
 
     try:
-        merged = merge_outputs(args.outputs)
+        merged = merge_outputs(args.outputs, args.fail_under)
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if (lock := locked_output(args.out)) is None:
         return 2
     try:
-        interrupted = merged.run_info.get("incomplete", {}).get("reason")
-        code = 130 if interrupted else exit_code(merged.results, args.fail_under)
-        why = exit_reason(merged.results, args.fail_under, interrupted)
-        run_info = merged.run_info | {"fail_under": args.fail_under, "exit_code": code, "exit_reason": why}
-        write_results_json(args.out, merged.results, run_info)
+        write_results_json(args.out, merged.results, merged.run)
         copy_pages(merged, args.out)
-        write_index(args.out, merged.results, run_info)
+        write_index(args.out, merged.results, merged.run)
         if args.junit:
-            write_junit(args.junit, merged.results, args.fail_under, run_info.get("started_at"))
+            write_junit(args.junit, merged.results, args.fail_under, merged.run.started_at)
     finally:
         lock.close()
     print(f"merged {len(merged.results)} candidate(s) from {len(args.outputs)} output(s) into {args.out}",
           file=sys.stderr)
-    print_closing(merged.results, why, sys.stderr)
-    return code
+    print_closing(merged.results, merged.run.exit_reason, sys.stderr)
+    return merged.run.exit_code
 
 
 def run_bases(args) -> int:

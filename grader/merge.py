@@ -1,8 +1,8 @@
 """``grade merge OUT... --out MERGED``: the outputs of several gradings (the shards of one input, graded by
 separate CI jobs) as one: one results.json, one index with every candidate's page, one JUnit file.
 
-Only outputs of the same grader (commit and schema version) under the same GPU setting merge: a merged results.json
-says that one grader graded it all. A candidate found in two outputs must have the same result in both (apart from
+Only outputs of the same grader (commit and schema version) under the same GPU setting and containment merge: a
+merged results.json says that one grader graded it all. A candidate found in two outputs must have the same result in both (apart from
 the fields that vary between identical runs); otherwise the merge is refused, naming the candidate.
 """
 
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import output_folder, page_name
-from grader.core.records import CandidateResult, RecordError
-from grader.report import comparable, results_of
+from grader.core.records import CandidateResult, Incomplete, MergedOutput, RecordError, RunInfo
+from grader.outcome import exit_code, exit_reason
+from grader.report import comparable, results_of, run_of
 
 
 class MergeError(Exception):
@@ -25,7 +26,7 @@ class MergeError(Exception):
 @dataclass(frozen=True)
 class Merged:
     results: list[CandidateResult]
-    run_info: dict
+    run: RunInfo
     # Each result's output folder, where its candidate page lies.
     origin: dict[str, Path]
 
@@ -41,17 +42,26 @@ def read_output(out: Path) -> dict:
     return document
 
 
-def same_grading(documents: dict[Path, dict]) -> None:
-    """Refuse outputs made by different graders, schema versions or GPU settings."""
-    def identity(document: dict) -> tuple:
-        run = document.get("run", {})
-        return document.get("schema_version"), (run.get("grader") or {}).get("commit"), run.get("gpu"), \
-            run.get("containment")
-    first_out, first = next(iter(documents.items()))
-    for out, document in documents.items():
-        if identity(document) != identity(first):
-            raise MergeError(f"{out} was graded by another grader or setting than {first_out} "
-                             f"(schema, commit, GPU, containment: {identity(document)} vs {identity(first)})")
+def same_grading(documents: dict[Path, dict], runs: dict[Path, RunInfo]) -> None:
+    """Refuse outputs made by different graders, schema versions, GPU settings or containment (its shortfalls too)."""
+    def identity(out: Path) -> tuple:
+        run = runs[out]
+        return documents[out].get("schema_version"), run.grader.commit, run.gpu, run.containment, \
+            run.containment_warning
+    first_out = next(iter(documents))
+    for out in documents:
+        if identity(out) != identity(first_out):
+            raise MergeError(f"{out} was graded by another grader or setting than {first_out} (schema, commit, "
+                             f"GPU, containment, its shortfalls: {identity(out)} vs {identity(first_out)})")
+
+
+def read_run(out: Path, document: dict) -> RunInfo:
+    """The run section of one output's results.json as a record; one that is not a run section of this schema
+    is refused, naming the output."""
+    try:
+        return run_of(document)
+    except RecordError as exc:
+        raise MergeError(f"{out / 'results.json'}: its run section is not one of this grader ({exc})") from None
 
 
 def read_results(out: Path, document: dict) -> list[CandidateResult]:
@@ -68,8 +78,29 @@ def same_result(a: CandidateResult, b: CandidateResult) -> bool:
     return comparable({"candidates": [a.to_json()]}) == comparable({"candidates": [b.to_json()]})
 
 
-def merge_documents(documents: dict[Path, dict]) -> Merged:
-    same_grading(documents)
+def merged_run(runs: dict[Path, RunInfo], results: list[CandidateResult], fail_under: float | None) -> RunInfo:
+    """The run section of the merge: the outputs' grader and settings (``same_grading`` made them one), the
+    earliest start, their summed wall time, each output under ``merged_from``, and the merge's own exit."""
+    first = next(iter(runs.values()))
+    graded = {r.id for r in results}
+    not_graded = sorted({cid for run in runs.values() if run.incomplete for cid in run.incomplete.not_graded} - graded)
+    incomplete = Incomplete("some merged output was interrupted", not_graded) if not_graded else None
+    reason = incomplete.reason if incomplete else None
+    return RunInfo(
+        grader_version=first.grader_version, grader=first.grader, gpu=first.gpu, containment=first.containment,
+        containment_degraded=first.containment_degraded, containment_warning=first.containment_warning,
+        timeout_s=first.timeout_s, started_at=min(run.started_at for run in runs.values()),
+        candidates=len(results) + len(not_graded),
+        merged_from=[MergedOutput(str(out), run.started_at, run.candidates, run.exit_code, run.backend, run.jobs)
+                     for out, run in runs.items()],
+        timings={"wall_s": round(sum(run.timings.get("wall_s", 0.0) for run in runs.values()), 2)},
+        fail_under=fail_under, exit_code=130 if reason else exit_code(results, fail_under),
+        exit_reason=exit_reason(results, fail_under, reason), incomplete=incomplete)
+
+
+def merge_documents(documents: dict[Path, dict], fail_under: float | None = None) -> Merged:
+    runs = {out: read_run(out, document) for out, document in documents.items()}
+    same_grading(documents, runs)
     results: dict[str, CandidateResult] = {}
     origin: dict[str, Path] = {}
     for out, document in documents.items():
@@ -79,28 +110,14 @@ def merge_documents(documents: dict[Path, dict]) -> Merged:
                 raise MergeError(f"candidate {cid!r} has different results in {origin[cid]} and {out}")
             results.setdefault(cid, result)
             origin.setdefault(cid, out)
-    runs = [document.get("run", {}) for document in documents.values()]
-    not_graded = sorted({cid for run in runs for cid in run.get("incomplete", {}).get("not_graded", [])} - set(results))
-    first = runs[0]
-    run_info = {key: first.get(key) for key in ("grader_version", "grader", "gpu", "containment", "timeout_s")}
-    run_info |= {"started_at": min(run.get("started_at", "") for run in runs),
-                 "candidates": len(results) + len(not_graded),
-                 "merged_from": [{"out": str(out), "started_at": run.get("started_at"),
-                                  "candidates": run.get("candidates"), "exit_code": run.get("exit_code"),
-                                  "backend": run.get("backend"), "jobs": run.get("jobs")}
-                                 for out, run in zip(documents, runs)],
-                 "timings": {"wall_s": round(sum((run.get("timings") or {}).get("wall_s", 0.0) for run in runs), 2)}}
-    if not_graded:
-        run_info["incomplete"] = {"reason": "some merged output was interrupted", "not_graded": not_graded}
-    return Merged(sorted(results.values(), key=lambda r: r.id), run_info, origin)
+    merged = sorted(results.values(), key=lambda r: r.id)
+    return Merged(merged, merged_run(runs, merged, fail_under), origin)
 
 
-def merge_outputs(outs: list[Path]) -> Merged:
+def merge_outputs(outs: list[Path], fail_under: float | None = None) -> Merged:
     if len(set(map(Path.resolve, outs))) != len(outs):
         raise MergeError("an output folder is named twice")
-    return merge_documents({out: read_output(out) for out in outs})
-
-
+    return merge_documents({out: read_output(out) for out in outs}, fail_under)
 def copy_pages(merged: Merged, dest: Path) -> None:
     """Each candidate's page from the output that graded it (pages are rendered with their diff, which
     results.json does not hold)."""

@@ -14,14 +14,14 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
-from grader.core.records import CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry
+from grader.core.records import CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry, GraderRevision, RunInfo
 from grader.outcome import ci_outcome, unfinished
 from grader.core.sanitize import clean
 
 TEMPLATES = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
 
-def grader_revision() -> dict[str, str | bool | None]:
+def grader_revision() -> GraderRevision:
     """The grader's version and, when it runs from a git checkout, its commit and whether the tree has edits."""
     def git(*argv: str) -> str | None:
         try:
@@ -33,7 +33,7 @@ def grader_revision() -> dict[str, str | bool | None]:
 
     commit = git("rev-parse", "HEAD")
     dirty = None if commit is None else bool(git("status", "--porcelain", "--untracked-files=no"))
-    return {"version": __version__, "commit": commit, "modified": dirty}
+    return GraderRevision(__version__, commit, dirty)
 
 
 def started_at() -> str:
@@ -68,13 +68,13 @@ def differences(a, b, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
 
 
-def results_document(results: list[CandidateResult], run_info: dict) -> dict:
+def results_document(results: list[CandidateResult], run: RunInfo) -> dict:
     """The results.json document (see ``comparable`` for the fields that vary between identical runs): the one
-    place results become dictionaries (``grader.merge`` reads them back with ``CandidateResult.from_json``)."""
+    place results and the run section become dictionaries (``results_of`` and ``run_of`` read them back)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "grader_version": __version__,
-        "run": run_info,
+        "run": run.to_json(),
         "candidates": [r.to_json() for r in sorted(results, key=lambda r: r.id)],
     }
 
@@ -86,9 +86,15 @@ def results_of(document: dict) -> list[CandidateResult]:
     return [CandidateResult.from_json(result) for result in document["candidates"]]
 
 
-def write_results_json(out: Path, results: list[CandidateResult], run_info: dict) -> Path:
+def run_of(document: dict) -> RunInfo:
+    """The run section of a results.json document as a record; a missing or malformed one raises
+    ``RecordError``."""
+    return RunInfo.from_json(document.get("run"))
+
+
+def write_results_json(out: Path, results: list[CandidateResult], run: RunInfo) -> Path:
     path = out / "results.json"
-    atomic_write(path, json.dumps(results_document(results, run_info), indent=2, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(results_document(results, run), indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -109,7 +115,7 @@ def copy_static(out: Path) -> None:
         atomic_write(out / "static" / name, (shipped / name).read_text(encoding="utf-8"))
 
 
-def write_html(out: Path, results: list[CandidateResult], run_info: dict, diffs: dict[str, str],
+def write_html(out: Path, results: list[CandidateResult], run: RunInfo, diffs: dict[str, str],
                judge: dict[str, str] | None = None) -> Path:
     """The scorecards: ``index.html`` and one page per candidate under ``candidates/`` (view model:
     ``grader.scorecard``). ``judge`` maps candidate ids to a judge's overall verdict, shown beside the grader's."""
@@ -118,19 +124,19 @@ def write_html(out: Path, results: list[CandidateResult], run_info: dict, diffs:
     for r in results:
         shown_diff = clean(diffs.get(r.id, "").replace("\r\n", "\n"), limit=None)
         view = scorecard.build_candidate(r, shown_diff, judge, tasks)
-        html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run_info, static="../static/")
+        html = TEMPLATES.get_template("candidate.html.j2").render(page=view, r=r, run=run, static="../static/")
         # The page's view reads names out of the diff itself (a quoted name can decode to bytes that are not
         # UTF-8): what reaches the file is cleaned, so any page can be written and shows no control character.
         atomic_write(pages / page_name(r.id), clean(html, limit=None))
-    return write_index(out, results, run_info, judge)
+    return write_index(out, results, run, judge)
 
 
-def write_index(out: Path, results: list[CandidateResult], run_info: dict, judge: dict[str, str] | None = None) -> Path:
+def write_index(out: Path, results: list[CandidateResult], run: RunInfo, judge: dict[str, str] | None = None) -> Path:
     """``index.html`` and the static files it loads, over pages already written under ``out/candidates``."""
     copy_static(out)
     index = scorecard.build_index(results, page_name, judge, scorecard.known_tasks())
     atomic_write(out / "index.html", clean(TEMPLATES.get_template("index.html.j2").render(
-        index=index, run=run_info, static="static/"), limit=None))
+        index=index, run=run, static="static/"), limit=None))
     return out / "index.html"
 
 

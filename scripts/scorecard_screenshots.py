@@ -26,7 +26,7 @@ from playwright.sync_api import sync_playwright
 from grader.calibrate import candidate_id
 from grader.ingest import parse_bundle
 from grader.core.records import CandidateResult
-from grader.report import page_name, results_of, write_html
+from grader.report import page_name, results_of, run_of, write_html
 from grader.scorecard import CHROMIUM_FLAGS, system_chromium
 
 WIDTHS = (1280, 390)
@@ -52,7 +52,7 @@ def with_judge(out: Path, bundle: Path, labels: Path, into: Path) -> Path:
     entries = json.loads(labels.read_text())["entries"]
     judge = {candidate_id(bundle.stem, int(e["bundle_position"])): e["overall"] for e in entries}
     diffs = {c.id: c.diff for c in parse_bundle(bundle)}
-    write_html(into, results_of(document), document["run"], diffs, judge)
+    write_html(into, results_of(document), run_of(document), diffs, judge)
     return into
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: where the seed lives, and a tiny git tree to apply diffs to."""
+"""Shared fixtures: where the seed lives, a tiny git tree to apply diffs to, and a run section to write reports with."""
 
 from __future__ import annotations
 
@@ -8,11 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from grader.core.records import GraderRevision, RunInfo
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEED = SHARED / "seed"
 # The seed is data from outside the project, beside the checkout; a clone elsewhere has none to read.
 needs_seed = pytest.mark.skipif(not (SEED / "graded-candidates.txt").is_file(),
                                 reason="the seed bundle (../shared/seed) is not beside this checkout")
+
+
+def run_info(**changes) -> RunInfo:
+    """A complete run section (a graded, unmerged run with no clock), with ``changes`` over it."""
+    fields = dict(grader_version="x", grader=GraderRevision("x", "abc", False), started_at="2026-12-01T21:00:00+00:00",
+                  gpu="off", candidates=1, containment="on", containment_degraded=False, containment_warning=None,
+                  timeout_s=600.0, fail_under=None, exit_code=0, exit_reason="0: graded", timings={"wall_s": 1.0},
+                  backend="local", jobs=1)
+    return RunInfo(**(fields | changes))
 
 
 def lines_file(n: int, prefix: str = "line") -> str:

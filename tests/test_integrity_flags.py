@@ -17,6 +17,8 @@ from grader.core.records import GradingOptions
 from grader.one_candidate import BaseCache, grade_candidate
 from grader.report import grader_revision, started_at, write_html, write_results_json
 
+from conftest import run_info
+
 
 def added_file(path: str, *lines: str) -> str:
     body = "".join(f"+{line}\n" for line in lines)
@@ -110,12 +112,10 @@ def test_flags_reach_the_result_and_decide_nothing(tmp_path):
     assert result.to_json()["integrity_flags"][0]["file"] == "vllm/x.py"
     import jsonschema
 
-    run_info = {"grader_version": "x", "grader": grader_revision(), "started_at": started_at(), "gpu": "off",
-                "candidates": 1, "containment": "on", "fail_under": None, "exit_code": 0, "exit_reason": "0",
-                "timings": {"wall_s": 1.0}}
-    doc = json.loads(write_results_json(tmp_path, [result], run_info).read_text())
+    run = run_info(grader=grader_revision(), started_at=started_at())
+    doc = json.loads(write_results_json(tmp_path, [result], run).read_text())
     jsonschema.validate(doc, json.loads((REPO_ROOT / "grader" / "schema" / "results.schema.json").read_text()))
-    write_html(tmp_path, [result], {}, {"flagged": diff})
+    write_html(tmp_path, [result], run, {"flagged": diff})
     assert "&#9873; 1" in (tmp_path / "index.html").read_text()
     [page] = (tmp_path / "candidates").glob("*.html")
     assert "Tamper signals (1)" in page.read_text() and "import ctypes" in page.read_text()

@@ -16,6 +16,8 @@ from grader.core.records import (SCHEMA_VERSION, ApplyReport, CandidateResult, C
 from grader.report import (grader_revision, markdown_summary, page_name, started_at, write_html, write_junit,
                            write_results_json)
 
+from conftest import run_info
+
 STATUSES = {"c1": ("met", 1.0), "c2": ("partial", 0.5), "c3": ("unmet", 0.0), "c4": ("not_evaluated", None),
             "c5": ("met", 0.8)}
 
@@ -37,7 +39,7 @@ def results() -> list[CandidateResult]:
 
 
 def test_results_json_is_versioned_and_sorted(tmp_path, results):
-    path = write_results_json(tmp_path, results, {"timings": {"wall_s": 1.0}})
+    path = write_results_json(tmp_path, results, run_info())
     doc = json.loads(path.read_text())
     assert doc["schema_version"] == SCHEMA_VERSION
     assert [c["id"] for c in doc["candidates"]] == ["a-first", "b/second"]
@@ -113,7 +115,7 @@ def test_exit_codes(results):
 
 
 def test_html_escapes_and_links(tmp_path, results):
-    index = write_html(tmp_path, results, {"grader_version": "x", "gpu": "off", "candidates": 2},
+    index = write_html(tmp_path, results, run_info(candidates=2),
                        {"a-first": "+added <line>\n-removed\n"})
     html = index.read_text()
     assert f'href="candidates/{page_name("b/second")}"' in html
@@ -134,10 +136,8 @@ def test_results_json_validates_against_the_shipped_schema(tmp_path, results):
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "grader" / "schema" / "results.schema.json").read_text())
     assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
-    run_info = {"grader_version": "x", "grader": grader_revision(), "started_at": started_at(), "gpu": "off",
-                "candidates": 2, "containment": "on", "fail_under": None, "exit_code": 0, "exit_reason": "0: graded",
-                "timings": {"wall_s": 1.0}}
-    doc = json.loads(write_results_json(tmp_path, results, run_info).read_text())
+    run = run_info(grader=grader_revision(), started_at=started_at(), candidates=2)
+    doc = json.loads(write_results_json(tmp_path, results, run).read_text())
     jsonschema.validate(doc, schema)
     broken = dict(doc, candidates=[dict(doc["candidates"][0], verdict="great")])
     with pytest.raises(jsonschema.ValidationError):

@@ -26,6 +26,8 @@ from grader.many_candidates import Graded
 from grader.report import page_name, write_html, write_junit, write_results_json
 from grader.terminal import ProgressLines, observer_for, print_closing
 
+from conftest import run_info
+
 HOSTILE = ["lone \ud800 high", "low \udfff", "escaped byte \udcff", "nul \x00 here", "clear \x1b[2J screen",
            "del \x7f", "next line \x85 (C1)", "csi \x9b", "bell \x07 vt \x0b ff \x0c", "cr \r overwrite",
            "xml forbids \ufffe and \uffff", "rich markup [/] [bold red]x[/bold red]", "\x1b]0;title\x07",
@@ -84,8 +86,8 @@ def test_junit_is_well_formed_whatever_the_records_hold(tmp_path):
 
 def test_pages_and_results_are_written_whatever_the_records_and_diff_hold(tmp_path):
     results = [hostile_result("a \x1b[2J \ud800 id")]
-    write_results_json(tmp_path, results, {})
-    index = write_html(tmp_path, results, {}, {results[0].id: HOSTILE_DIFF})
+    write_results_json(tmp_path, results, run_info())
+    index = write_html(tmp_path, results, run_info(), {results[0].id: HOSTILE_DIFF})
     pages = [index, *sorted((tmp_path / "candidates").glob("*.html"))]
     assert len(pages) == 2
     for page in pages:
@@ -152,7 +154,7 @@ def test_a_failing_report_is_named_and_the_others_are_still_written(tmp_path, mo
 
     monkeypatch.setattr(cli, "write_html", broken)
     args = argparse.Namespace(out=tmp_path / "out", junit=tmp_path / "junit.xml", fail_under=None)
-    failed = cli.write_reports(args, [hostile_result("c")], {}, {}, None)
+    failed = cli.write_reports(args, [hostile_result("c")], run_info(), {}, None)
     assert failed == ["the HTML scorecards"]
     assert (tmp_path / "out" / "results.json").is_file() and (tmp_path / "junit.xml").is_file()
     assert "writing the HTML scorecards failed" in capsys.readouterr().err

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from grader.calibrate import candidate_id
-from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport
+from grader.core.records import (ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport,
+                                 Incomplete)
 from grader.report import page_name, write_html, write_junit, write_results_json
 from grader.core.rubric import all_tasks
 from grader.scorecard import (CHROMIUM_FLAGS, agreement, build_candidate, build_diff, build_index, collapse_skips,
                               named_places, reason, system_chromium, verdict_sentence)
 
-from conftest import SEED
+from conftest import SEED, run_info
 
 TASK = "int8-kv-rounding"  # core: c1
 FILE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
@@ -368,7 +369,7 @@ def test_the_candidate_page_shows_the_hunks_that_ran_and_the_none_ran_sentence(t
     ran = replace(check("test_v", "failed", "Values round"), ran={FILE: [43]})
     idle = replace(check("test_w", "failed", "Keys round"), ran={})
     r = result("ran", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [ran, idle])})
-    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": DIFF})
+    write_html(tmp_path, [r], run_info(), {"ran": DIFF})
     html = (tmp_path / "candidates" / page_name("ran")).read_text()
     assert '<a class="place ran-link" href="#hunk-1-2">triton_reshape_and_cache_flash.py hunk 2</a>' in html
     assert 'its added lines ran in failing <a href="#ev-c3-1">c3 test_v</a>' in html
@@ -435,8 +436,7 @@ def every_kind_of_result() -> list[CandidateResult]:
 def write_every_kind(out: Path, judge: dict | None = None) -> Path:
     results = every_kind_of_result()
     diffs = {r.id: HOSTILE_DIFF if r.id == HOSTILE_ID else DIFF for r in results if r.id != "empty"}
-    run = {"grader_version": "x", "gpu": "off", "candidates": len(results) + 1,
-           "incomplete": {"reason": "interrupted by SIGINT", "not_graded": ["never</script>"]}}
+    run = run_info(candidates=len(results) + 1, incomplete=Incomplete("interrupted by SIGINT", ["never</script>"]))
     return write_html(out, results, run, diffs, judge)
 
 
@@ -478,7 +478,7 @@ def test_a_candidate_page_shows_hunk_badges_and_links_evidence_to_its_hunk(tmp_p
     r = result("linked", "fail", criteria={"c3": criterion("c3", "unmet", 0.0, [
         check("test_v", "failed", "Values round", pytest_failure("truncates", [(FILE, 43)]))])},
         apply=apply_report("fuzz", "applied at line 42 with fuzz 1"))
-    write_html(tmp_path, [r], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"linked": DIFF})
+    write_html(tmp_path, [r], run_info(), {"linked": DIFF})
     html = (tmp_path / "candidates" / page_name("linked")).read_text()
     assert '<span class="badge h-applied">applied</span>' in html and '<span class="badge h-fuzz">fuzz</span>' in html
     assert '<a class="place" href="#hunk-1-2">triton_reshape_and_cache_flash.py:43</a>' in html
@@ -614,7 +614,7 @@ def test_a_long_diff_gets_a_file_list_and_collapses_the_files_no_failing_check_t
     assert (first.open, second.open) == (True, False) and page.diff.collapsed
     assert (first.added, first.removed, first.ran_in_failing, second.added) == (3, 1, 1, 320)
     assert all(f.open for f in build_candidate(ran_result(), long_diff(20)).diff.files)
-    write_html(tmp_path, [ran_result()], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    write_html(tmp_path, [ran_result()], run_info(), {"ran": long_diff()})
     html = (tmp_path / "candidates" / page_name("ran")).read_text()
     assert '<nav class="diff-toc"' in html and f'<a href="#{second.anchor}"><code>{OTHER}</code></a>' in html
     assert html.count('<details class="file-body" open>') == 1 and html.count('<details class="file-body">') == 1
@@ -622,11 +622,11 @@ def test_a_long_diff_gets_a_file_list_and_collapses_the_files_no_failing_check_t
 
 def write_every_report(out: Path, results: list[CandidateResult]) -> list[Path]:
     """results.json, the pages and the JUnit file of ``results``, with the run facts of a merge (no clock)."""
-    run = {"grader_version": "x", "gpu": "off", "candidates": len(results), "started_at": "2026-12-01T21:00:00+00:00"}
+    run = run_info(candidates=len(results))
     diffs = {r.id: long_diff() if r.id == "ran" else HOSTILE_DIFF if r.id == HOSTILE_ID else DIFF for r in results}
     write_results_json(out, results, run)
     write_html(out, results, run, diffs)
-    write_junit(out / "junit.xml", results, 0.5, run["started_at"])
+    write_junit(out / "junit.xml", results, 0.5, run.started_at)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
@@ -657,7 +657,7 @@ def test_the_index_marks_cut_previews_for_the_input_filter(tmp_path):
 @pytest.mark.browser
 @pytest.mark.parametrize("width", [1280, 390])
 def test_a_failing_check_links_to_the_hunk_that_ran_and_back(browser, tmp_path, width):
-    write_html(tmp_path, [ran_result()], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    write_html(tmp_path, [ran_result()], run_info(), {"ran": long_diff()})
     page, problems = open_page(browser, tmp_path / "candidates" / page_name("ran"), width)
     link = page.locator("a.ran-link")
     assert link.text_content() == "triton_reshape_and_cache_flash.py hunk 2"
@@ -675,7 +675,7 @@ def test_a_failing_check_links_to_the_hunk_that_ran_and_back(browser, tmp_path, 
 
 @pytest.mark.browser
 def test_a_link_into_a_collapsed_file_opens_it(browser, tmp_path):
-    write_html(tmp_path, [ran_result(ran_lines={OTHER: [2]})], {"grader_version": "x", "gpu": "off", "candidates": 1}, {"ran": long_diff()})
+    write_html(tmp_path, [ran_result(ran_lines={OTHER: [2]})], run_info(), {"ran": long_diff()})
     path = tmp_path / "candidates" / page_name("ran")
     page, problems = open_page(browser, path, 1280)
     assert page.locator("#hunk-2-1").is_visible()  # the file it ran in is open: a failing check links it

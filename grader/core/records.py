@@ -370,3 +370,65 @@ class GradingOptions(JsonRecord):
     # Variables of the grader's environment passed on beyond ``protocol.PASSED_THROUGH_ENV`` (a Ray actor's
     # narrowed CUDA_VISIBLE_DEVICES).
     also_pass: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GraderRevision(JsonRecord):
+    """Which grader graded: its version and, from a git checkout, its commit and whether the tree had edits
+    (None: not a checkout, or git could not tell)."""
+
+    version: str
+    commit: str | None
+    modified: bool | None
+
+
+@dataclass(frozen=True)
+class Incomplete(JsonRecord):
+    """Why a run did not grade every candidate, and which it did not grade."""
+
+    reason: str
+    not_graded: list[str]
+
+
+@dataclass(frozen=True)
+class MergedOutput(JsonRecord):
+    """One output folder a merged run joined (``grade merge``), as its own run section told it."""
+
+    out: str
+    started_at: str
+    candidates: int
+    exit_code: int
+    # None where that output is itself a merge (its outputs each say theirs).
+    backend: str | None
+    jobs: int | None
+
+
+@dataclass(frozen=True)
+class RunInfo(JsonRecord):
+    """results.json's ``run`` section: who graded, when, how, and why the exit code is what it is. Built once by
+    ``grade`` (or ``grade merge``, from its outputs' sections) and read by field; a dictionary only in the file."""
+
+    ABSENT_WHEN_DEFAULT = ("backend", "jobs", "incomplete", "merged_from")
+
+    grader_version: str
+    grader: GraderRevision
+    started_at: str
+    # How the GPU was decided, in words (grader.core.environment.detect_gpu).
+    gpu: str
+    # How many candidates the run was given (graded or not).
+    candidates: int
+    # The sandbox subjects ran in, in words; "off (--contain off)" without one.
+    containment: str
+    # Whether subjects got less than the full sandbox, and what they lacked (None: nothing).
+    containment_degraded: bool
+    containment_warning: str | None
+    timeout_s: float
+    fail_under: float | None
+    exit_code: int
+    exit_reason: str
+    timings: dict[str, float]
+    # Absent in a merged run, whose outputs each say theirs under ``merged_from``.
+    backend: str | None = None
+    jobs: int | None = None
+    incomplete: Incomplete | None = None
+    merged_from: list[MergedOutput] = field(default_factory=list)
