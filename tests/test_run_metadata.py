@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from grader.core.rubric import all_tasks
+from grader.report import run_of
 from grader.score import FULL_AT, MET_AT, UNMET_AT
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,12 @@ def test_results_validate_against_the_schema_with_the_run_metadata(graded):
     assert run["fail_under"] == 0.9
     assert run["exit_code"] == proc.returncode == 1, proc.stderr
     assert run["exit_reason"].startswith("1: 1 candidate(s) below --fail-under 0.9") and "with-binary" in run["exit_reason"]
+
+
+def test_the_run_section_reads_back_as_the_record_that_wrote_it(graded):
+    _, _, doc = graded
+    run = run_of(doc)
+    assert run.to_json() == doc["run"] and run.exit_code == 1 and run.backend == "local" and run.incomplete is None
 
 
 def test_each_candidate_names_what_it_was_graded_against(graded):

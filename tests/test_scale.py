@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.records import Candidate, CandidateResult
+from grader.core.records import Candidate, CandidateResult, GraderRevision, Incomplete, MergedOutput, RunInfo
 from grader.ingest import IngestError, shard
 from grader.merge import MergeError, merge_documents
 from grader.many_candidates import Graded
 from grader.terminal import Pace, ProgressLines
+
+from conftest import run_info
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -58,9 +60,9 @@ def test_shards_are_disjoint_and_cover_the_input():
 
 
 def document(ids: list[str], commit: str = "abc", verdict: str = "full", **run) -> dict:
-    return {"schema_version": "2.1", "run": {"grader": {"commit": commit}, "gpu": "no CUDA GPU", "containment": "x",
-                                             "started_at": "2026-12-01T00:00:00+00:00", "timings": {"wall_s": 1.0},
-                                             **run},
+    return {"schema_version": "2.1",
+            "run": run_info(grader=GraderRevision("x", commit, False), gpu="no CUDA GPU", containment="x",
+                            **run).to_json(),
             "candidates": [CandidateResult(i, TASK, f"{i}.diff", verdict, 1.0, {}, None, "",
                                            timings={"tests_s": 1.0}).to_json() for i in ids]}
 
@@ -68,14 +70,24 @@ def document(ids: list[str], commit: str = "abc", verdict: str = "full", **run) 
 def test_merge_joins_shards_and_refuses_mixed_graders_or_disagreeing_results():
     merged = merge_documents({Path("a"): document(["x", "y"]), Path("b"): document(["z", "y"])})
     assert [r.id for r in merged.results] == ["x", "y", "z"]
-    assert merged.origin["z"] == Path("b") and len(merged.run_info["merged_from"]) == 2
+    assert merged.origin["z"] == Path("b") and [m.out for m in merged.run.merged_from] == ["a", "b"]
+    assert merged.run.backend is None and merged.run.timings == {"wall_s": 2.0} and merged.run.exit_code == 0
     with pytest.raises(MergeError, match="another grader"):
         merge_documents({Path("a"): document(["x"]), Path("b"): document(["z"], commit="def")})
+    with pytest.raises(MergeError, match="another grader"):
+        merge_documents({Path("a"): document(["x"]),
+                         Path("b"): document(["z"], containment_degraded=True, containment_warning="no memory bound")})
     with pytest.raises(MergeError, match="'y'"):
         merge_documents({Path("a"): document(["y"]), Path("b"): document(["y"], verdict="fail")})
     cut = merge_documents({Path("a"): document(["x"]),
-                           Path("b"): document(["z"], incomplete={"reason": "SIGINT", "not_graded": ["w"]})})
-    assert cut.run_info["incomplete"]["not_graded"] == ["w"] and cut.run_info["candidates"] == 3
+                           Path("b"): document(["z"], incomplete=Incomplete("SIGINT", ["w"]))})
+    assert cut.run.incomplete.not_graded == ["w"] and cut.run.candidates == 3 and cut.run.exit_code == 130
+
+
+def test_a_merge_of_degraded_outputs_says_so_as_they_did():
+    degraded = {"containment_degraded": True, "containment_warning": "subjects have no memory bound"}
+    merged = merge_documents({Path("a"): document(["x"], **degraded), Path("b"): document(["z"], **degraded)})
+    assert merged.run.containment_degraded and merged.run.containment_warning == degraded["containment_warning"]
 
 
 def test_merge_refuses_a_candidate_that_is_not_a_result_of_this_schema():
@@ -85,6 +97,38 @@ def test_merge_refuses_a_candidate_that_is_not_a_result_of_this_schema():
         merge_documents({Path("a"): document(["x"]), Path("b"): older})
 
 
+@pytest.mark.parametrize("break_run, why", [
+    (lambda run: run.pop("exit_code"), "missing field 'exit_code'"),
+    (lambda run: run.update(candidates="3"), r"RunInfo.candidates: expected int"),
+    (lambda run: run["grader"].update(branch="main"), r"RunInfo.grader: unknown field 'branch'"),
+    (lambda run: run.update(incomplete={"reason": "SIGINT"}), r"RunInfo.incomplete: .*"),
+    (lambda run: run.clear(), "missing field"),
+])
+def test_merge_refuses_an_output_whose_run_section_is_malformed_naming_its_file(break_run, why):
+    broken = document(["z"])
+    break_run(broken["run"])
+    with pytest.raises(MergeError, match=r"b/results.json: its run section is not one of this grader \(.*" + why):
+        merge_documents({Path("a"): document(["x"]), Path("b"): broken})
+
+
+def test_merge_refuses_an_output_without_a_run_section_naming_its_file():
+    bare = document(["z"])
+    del bare["run"]
+    with pytest.raises(MergeError, match=r"b/results.json: its run section .*expected an object, got NoneType"):
+        merge_documents({Path("a"): document(["x"]), Path("b"): bare})
+
+
+def test_run_sections_read_back_equal_to_the_records_they_were_written_from():
+    graded = run_info(containment_degraded=True, containment_warning="no memory bound", fail_under=0.5,
+                      incomplete=Incomplete("interrupted by SIGINT", ["w"]))
+    merged = run_info(backend=None, jobs=None, merged_from=[MergedOutput("a", "2026-12-01T21:00:00+00:00", 2, 0,
+                                                                         "local", 1)])
+    for run in (graded, merged, run_info()):
+        assert RunInfo.from_json(json.loads(json.dumps(run.to_json()))) == run
+    # What a record leaves out at its default: a graded run names no merged outputs, a merged run no backend.
+    assert "merged_from" not in graded.to_json() and "incomplete" not in run_info().to_json()
+    assert {"backend", "jobs"}.isdisjoint(merged.to_json()) and graded.to_json()["containment_warning"] is not None
+    assert run_info().to_json()["containment_warning"] is None
 def test_pace_counts_only_candidates_graded_in_this_run():
     now = [100.0]
     pace = Pace(10, clock=lambda: now[0])
