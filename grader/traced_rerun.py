@@ -24,22 +24,28 @@ from grader.core.records import RunReport, TestOutcome
 
 # The first run's outcomes that are re-run traced: checks that ran and failed (an assertion, a fixture's error).
 RERUN_STATUSES = ("failed", "error")
+# A check's outcome when it did not finish: it timed out with no control finishing either, or the grader never ran it.
+UNFINISHED_STATUSES = ("timeout", "not_run")
 # How the evidence plugin marks a check failed for going over its call budget (``grader.pytest_evidence``).
 OVER_BUDGET_PREFIX = "timeout:"
+
+
+def ended_whole(run: RunReport) -> bool:
+    """Whether a judge's run ended as it should: within its time limit, with no environment or grader fault."""
+    return not (run.timed_out or run.environment_error or run.grader_error)
 
 
 def checks_to_trace(run: RunReport) -> list[str]:
     """The node ids of ``run``'s checks that a traced re-run runs; none where the run itself is not a verdict's
     evidence (timed out, the environment's or the grader's fault)."""
-    if run.timed_out or run.environment_error or run.grader_error:
+    if not ended_whole(run):
         return []
     return [o.nodeid for o in run.outcomes if o.status in RERUN_STATUSES]
 
 
 def rerun_finished(rerun: RunReport) -> bool:
-    """Whether the re-run ended as a judge's run should: within its time limit, no fault, every check finished."""
-    return not (rerun.timed_out or rerun.environment_error or rerun.grader_error) and \
-        all(o.status not in ("timeout", "not_run") for o in rerun.outcomes)
+    """Whether the re-run ended whole with every check finished."""
+    return ended_whole(rerun) and all(o.status not in UNFINISHED_STATUSES for o in rerun.outcomes)
 
 
 def reproduced(first: TestOutcome, again: TestOutcome) -> bool:
@@ -49,7 +55,7 @@ def reproduced(first: TestOutcome, again: TestOutcome) -> bool:
 
 def rerun_note(again: TestOutcome | None) -> str:
     """Why a re-run check has no ``ran``: its re-run did not finish, or finished otherwise than the first run."""
-    if again is None or again.status in ("timeout", "not_run") or again.ran is None:
+    if again is None or again.status in UNFINISHED_STATUSES or again.ran is None:
         return ("re-run did not finish: the traced re-run ended before this check did, so which lines ran in it "
                 "is not known")
     return (f"re-run did not reproduce: the traced re-run of this check {again.status}, so the lines it ran are "
