@@ -2,8 +2,9 @@
 separate CI jobs) as one: one results.json, one index with every candidate's page, one JUnit file.
 
 Only outputs of the same grader (commit and schema version) under the same GPU setting and containment merge: a
-merged results.json says that one grader graded it all. A candidate found in two outputs must have the same result in both (apart from
-the fields that vary between identical runs); otherwise the merge is refused, naming the candidate.
+merged results.json says that one grader graded it all. A candidate found in two outputs must have the same result
+in both (apart from the fields that vary between identical runs); otherwise the merge is refused, naming the
+candidate.
 """
 
 from __future__ import annotations
@@ -58,19 +59,21 @@ def same_grading(documents: dict[Path, dict], runs: dict[Path, RunInfo]) -> None
 def read_run(out: Path, document: dict) -> RunInfo:
     """The run section of one output's results.json as a record; one that is not a run section of this schema
     is refused, naming the output."""
-    try:
-        return run_of(document)
-    except RecordError as exc:
-        raise MergeError(f"{out / 'results.json'}: its run section is not one of this grader ({exc})") from None
+    return read_records(out, lambda: run_of(document), "its run section is not one of this grader")
 
 
 def read_results(out: Path, document: dict) -> list[CandidateResult]:
     """The candidates of one output's results.json as records; one that is not a result of this schema is
     refused, naming the output."""
+    return read_records(out, lambda: results_of(document), "a candidate is not a result of this grader")
+
+
+def read_records(out: Path, read, refusal: str):
+    """``read()``, its ``RecordError`` refused as a ``MergeError`` naming ``out``'s results.json."""
     try:
-        return results_of(document)
+        return read()
     except RecordError as exc:
-        raise MergeError(f"{out / 'results.json'}: a candidate is not a result of this grader ({exc})") from None
+        raise MergeError(f"{out / 'results.json'}: {refusal} ({exc})") from None
 
 
 def same_result(a: CandidateResult, b: CandidateResult) -> bool:
@@ -118,6 +121,8 @@ def merge_outputs(outs: list[Path], fail_under: float | None = None) -> Merged:
     if len(set(map(Path.resolve, outs))) != len(outs):
         raise MergeError("an output folder is named twice")
     return merge_documents({out: read_output(out) for out in outs}, fail_under)
+
+
 def copy_pages(merged: Merged, dest: Path) -> None:
     """Each candidate's page from the output that graded it (pages are rendered with their diff, which
     results.json does not hold)."""
