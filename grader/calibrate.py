@@ -34,9 +34,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import __version__
 from grader.core.records import (CRITERION_IDS, CRITERION_STATUSES, VERDICTS as ALL_VERDICTS, CandidateResult,
-                                 CriterionResult, GradingOptions, RecordError, RunInfo)
+                                 CriterionResult, GradingOptions, RecordError)
 from grader.score import MET_AT, UNMET_AT
 
 # What a judge can say: every criterion status but not_evaluated, every verdict but error.
@@ -455,7 +454,7 @@ def grade_bundle(args) -> Path | None:
     from grader.many_candidates import grade_many
     from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
     from grader.outcome import exit_code, exit_reason
-    from grader.report import grader_revision, started_at, write_results_json
+    from grader.report import graded_run, started_at, write_results_json
     from grader.sandbox import contain
     from grader.sandbox.shortfall import shortfalls
     from grader.store import ResultStore
@@ -472,12 +471,10 @@ def grade_bundle(args) -> Path | None:
     run = grade_many(candidates, options, ProgressLines(), ResultStore(args.out))
     degraded = shortfalls(contain.probe())
     # The exit code and reason are those ``grade`` would give these results (calibrate itself exits 0).
-    return write_results_json(args.out, run.results, RunInfo(
-        grader_version=__version__, grader=grader_revision(), started_at=began, gpu=reason,
-        candidates=len(candidates), containment=contain.summary_line(), containment_degraded=bool(degraded),
-        containment_warning="; ".join(degraded) or None, timeout_s=float(options.timeout), fail_under=None,
-        exit_code=exit_code(run.results, None), exit_reason=exit_reason(run.results, None, None),
-        timings={"wall_s": run.wall_s}, backend="local", jobs=options.jobs))
+    return write_results_json(args.out, run.results, graded_run(
+        began=began, gpu=reason, candidates=len(candidates), containment=contain.summary_line(), degraded=degraded,
+        timeout=options.timeout, fail_under=None, exit_code=exit_code(run.results, None),
+        exit_reason=exit_reason(run.results, None, None), wall_s=run.wall_s, backend="local", jobs=options.jobs))
 
 
 def run_calibrate(args) -> int:

@@ -41,7 +41,7 @@ from grader.sandbox.tooling import REQUIRED_TOOLS, missing_tools, os_error_line
 from grader.one_candidate import BaseCache
 from grader.core.environment import GraderUsageError, default_jobs, detect_gpu
 from grader.core.paths import FILE_MODE, output_folder
-from grader.report import (grader_revision, markdown_summary, started_at, write_html, write_index, write_junit,
+from grader.report import (graded_run, markdown_summary, started_at, write_html, write_index, write_junit,
                            write_results_json)
 from grader.core.rubric import RubricError, all_base_recipes, all_tasks
 from grader.store import ResultStore
@@ -369,13 +369,11 @@ def _run_grade(args, gate: SignalGate) -> int:
     why = exit_reason(results, args.fail_under, run.interrupted)
     if args.fail_on_flags and code == 0:
         code, why = flags_exit(results, code, why)
-    run_info = RunInfo(
-        grader_version=__version__, grader=grader_revision(), started_at=began, gpu=gpu_reason,
-        candidates=len(candidates),
-        containment=contain.summary_line() if args.contain != "off" else "off (--contain off)",
-        containment_degraded=bool(degraded), containment_warning="; ".join(degraded) or None,
-        timeout_s=float(args.timeout), fail_under=args.fail_under, exit_code=code, exit_reason=why,
-        timings={"wall_s": run.wall_s}, backend=args.backend, jobs=args.jobs,
+    run_info = graded_run(
+        began=began, gpu=gpu_reason, candidates=len(candidates),
+        containment=contain.summary_line() if args.contain != "off" else "off (--contain off)", degraded=degraded,
+        timeout=args.timeout, fail_under=args.fail_under, exit_code=code, exit_reason=why, wall_s=run.wall_s,
+        backend=args.backend, jobs=args.jobs,
         incomplete=Incomplete(f"interrupted by {run.interrupted}", list(run.not_graded)) if run.interrupted else None)
     failed_reports = write_reports(args, results, run_info, {c.id: c.diff for c in candidates}, judge)
     if failed_reports and not run.interrupted:

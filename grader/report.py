@@ -14,7 +14,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
-from grader.core.records import CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry, GraderRevision, RunInfo
+from grader.core.records import (CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry, GraderRevision,
+                                 Incomplete, RunInfo)
 from grader.outcome import ci_outcome, unfinished
 from grader.core.sanitize import clean
 
@@ -34,6 +35,18 @@ def grader_revision() -> GraderRevision:
     commit = git("rev-parse", "HEAD")
     dirty = None if commit is None else bool(git("status", "--porcelain", "--untracked-files=no"))
     return GraderRevision(__version__, commit, dirty)
+
+
+def graded_run(*, began: str, gpu: str, candidates: int, containment: str, degraded: list[str], timeout: float,
+               fail_under: float | None, exit_code: int, exit_reason: str, wall_s: float, backend: str, jobs: int,
+               incomplete: Incomplete | None = None) -> RunInfo:
+    """The run section of a grading made by this grader (``grade``, ``calibrate``): its version and revision, and
+    the sandbox's shortfalls (``degraded``, each in words) as results.json states them."""
+    return RunInfo(grader_version=__version__, grader=grader_revision(), started_at=began, gpu=gpu,
+                   candidates=candidates, containment=containment, containment_degraded=bool(degraded),
+                   containment_warning="; ".join(degraded) or None, timeout_s=float(timeout), fail_under=fail_under,
+                   exit_code=exit_code, exit_reason=exit_reason, timings={"wall_s": wall_s}, backend=backend,
+                   jobs=jobs, incomplete=incomplete)
 
 
 def started_at() -> str:
