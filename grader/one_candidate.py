@@ -155,7 +155,8 @@ def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path,
     with ``options.trace_lines``, its failing checks then run again traced, for their ``ran`` alone
     (``grader.traced_rerun``). The stages' seconds are added to ``timings``."""
     untraced_key = tree_key(grading_identity(task, options.gpu, options.contained, False), apply)
-    first = evidence.load(untraced_key) if evidence and untraced_key else None
+    # Untraced, the caller has just looked this very key up and missed: only a traced grading looks again.
+    first = evidence.load(untraced_key) if evidence and untraced_key and options.trace_lines else None
     import_root = make_import_root(tree, scratch / "import-root")
     budgets = None
 
