@@ -18,8 +18,9 @@ With ``--work DIR`` the corpus, the installation records and every finished run 
 command run again measures only the runs it lacks (the lent GPU machine takes one call per backend: the Ray
 wheel does not fit beside the sdist in one call's carry). A reused run is printed as such, with when it ran.
 
-Per run: wall seconds, candidates per minute, speedup over the same backend at the fewest jobs measured and
-scaling efficiency (speedup / jobs ratio), and Ray's wall time over the local backend's at the same job count.
+Per run: wall seconds, candidates per minute, where the time went (``stage_costs``), speedup over the same
+backend at the fewest jobs measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the
+local backend's at the same job count.
 Speedup is a ratio of throughputs (candidates per minute), which for strong scaling is the ratio of wall times.
 Every run must give each candidate it shares with another run the same result apart from the fields that vary
 between identical runs (``grader.report.comparable``); the bench says so, or lists the candidates that differ.
@@ -82,9 +83,35 @@ def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source:
     document = json.loads((out / "results.json").read_text())
     run = {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": len(document["candidates"]),
            "per_minute": round(60 * len(document["candidates"]) / seconds, 1),
-           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": comparable(document)}
+           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "stages": stage_costs(document, seconds, jobs), "results": comparable(document)}
     kept.write_text(json.dumps(run) + "\n")
     return run
+
+
+def stage_costs(document: dict, wall_s: float, jobs: int) -> dict:
+    """Where a run's wall time went, from its candidates' own timings: mean seconds per candidate of each stage
+    (tree, hidden tests), the slowest candidate, how many candidates were busy on average (their seconds over the
+    wall time, against ``jobs``), and the wall time outside any candidate's stages if the jobs had been kept busy
+    (start, look-ups, reports, idle jobs at the tail)."""
+    timings = [c.get("timings") or {} for c in document["candidates"]]
+    apply_s = [t.get("apply_s", 0.0) for t in timings]
+    tests_s = [t.get("tests_s", 0.0) for t in timings]
+    busy_s = sum(apply_s) + sum(tests_s)
+    count = max(len(timings), 1)
+    return {"apply_s": round(sum(apply_s) / count, 2), "tests_s": round(sum(tests_s) / count, 2),
+            "slowest_s": round(max((a + t for a, t in zip(apply_s, tests_s)), default=0.0), 2),
+            "concurrency": round(busy_s / wall_s, 2) if wall_s else 0.0,
+            "outside_s": round(max(wall_s - busy_s / jobs, 0.0), 2)}
+
+
+def stage_line(run: dict) -> str:
+    stages = run.get("stages")
+    if not stages:
+        return ""
+    return (f"      per candidate: tree {stages['apply_s']:.1f} s, tests {stages['tests_s']:.1f} s, slowest "
+            f"{stages['slowest_s']:.1f} s; busy {stages['concurrency']:.1f} of {run['jobs']} jobs; outside the "
+            f"candidates {stages['outside_s']:.1f} s")
 
 
 def work_folder(requested: Path | None, settings: dict) -> Path:
@@ -186,6 +213,8 @@ def main() -> int:
             again = f" (reused: measured at {r['measured_at']})" if r.get("reused") else ""
             print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
                   f"{r['per_minute']:7.1f} candidates/min{again}", flush=True)
+            if stage_line(r):
+                print(stage_line(r), flush=True)
     print("\n".join(table(runs)))
     changed = differing(runs)
     print("identical results in every run" if not changed else

@@ -221,6 +221,19 @@ def test_scaling_says_where_a_candidates_result_differs_between_runs():
         "local 1 jobs vs local 4 jobs.verdict: 'full' != 'fail'"]
 
 
+def test_a_runs_stage_costs_come_from_its_candidates_timings():
+    from scaling import stage_costs
+
+    document = {"candidates": [{"timings": {"apply_s": 1.0, "tests_s": 9.0}},
+                               {"timings": {"apply_s": 0.5, "tests_s": 1.5}}, {"timings": {}}]}
+    stages = stage_costs(document, wall_s=8.0, jobs=2)
+    assert stages["apply_s"] == 0.5 and stages["tests_s"] == 3.5  # means over all three candidates
+    assert stages["slowest_s"] == 10.0
+    assert stages["concurrency"] == 1.5  # 12 candidate-seconds over 8 s of wall time
+    assert stages["outside_s"] == 2.0  # 8 s of wall time less 12 s spread over 2 jobs
+    assert stage_costs({"candidates": []}, wall_s=0.0, jobs=1)["concurrency"] == 0.0
+
+
 def test_every_measured_cache_draws_from_one_judge_secret_even_when_the_source_had_none(tmp_path):
     from throughput import fresh_cache
 
