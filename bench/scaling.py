@@ -22,8 +22,11 @@ Per run: wall seconds, candidates per minute, where the time went (``stage_costs
 backend at the fewest jobs measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the
 local backend's at the same job count.
 Speedup is a ratio of throughputs (candidates per minute), which for strong scaling is the ratio of wall times.
-Every run must give each candidate it shares with another run the same result apart from the fields that vary
-between identical runs (``grader.report.comparable``); the bench says so, or lists the candidates that differ.
+Every run must give each candidate it shares with another run the same decisions: verdict, score, run status,
+flags and every criterion's and check's status (``decisions``); a difference there fails the bench. Where only
+the words differ (failure messages, summaries, rationales: a candidate that reads memory it never wrote quotes
+other numbers each run), the bench lists the candidates and where, apart from the fields that vary between
+identical runs anyway (``grader.report.comparable``).
 """
 
 from __future__ import annotations
@@ -161,12 +164,24 @@ def results_by_id(runs: list[dict]) -> list[dict[str, dict]]:
             for r in runs]
 
 
-def differing(runs: list[dict]) -> list[str]:
-    """Ids of candidates whose result differs between any two runs that graded them."""
+WORDS = ("summary", "rationale", "message")
+
+
+def decisions(result: dict) -> dict:
+    """``result`` without its words (``WORDS``, at any depth): what was decided, not how it was told."""
+    if isinstance(result, dict):
+        return {k: decisions(v) for k, v in result.items() if k not in WORDS}
+    if isinstance(result, list):
+        return [decisions(v) for v in result]
+    return result
+
+
+def differing(runs: list[dict], view=lambda result: result) -> list[str]:
+    """Ids of candidates whose result, seen through ``view``, differs between any two runs that graded them."""
     by_id = results_by_id(runs)
     ids = sorted(set().union(*by_id))
     return [cid for cid in ids
-            if len({json.dumps(run[cid], sort_keys=True) for run in by_id if cid in run}) > 1]
+            if len({json.dumps(view(run[cid]), sort_keys=True) for run in by_id if cid in run}) > 1]
 
 
 def how_they_differ(runs: list[dict], cid: str) -> list[str]:
@@ -216,19 +231,23 @@ def main() -> int:
             if stage_line(r):
                 print(stage_line(r), flush=True)
     print("\n".join(table(runs)))
-    changed = differing(runs)
-    print("identical results in every run" if not changed else
-          f"results differ between runs for {len(changed)} candidate(s): {', '.join(changed[:10])}")
-    how = {cid: how_they_differ(runs, cid)[:20] for cid in changed}
+    decided_otherwise, worded_otherwise = differing(runs, decisions), differing(runs)
+    print("identical decisions in every run" if not decided_otherwise else
+          f"decisions differ between runs for {len(decided_otherwise)} candidate(s): "
+          f"{', '.join(decided_otherwise[:10])}")
+    print(f"the words differ too for {len(worded_otherwise)} candidate(s)" if worded_otherwise else
+          "identical words in every run")
+    how = {cid: how_they_differ(runs, cid)[:20] for cid in worded_otherwise}
     for cid, paths in how.items():
         print(f"  {cid}:", *paths, sep="\n    ")
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "seed": args.seed, "gpu": args.gpu,
                                          "per_job": args.per_job, "cpus": os.cpu_count(),
-                                         "candidates": len(entries), "differing": how,
+                                         "candidates": len(entries), "decided_otherwise": decided_otherwise,
+                                         "differing": how,
                                          "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs]},
                                         indent=1) + "\n")
-    return 1 if changed else 0
+    return 1 if decided_otherwise else 0
 
 
 if __name__ == "__main__":

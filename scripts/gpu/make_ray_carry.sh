@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes .ray/ (ignored by git) for `SCALING_PHASE=ray bash scripts/gpu/run_scaling.sh` on the lent H200 (Python
 # 3.12, no network): Ray's cp312 wheel unpacked without the libraries grading never imports (rllib, tune, train,
-# serve, data, llm, workflow, jars, widgets), its ELF files stripped, packed as .ray/ray-pkg.tar.xz to fit one
+# serve, data, llm, workflow, jars), its ELF files stripped, packed as .ray/ray-pkg.tar.xz to fit one
 # call's carry, and the wheels Ray imports that the image lacks. Run from the repository root on a machine that
 # reaches PyPI.
 set -euo pipefail
@@ -16,9 +16,11 @@ download() {  # download DEST PACKAGE...: cp312 manylinux wheels, nothing they d
 download "$WORK" "ray==$RAY"
 mkdir -p "$WORK/site" .ray
 python3 -m zipfile -e "$WORK"/ray-"$RAY"-*.whl "$WORK/site"
-for part in rllib tune train serve data llm workflow jars widgets; do rm -rf "$WORK/site/ray/$part"; done
+for part in rllib tune train serve data llm workflow jars; do rm -rf "$WORK/site/ray/$part"; done
 find "$WORK/site" -name '__pycache__' -prune -exec rm -rf {} +
 find "$WORK/site" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c 'file -b "$1" | grep -q ELF && strip --strip-unneeded "$1"' _ {} \; 2>/dev/null || true
+# zipfile keeps no modes: Ray's own servers (gcs_server, raylet) are ELF executables it starts, so mark them so
+find "$WORK/site" -type f ! -name '*.so*' -exec sh -c 'file -b "$1" | grep -q "ELF.*executable" && chmod +x "$1"' _ {} \;
 tar -C "$WORK/site" -cJf .ray/ray-pkg.tar.xz .
 rm -f .ray/*.whl
 download .ray click msgpack protobuf jsonschema jsonschema-specifications referencing rpds-py attrs
