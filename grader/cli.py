@@ -117,7 +117,7 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cold", action="store_true",
                    help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="grade in this process's worker pool (default), or one Ray task per candidate (docs/ray.md)")
+                   help="grade in this process's worker pool (default), or on long-lived Ray actors (docs/ray.md)")
     p.add_argument("--address", help="with --backend ray: the Ray cluster to join (default: $RAY_ADDRESS, "
                                      "else a local cluster of --jobs CPUs)")
     p.add_argument("--labels", type=Path, help="a judge's labels for the bundles given (the format of "

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader.core.environment import environment_fingerprint
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, cache_lock
 from grader.core.records import DEFAULT_TIMEOUT_S, Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
 
@@ -81,11 +81,26 @@ class Controls:
         if not reference.is_file() or not designed:
             return None
         diff = reference.read_text(encoding="utf-8", errors="replace")
-        passed = cache_dir() / "controls" / self.key(task, diff, designed)
-        if passed.is_file():
-            return None
-        result, _ = self.grade(Candidate(f"{task.id}/(control)", str(reference), diff, task.id), self.bases,
-                                    self.options)
+        key = self.key(task, diff, designed)
+        # One grader at a time runs a task's control on this machine (Ray actors, two runs): the others wait for
+        # its pass and find it.
+        with cache_lock(f"control-{key}"):
+            passed = cache_dir() / "controls" / key
+            if passed.is_file():
+                return None
+            problem = self.graded_problem(task, Candidate(f"{task.id}/(control)", str(reference), diff, task.id),
+                                          designed)
+            if problem is None:
+                try:
+                    passed.parent.mkdir(parents=True, exist_ok=True)
+                    passed.touch()
+                except OSError:
+                    pass  # a read-only or full cache: the control runs again next time, nothing else changes
+            return problem
+
+    def graded_problem(self, task: Task, control: Candidate, designed: dict[str, str]) -> str | None:
+        """Why the reference fix, graded here now, does not get its designed statuses; None when it does."""
+        result, _ = self.grade(control, self.bases, self.options)
         if result.run_status not in ("complete", "apply_partial") or result.verdict == "error":
             return (f"the control of {task.id} (its reference fix, graded here first) did not complete "
                     f"({result.run_status}): {result.error or result.summary}")
@@ -96,9 +111,4 @@ class Controls:
             return (f"the control of {task.id} failed: its reference fix grades "
                     + ", ".join(f"{cid} {got.get(cid)} (designed {designed[cid]})" for cid in wrong)
                     + f" on this machine, so the environment cannot grade this task ({wrong[0]}: {first[:300]})")
-        try:
-            passed.parent.mkdir(parents=True, exist_ok=True)
-            passed.touch()
-        except OSError:
-            pass  # a read-only or full cache: the control runs again next time, nothing else changes
         return None

@@ -140,6 +140,11 @@ def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observe
                     round(time.monotonic() - started, 2))
 
 
+def refused_by_control(candidate: Candidate, task: Task, problem: str) -> CandidateResult:
+    """The result of a candidate whose task's control does not hold here: an environment fault, not a verdict."""
+    return replace(error_result(candidate, problem, task), run_status="environment_error")
+
+
 def gradable(candidate: Candidate, tasks: dict[str, Task], options: GradingOptions) -> bool:
     """Whether grading ``candidate`` runs hidden tests (so a worker is worth starting for it)."""
     return candidate.task in tasks and not candidate.ingest_error and \
@@ -204,8 +209,7 @@ class LocalBackend:
             task = tasks.get(candidate.task or "")
             problem = controls.problem(task) if controls and task and gradable(candidate, tasks, options) else None
             if problem:
-                result = replace(error_result(candidate, problem, task), run_status="environment_error")
-                return None if stopping.is_set() else Graded(candidate, result)
+                return None if stopping.is_set() else Graded(candidate, refused_by_control(candidate, task, problem))
             observer.started(candidate)
             result, run = grade_candidate(candidate, self.bases, options, launcher, evidence)
             # An interrupt that cut only a traced re-run short left a final verdict: it is kept (its checks say

@@ -27,7 +27,6 @@ Ray backend is used.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable
 from functools import lru_cache
@@ -122,20 +121,20 @@ _NODE_BASES = None
 
 
 def _node_bases():
-    """One base cache per Ray worker process; behind it, build_base's on-disk cache of this node, taken under a
-    file lock so that two worker processes of one node never build the same base at once."""
+    """One base cache per Ray worker process; behind it, build_base's on-disk cache of this node. A base not yet
+    built is built under a lock of the node's cache, so that two worker processes never build it at once; a
+    built one is only read (its stamp, manifest and blobs), by every actor at once, not one at a time."""
     global _NODE_BASES
     if _NODE_BASES is None:
-        from grader.checkout import build_base
-        from grader.core.paths import cache_dir
+        from grader.checkout import build_base, is_built
+        from grader.core.paths import cache_lock
         from grader.one_candidate import BaseCache
 
         class NodeBaseCache(BaseCache):
             def build(self, task: Task):
-                locks = cache_dir() / "locks"
-                locks.mkdir(parents=True, exist_ok=True)
-                with open(locks / f"base-{task.id}.lock", "w") as lock:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
+                if is_built(task.id, task.base):
+                    return build_base(task.id, task.base)
+                with cache_lock(f"base-{task.id}"):
                     return build_base(task.id, task.base)
 
         _NODE_BASES = NodeBaseCache()
@@ -179,10 +178,28 @@ def node_options(options: dict, gpu_assigned: bool) -> GradingOptions:
     return received
 
 
+_CONTROLS: dict = {}
+
+
+def node_controls(bases, options: GradingOptions, launcher):
+    """This process's controls (``grader.controls``) for the run's options: a task's control runs on each node
+    before its first candidate there, as in a local run, under a lock of the node's cache, so that one actor runs
+    it and the node's others find its pass."""
+    from functools import partial
+
+    from grader.controls import Controls
+    from grader.one_candidate import grade_candidate
+
+    key = (repr(sorted(options.to_json().items())), id(launcher))
+    if key not in _CONTROLS:
+        _CONTROLS[key] = Controls(bases, options, partial(grade_candidate, launcher=launcher))
+    return _CONTROLS[key]
+
+
 def grade_on_node(candidate, options: dict, gpu_assigned: bool) -> dict:
-    """What an actor runs for one candidate (with ``actor_arguments``): grade it here, with this process's warm
-    worker, and return its JSON result."""
-    from grader.many_candidates import gradable
+    """What an actor runs for one candidate (with ``actor_arguments``): its task's control where it needs tests,
+    then the candidate, graded here with this process's warm worker; its JSON result."""
+    from grader.many_candidates import gradable, refused_by_control
     from grader.one_candidate import grade_candidate
     from grader.core.rubric import all_tasks
     from grader.sandbox.launch import ColdLauncher
@@ -190,8 +207,14 @@ def grade_on_node(candidate, options: dict, gpu_assigned: bool) -> dict:
     received = node_options(options, gpu_assigned)
     tasks = all_tasks()
     bases = _node_bases()
-    needs_tests = gradable(candidate, tasks, received)
-    launcher = warm_launcher(bases.get(tasks[candidate.task]), received.gpu) if needs_tests else ColdLauncher()
+    if not gradable(candidate, tasks, received):
+        result, _ = grade_candidate(candidate, bases, received, ColdLauncher())
+        return result.to_json()
+    task = tasks[candidate.task]
+    launcher = warm_launcher(bases.get(task), received.gpu)
+    problem = node_controls(bases, received, launcher).problem(task) if received.controls else None
+    if problem:
+        return refused_by_control(candidate, task, problem).to_json()
     result, _ = grade_candidate(candidate, bases, received, launcher)
     return result.to_json()
 

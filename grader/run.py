@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.apply import apply_diff, hidden_roots, make_tree
-from grader.core.paths import cache_dir, make_import_root, scratch_root
+from grader.core.paths import cache_dir, cache_lock, make_import_root, scratch_root
 from grader.core.records import DEFAULT_TIMEOUT_S, BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
@@ -496,7 +496,9 @@ def ensure_call_times(task: Task, base: BuiltBase, gpu: bool, launcher: Launcher
     path = record_path(task, base, gpu, contained)
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault(str(path), threading.Lock())
-    with lock:
+    # The file lock: another grader on this machine (a Ray actor, a second run) timing the same controls at the
+    # same time would double the work and time both under the other's load.
+    with lock, cache_lock(f"call-budgets-{path.stem}"):
         if not path.is_file():
             measure_call_times(task, base, gpu, launcher, path, contained, memory_bytes, also_pass)
     return path if path.is_file() else None

@@ -6,12 +6,15 @@ grading. ``CacheWriter`` says so once per cache and lets grading go on.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # Reports are read by other users (a CI runner's upload step, a web server): files 0644, folders 0755, whatever
@@ -29,6 +32,25 @@ def cache_dir() -> Path:
     if os.environ.get(CACHE_VARIABLE):
         return Path(os.environ[CACHE_VARIABLE])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grader"
+
+
+@contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """An exclusive lock named ``name`` held across every grader process that uses this cache (a ``flock`` on a
+    file under its ``locks/``): what one process makes for all of them (a base, a task's control, the controls'
+    call times) is made once, while the others wait and then find it. Released when the block ends, or with the
+    process. A cache where no lock file can be made (read-only, full) costs the sharing, never the work: the block
+    runs unlocked."""
+    try:
+        folder = cache_dir() / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / f"{name}.lock", "a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def scratch_root() -> Path:

@@ -362,7 +362,7 @@ class GradingOptions(JsonRecord):
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
     # Grade each task's reference fix first and stop the task where it misses its designed statuses
-    # (``grader.controls``; local backend).
+    # (``grader.controls``; on every node, with the Ray backend).
     controls: bool = False
     # A subject's memory limit; None: the machine's share at ``jobs`` (``grade_many`` fills it in before any
     # backend sees the options).
