@@ -209,6 +209,20 @@ def test_scaling_compares_only_candidates_two_runs_share():
     assert differing([small, run(("a", "fail"), ("b", "fail"))]) == ["a"]
 
 
+def test_scaling_fails_on_a_differing_decision_not_on_differing_words():
+    from scaling import decisions, differing
+
+    def run(verdict, status, message):
+        criterion = {"status": status, "rationale": message, "evidence": [{"status": status, "message": message}]}
+        return {"results": {"candidates": [{"id": "a", "verdict": verdict, "summary": message,
+                                            "criteria": {"c1": criterion}}]}}
+
+    worded = [run("fail", "unmet", "max abs err 9.7e+26"), run("fail", "unmet", "max abs err 2.2e+37")]
+    assert differing(worded, decisions) == [] and differing(worded) == ["a"]
+    assert differing([run("fail", "unmet", "x"), run("fail", "met", "x")], decisions) == ["a"]
+    assert differing([run("fail", "unmet", "x"), run("partial", "unmet", "x")], decisions) == ["a"]
+
+
 def test_scaling_says_where_a_candidates_result_differs_between_runs():
     from scaling import how_they_differ
 

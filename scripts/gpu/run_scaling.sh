@@ -33,7 +33,9 @@ export GRADER_CACHE=/tmp/scaling/cache
 mkdir -p "$OUT" "$GRADER_CACHE/sdists" /tmp/scaling
 SUMMARY=$OUT/summary.txt
 note() { echo "$*" | tee -a "$SUMMARY"; }
-note "phase $PHASE at ${SCALING_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(nproc) cpus, $(date -u +%FT%TZ)"
+# The device's copy of the repository may carry an older .git than the tree it runs: the sources' own digest
+# (`bash scripts/gpu/source_digest.sh` here) says which tree ran.
+note "phase $PHASE at ${SCALING_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} (sources $(bash scripts/gpu/source_digest.sh)), $(nproc) cpus, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 
 if [ "$PHASE" = local ]; then
