@@ -35,7 +35,8 @@ METHODS = (
     ("patch --fuzz=3", ["patch", "-p1", "--fuzz=3", "--forward", "--batch", "--no-backup-if-mismatch",
                         "--reject-file=-", "--verbose"]),
 )
-HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
+HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)"
+                         r"(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
 # git's identity of the applied tree is computed with stat checks that survive a copy (mtime and size only).
 GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false"]
 
@@ -314,8 +315,9 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
         if ok:
             files = _file_reports(sections, output, True)
             status = "partial" if truncated else "applied"
-            message = ("truncated hunks were dropped" if cut_preview else
-                       "hunks that end early (a corrupt diff, which git apply refuses) were dropped") if truncated else ""
+            dropped = ("truncated hunks were dropped" if cut_preview else
+                       "hunks that end early (a corrupt diff, which git apply refuses) were dropped")
+            message = dropped if truncated else ""
             return _identified(ApplyReport(status, name, files, truncated, message, neutralized), tree, named)
     # The last method (patch) applies what it can; see whether anything landed.
     files = _file_reports(sections, output, True)

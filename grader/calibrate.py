@@ -17,8 +17,8 @@ attributed to truncation.
 judge's inferred criterion names per task), ``counts``, ``headline`` (whole diffs), ``whole``,
 ``truncated`` (each: ``agreement``, ``by_criterion``, ``by_task``, ``excluded``, ``verdict``), ``disagreements``
 (whole diffs, each with ``id``, ``task``, ``criterion``, ``grader``, ``judge``, ``direction``,
-``cause``, ``explanation``, ``note``, ``diff``), ``verdict_disagreements``, ``truncated_disagreements`` and ``notes``. A confusion matrix is
-``{judge_class: {grader_class: count}}``.
+``cause``, ``explanation``, ``note``, ``diff``), ``verdict_disagreements``, ``truncated_disagreements`` and
+``notes``. A confusion matrix is ``{judge_class: {grader_class: count}}``.
 
 The arithmetic (``grader_class``, ``judge_class``, ``build_pairs``, ``split_pairs``, ``confusion``, ``agreement``,
 ``by_criterion``, ``by_task``, ``verdict_agreement``) is pure; ``run_calibrate`` does the I/O.

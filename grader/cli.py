@@ -395,7 +395,8 @@ def write_reports(args, records: list[CandidateResult], run_info: RunInfo, diffs
     writers = [("results.json", lambda: write_results_json(args.out, records, run_info)),
                ("the HTML scorecards", lambda: write_html(args.out, records, run_info, diffs, judge))]
     if args.junit:
-        writers.append((str(args.junit), lambda: write_junit(args.junit, records, args.fail_under, run_info.started_at)))
+        writers.append((str(args.junit),
+                        lambda: write_junit(args.junit, records, args.fail_under, run_info.started_at)))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         writers.append(("the step summary", lambda: append_step_summary(records)))
     failed = []

@@ -115,7 +115,8 @@ def _calls(node: ast.AST) -> set[str]:
 
 def _numbers(node: ast.AST) -> list[str]:
     return [repr(sub.value) for sub in ast.walk(node)
-            if isinstance(sub, ast.Constant) and isinstance(sub.value, (int, float)) and not isinstance(sub.value, bool)]
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, (int, float))
+            and not isinstance(sub.value, bool)]
 
 
 def _strings(node: ast.AST) -> set[str]:

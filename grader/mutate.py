@@ -384,7 +384,8 @@ def _text_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
     for op, pattern, repl in TEXT_OPERATORS:
         for m in spans(pattern):
             new = text[:m.start()] + repl + text[m.end():]
-            out.append((op, new, f"{m.group(0).strip()!r} -> {repl.strip()!r}" if repl else f"drop {m.group(0).strip()!r}"))
+            found = m.group(0).strip()
+            out.append((op, new, f"{found!r} -> {repl.strip()!r}" if repl else f"drop {found!r}"))
     for m in spans(BOUNDARY):
         new = text[:m.start()] + BOUNDARY_SHIFT[m.group(0)] + text[m.end():]
         out.append(("shift-boundary", new, f"{m.group(0)!r} -> {BOUNDARY_SHIFT[m.group(0)]!r}"))

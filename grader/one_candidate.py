@@ -217,8 +217,8 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradingOpti
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:
     """What happened, beside the verdict: a fault of the grader or of the environment, a time-out, a cut preview
-    (the input was not seen whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a binary file not
-    applied: the tree is not the one git builds from the diff)."""
+    (the input was not seen whole), a whole diff applied only in part (a failed hunk, a hunk that ends early, a
+    binary file not applied: the tree is not the one git builds from the diff)."""
     if run is not None and run.grader_error:
         return "grader_error"
     if run is not None and run.environment_error:

@@ -10,10 +10,10 @@ base is built once per node and reused by every later candidate on that node. Hi
 warm worker (:func:`grader.sandbox.launch.start_warm_pool`, started for its first candidate that needs tests and
 kept for the rest), as in a local run, instead of a fresh interpreter per candidate.
 
-Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into
-the same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports are
-written by the same code, so the outputs equal a local run's on the same input apart from the fields that say how
-the run was made (timings, ``run.backend``, ``run.jobs``).
+Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into the
+same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports
+are written by the same code, so the outputs equal a local run's on the same input apart from the fields that say
+how the run was made (timings, ``run.backend``, ``run.jobs``).
 
 Failures: a grading error never leaves :func:`grade_candidate` (it is this candidate's ``error`` result), so
 it is never retried. An actor whose process dies (killed, its node lost) is restarted by Ray and its candidate

@@ -196,7 +196,8 @@ def junit_timestamp(started: str | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def write_junit(path: Path, results: list[CandidateResult], fail_under: float | None = None, started: str | None = None) -> Path:
+def write_junit(path: Path, results: list[CandidateResult], fail_under: float | None = None,
+                started: str | None = None) -> Path:
     """One testsuite per task (with its time and the run's start); per candidate a ``verdict`` testcase and one
     per criterion (``c1 <title>``), named the same in every run. The verdict case is what the exit code reads
     (grader.outcome.ci_outcome): an ``<error>`` where grading broke, ``<skipped>`` where the candidate was not

@@ -516,9 +516,9 @@ def measure_call_times(task: Task, base: BuiltBase, gpu: bool, launcher: Launche
             if applied.status not in ("applied", "partial"):
                 return
         draft = scratch / "call-times.json"
-        run = run_hidden_tests(task, tree, make_import_root(tree, scratch / "import-root"), base.path, scratch, gpu, launcher,
-                               DEFAULT_TIMEOUT_S, contained, memory_bytes=memory_bytes, also_pass=also_pass,
-                               call_times_out=draft)
+        import_root = make_import_root(tree, scratch / "import-root")
+        run = run_hidden_tests(task, tree, import_root, base.path, scratch, gpu, launcher, DEFAULT_TIMEOUT_S,
+                               contained, memory_bytes=memory_bytes, also_pass=also_pass, call_times_out=draft)
         if run.timed_out or run.environment_error or not draft.is_file():
             return
         path.parent.mkdir(parents=True, exist_ok=True)

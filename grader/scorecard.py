@@ -1,6 +1,6 @@
 """The HTML scorecards' view model: what ``index.html`` and each candidate page show, computed from typed results
-(``CandidateResult``, as graded or read back from results.json) and the rubric. The templates only lay it out; nothing here is HTML, and
-every string stays untrusted text for the templates to escape.
+(``CandidateResult``, as graded or read back from results.json) and the rubric. The templates only lay it out;
+nothing here is HTML, and every string stays untrusted text for the templates to escape.
 
 Index
     One table per task, headed by the rubric's criterion titles (core criteria marked). Each row has the

@@ -231,7 +231,8 @@ def print_closing(records: list[CandidateResult], exit_reason: str, stream: Text
             table.add_row(task, *(str(by_verdict[v]) for v in VERDICTS), str(sum(by_verdict.values())))
         console.print(table)
         for cid, verdict, why in closing_reasons(records):
-            console.print(f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/] {escape(cid)}: {escape(why)}", highlight=False)
+            style = VERDICT_STYLE.get(verdict, "")
+            console.print(f"[{style}]{verdict}[/] {escape(cid)}: {escape(why)}", highlight=False)
         console.print(f"exit {escape(clean(exit_reason))}", highlight=False)
         return
     width = max([len("task"), *map(len, counts)])

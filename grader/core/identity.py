@@ -79,8 +79,9 @@ def grading_identity(task: Task | None, gpu: bool | None, contained: bool | None
     machine = machine_identity()
     if task is None:
         return Identity(machine.environment, machine.engine, gpu=gpu, contained=contained, traced=traced)
-    return Identity(machine.environment, machine.engine, task=task.id, rubric=f"{task.version}:{rubric_fingerprint(task)}",
-                    recipe=recipe_key(task.base), gpu=gpu, contained=contained, traced=traced)
+    return Identity(machine.environment, machine.engine, task=task.id,
+                    rubric=f"{task.version}:{rubric_fingerprint(task)}", recipe=recipe_key(task.base), gpu=gpu,
+                    contained=contained, traced=traced)
 
 
 def machine_identity() -> Identity:

@@ -2,15 +2,15 @@
 same call, on this machine.
 
 A candidate's probe call that does not answer decides nothing by itself: the subject would then choose when a
-check "did not run". Each call of a hidden test is known by its place (the test, the probe, how many times that
-test called it before: ``CallCounter``); a calibration run of the judge over the reference fix records, for each
-call, the reference's seconds and the base's seconds on the same arguments (``CallTimes``, written under the
-cache). When a candidate is graded, a call's budget is ``FLOOR_S + FACTOR * t``, ``t`` the slowest control that
-finished it (plus that control's start-up when the candidate's subject starts fresh for the call and the
-control's did not); a call that starts the candidate's subject gets ``START_FLOOR_S`` more, since a subject
-forked cold imports what a warm worker's had already imported when the controls were timed. A candidate over that budget fails the check (``ProbeOverBudget``: it did not finish what a
-control finished); where no control finished the call, or none was measured, the call keeps its plain limit and
-a time-out there is the honest ``ProbeTimeout`` (not evaluated).
+check "did not run". Each call of a hidden test is known by its place (the test, the probe, how many times that test
+called it before: ``CallCounter``); a calibration run of the judge over the reference fix records, for each call,
+the reference's seconds and the base's seconds on the same arguments (``CallTimes``, written under the cache). When
+a candidate is graded, a call's budget is ``FLOOR_S + FACTOR * t``, ``t`` the slowest control that finished it (plus
+that control's start-up when the candidate's subject starts fresh for the call and the control's did not); a call
+that starts the candidate's subject gets ``START_FLOOR_S`` more, since a subject forked cold imports what a warm
+worker's had already imported when the controls were timed. A candidate over that budget fails the check
+(``ProbeOverBudget``: it did not finish what a control finished); where no control finished the call, or none was
+measured, the call keeps its plain limit and a time-out there is the honest ``ProbeTimeout`` (not evaluated).
 """
 
 from __future__ import annotations
