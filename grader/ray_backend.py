@@ -120,7 +120,7 @@ def detect_gpu(mode: str, address: str | None) -> tuple[bool, str]:
 _NODE_BASES = None
 
 
-def _node_bases():
+def node_bases():
     """One base cache per Ray worker process; behind it, build_base's on-disk cache of this node. A base not yet
     built is built under a lock of the node's cache, so that two worker processes never build it at once; a
     built one is only read (its stamp, manifest and blobs), by every actor at once, not one at a time."""
@@ -206,7 +206,7 @@ def grade_on_node(candidate, options: dict, gpu_assigned: bool) -> dict:
 
     received = node_options(options, gpu_assigned)
     tasks = all_tasks()
-    bases = _node_bases()
+    bases = node_bases()
     if not gradable(candidate, tasks, received):
         result, _ = grade_candidate(candidate, bases, received, ColdLauncher())
         return result.to_json()

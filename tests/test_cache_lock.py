@@ -112,7 +112,7 @@ def test_a_ray_actor_refuses_a_candidate_whose_control_fails_on_its_node(monkeyp
     from grader.controls import Controls
 
     graded = []
-    monkeypatch.setattr(ray_backend, "_node_bases", StubBases)
+    monkeypatch.setattr(ray_backend, "node_bases", StubBases)
     monkeypatch.setattr(ray_backend, "warm_launcher", lambda base, gpu: object())
     monkeypatch.setattr(Controls, "problem", lambda self, task: f"the control of {task.id} failed here")
     monkeypatch.setattr(one_candidate, "grade_candidate", lambda *a, **k: graded.append(a) or pytest.fail("graded"))
