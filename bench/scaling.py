@@ -14,9 +14,10 @@ one-time records are linked (``bench/throughput.py``), so no run pays for what a
 Runs go backend by backend, job counts interleaved from the largest down, so a ``--budget`` (seconds) that runs
 out still leaves the widest runs measured.
 
-With ``--work DIR`` the corpus, the installation records and every finished run are kept there, and the same
-command run again measures only the runs it lacks (the lent GPU machine takes one call per backend: the Ray
-wheel does not fit beside the sdist in one call's carry). A reused run is printed as such, with when it ran.
+With ``--work DIR`` the corpus, the installation records and every finished run are kept there, and the same command
+run again, by the same engine and rubrics, measures only the runs it lacks (the lent GPU machine takes one call per
+backend: the Ray wheel does not fit beside the sdist in one call's carry). A reused run is printed as such, with
+when it ran.
 
 Per run: wall seconds, candidates per minute, where the time went (``stage_costs``), speedup over the same
 backend at the fewest jobs measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the
@@ -117,6 +118,15 @@ def stage_line(run: dict) -> str:
             f"candidates {stages['outside_s']:.1f} s")
 
 
+def grader_identity(tasks: list[str] | None) -> dict:
+    """What shapes the runs' verdicts: the engine's fingerprint and each graded task's rubric fingerprint."""
+    from grader.core.identity import engine_fingerprint
+    from grader.core.rubric import all_tasks, rubric_fingerprint
+
+    graded = {tid: t for tid, t in all_tasks().items() if not tasks or tid in tasks}
+    return {"engine": engine_fingerprint(), "rubrics": {tid: rubric_fingerprint(t) for tid, t in sorted(graded.items())}}
+
+
 def work_folder(requested: Path | None, settings: dict) -> Path:
     """A scratch folder, or ``requested`` kept for a later invocation with the same settings."""
     if requested is None:
@@ -207,8 +217,10 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="keep the corpus and finished runs here, for a later invocation")
     args = parser.parse_args()
     started = time.monotonic()
+    # The engine and the rubrics are settings too: runs kept by another grader would be compared as if the same
+    # grader had made them (a later invocation with other code refuses the folder).
     settings = {"size": args.size, "seed": args.seed, "bundle": str(args.bundle), "tasks": args.tasks,
-                "per_job": args.per_job, "gpu": args.gpu}
+                "per_job": args.per_job, "gpu": args.gpu, "grader": grader_identity(args.tasks)}
     work = work_folder(args.work, settings)
     source = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     entries = build_corpus(args.size, args.seed, args.bundle, args.tasks)

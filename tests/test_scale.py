@@ -235,6 +235,17 @@ def test_scaling_says_where_a_candidates_result_differs_between_runs():
         "local 1 jobs vs local 4 jobs.verdict: 'full' != 'fail'"]
 
 
+def test_kept_runs_are_reused_only_by_the_grader_that_made_them(tmp_path):
+    from scaling import grader_identity, work_folder
+
+    made_by = grader_identity(["int8-kv-rounding"])
+    assert set(made_by) == {"engine", "rubrics"} and set(made_by["rubrics"]) == {"int8-kv-rounding"}
+    work_folder(tmp_path / "work", {"size": 10, "grader": made_by})
+    assert work_folder(tmp_path / "work", {"size": 10, "grader": made_by}) == tmp_path / "work"
+    with pytest.raises(SystemExit, match="holds runs of other settings"):
+        work_folder(tmp_path / "work", {"size": 10, "grader": dict(made_by, engine="another engine")})
+
+
 def test_a_runs_stage_costs_come_from_its_candidates_timings():
     from scaling import stage_costs
 
