@@ -190,7 +190,7 @@ def node_controls(bases, options: GradingOptions, launcher):
     from grader.controls import Controls
     from grader.one_candidate import grade_candidate
 
-    key = (repr(sorted(options.to_json().items())), id(launcher))
+    key = (options, launcher)  # both hashable: the options are frozen, a launcher is itself
     if key not in _CONTROLS:
         _CONTROLS[key] = Controls(bases, options, partial(grade_candidate, launcher=launcher))
     return _CONTROLS[key]
