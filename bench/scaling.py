@@ -140,11 +140,18 @@ def work_folder(requested: Path | None, settings: dict) -> Path:
 
 
 def made_installation(work: Path, source: Path, jobs: int, tasks: list[str] | None, gpu: str) -> Path:
+    """The installation's one-time records, made for this environment. They are keyed by it (its installed
+    distributions among them): a later invocation in another one (the lent machine's second call, which installs
+    Ray) would find none of them, and its first run would make them inside its timing, every Ray actor at once.
+    So they are made again, untimed, wherever the environment the marker names is not this one."""
+    from grader.core.environment import environment_fingerprint
+
     marker = work / "installation-made"
-    if marker.is_file():
+    here = environment_fingerprint()
+    if marker.is_file() and marker.read_text().strip() == here:
         return work / "cache-installation"
     records = installation(work, source, jobs, tasks, gpu)
-    marker.write_text("")
+    marker.write_text(here + "\n")
     return records
 
 

@@ -246,6 +246,21 @@ def test_kept_runs_are_reused_only_by_the_grader_that_made_them(tmp_path):
         work_folder(tmp_path / "work", {"size": 10, "grader": dict(made_by, engine="another engine")})
 
 
+def test_installation_records_are_made_again_in_another_environment(tmp_path, monkeypatch):
+    import scaling
+    from grader.core.environment import environment_fingerprint
+
+    made = []
+    monkeypatch.setattr(scaling, "installation", lambda work, *args: made.append(work) or work / "cache-installation")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "installation-made").write_text("python 3.12.3; 202 distributions 0123456789abcdef\n")  # before Ray
+    scaling.made_installation(work, tmp_path, 4, None, "off")
+    assert made == [work] and (work / "installation-made").read_text().strip() == environment_fingerprint()
+    scaling.made_installation(work, tmp_path, 4, None, "off")  # the same environment: kept
+    assert made == [work]
+
+
 def test_a_runs_stage_costs_come_from_its_candidates_timings():
     from scaling import stage_costs
 
