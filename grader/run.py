@@ -29,7 +29,7 @@ from grader.core.paths import cache_dir, cache_lock, make_import_root, scratch_r
 from grader.core.records import DEFAULT_TIMEOUT_S, BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
-from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, Task
+from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, SHARED_PROBES, Task
 from grader.core.sanitize import clean
 from grader.diffparse import parse_diff
 from grader.sandbox import contain, protocol
@@ -40,7 +40,6 @@ from grader.sandbox.watchdog import gpu_memory_bound
 from grader.core.probe_modules import probe_modules
 
 EVIDENCE_CAP_BYTES = 64 << 20
-SHARED_PROBES = RUBRICS_DIR / "shared_probes"
 # Object reprs in assertion output ("<X object at 0x7f...>") differ between identical runs.
 OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # So do the times of vLLM's log lines ("INFO 12-01 15:51:11 [file.py:12] ..."), which a probe's captured output

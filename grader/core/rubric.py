@@ -15,6 +15,8 @@ from grader.core.records import CRITERION_IDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUBRICS_DIR = REPO_ROOT / "rubrics"
+# Probe modules every task's subjects get; ``subject_setup`` among them installs the stand-ins vLLM needs to import.
+SHARED_PROBES = RUBRICS_DIR / "shared_probes"
 CRITERION_KINDS = ("fix", "preserve", "conditional")
 # Harness files beside the task folder and rubrics/*.py: pytest.ini configures every hidden-test run; the interval
 # statistics are loaded by path by the speed tests of the tasks that have them (a checkout without bench/ has no
@@ -281,7 +283,7 @@ def rubric_fingerprint(task: Task) -> str:
     A harness file that is missing is an error: it would otherwise drop out of every key unnoticed."""
     digest = hashlib.sha256()
     files = sorted(p for p in task.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted((RUBRICS_DIR / "shared_probes").glob("*.py")),
+    harness = [*sorted(RUBRICS_DIR.glob("*.py")), *sorted(SHARED_PROBES.glob("*.py")),
                *HARNESS_FILES, *(p for p in OPTIONAL_HARNESS_FILES if p.is_file())]
     named = [(f"task/{p.relative_to(task.folder).as_posix()}", p) for p in files] + \
         [(p.relative_to(REPO_ROOT).as_posix(), p) for p in harness]

@@ -24,20 +24,26 @@ from typing import Protocol
 from grader.core.paths import cache_dir, make_import_root
 from grader.core.records import BuiltBase
 from grader.core.identity import machine_identity
-from grader.core.rubric import REPO_ROOT, all_base_recipes
+from grader.core.rubric import REPO_ROOT, SHARED_PROBES, all_base_recipes
 from grader.sandbox.leftovers import owned_name
-from grader.sandbox.protocol import PREFIX, JudgeRequest, base_environment
+from grader.sandbox.protocol import GPU, PREFIX, JudgeRequest, base_environment, gpu_flag
 
+# Run with the shared probes on the path: a subject installs ``subject_setup``'s stand-ins before it imports the
+# patched vLLM (on a GPU machine they decide which platform vLLM picks, and so what it imports), and so does this.
+# The list comes as one marked line, since vLLM logs to stdout.
 PROBE = """
-import importlib, sys
+import importlib, json, sys
 before = set(sys.modules)
-for name in sys.argv[1:]:
+for name in ["subject_setup", *sys.argv[1:]]:
     try:
         importlib.import_module(name)
     except BaseException:
         pass
-print("\\n".join(m for m in sys.modules if m not in before and m.split(".")[0] != "vllm"))
+own = {"subject_setup", "vllm_stand_ins", "probe_support"}
+found = [m for m in sys.modules if m not in before and m.split(".")[0] != "vllm" and m not in own]
+print("PREIMPORT " + json.dumps(found))
 """
+PROBE_MARK = "PREIMPORT "
 
 # Seconds a judge may run past its deadline to record what timed out before it is killed.
 JUDGE_GRACE_S = 30
@@ -151,7 +157,8 @@ def vllm_module_names(tree: Path) -> list[str]:
 def preimport_record(tree: Path, env: dict[str, str]) -> Path:
     """Where the list of third-party modules that a tree's task modules import is kept, per environment."""
     names = vllm_module_names(tree)
-    key = machine_identity().key("preimport", sys.executable, sys.version, env.get("CUDA_VISIBLE_DEVICES"), *names)
+    key = machine_identity().key("preimport after subject_setup", sys.executable, sys.version,
+                                 env.get("CUDA_VISIBLE_DEVICES"), *names)
     return cache_dir() / "preimport" / f"{key[:16]}.txt"
 
 
@@ -160,16 +167,23 @@ def preimport_known(base: BuiltBase, gpu: bool) -> bool:
     return preimport_record(base.path, base_environment(gpu)).is_file()
 
 
-def third_party_modules(import_root: Path, tree: Path, env: dict[str, str]) -> list[str]:
-    """What importing vLLM's task modules pulls in from outside vLLM, in import order (cached per environment)."""
+def third_party_modules(import_root: Path, tree: Path, env: dict[str, str], gpu: bool) -> list[str]:
+    """What importing vLLM's task modules pulls in from outside vLLM, in import order (cached per environment). A
+    probe that gave no list is not cached: the workers start colder this run, and the next run probes again."""
     names = vllm_module_names(tree)
     cached = preimport_record(tree, env)
     if cached.is_file():
         return cached.read_text().split()
-    probe_env = dict(env, PYTHONPATH=os.pathsep.join([str(import_root), str(REPO_ROOT)]))
-    out = subprocess.run([sys.executable, "-c", PROBE, *names], env=probe_env, capture_output=True, text=True,
-                         timeout=900).stdout.split()
-    modules = [m for m in out if not m.startswith(("__", "_remote_module")) and m.isascii()]
+    probe_env = dict(env, PYTHONPATH=os.pathsep.join([str(import_root), str(SHARED_PROBES), str(REPO_ROOT)]))
+    probe_env[GPU] = gpu_flag(gpu)
+    done = subprocess.run([sys.executable, "-c", PROBE, *names], env=probe_env, capture_output=True, text=True,
+                          timeout=900)
+    marked = [line for line in done.stdout.splitlines() if line.startswith(PROBE_MARK)]
+    if not marked:
+        print(f"warning: the warm workers' preload probe gave no module list ({describe_exit(done.returncode)}): "
+              f"each subject imports vLLM's dependencies itself this run", file=sys.stderr)
+        return []
+    modules = [m for m in json.loads(marked[-1][len(PROBE_MARK):]) if not m.startswith(("__", "_remote_module"))]
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text("\n".join(modules) + "\n")
     return modules
@@ -220,7 +234,7 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
     env = base_environment(gpu)
     folder = Path(tempfile.mkdtemp(prefix=owned_name("grader-probe")))
     try:
-        modules = third_party_modules(make_import_root(base.path, folder / "import-root"), base.path, env)
+        modules = third_party_modules(make_import_root(base.path, folder / "import-root"), base.path, env, gpu)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return WarmPool(size, env, modules, starting)
