@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from grader.sandbox.protocol import GPU, PREFIX, JudgeRequest, base_environment,
 # patched vLLM (on a GPU machine they decide which platform vLLM picks, and so what it imports), and so does this.
 # The list comes as one marked line, since vLLM logs to stdout.
 PROBE = """
-import importlib, json, sys
+import importlib, json, os, sys
 before = set(sys.modules)
 for name in ["subject_setup", *sys.argv[1:]]:
     try:
@@ -41,7 +42,11 @@ for name in ["subject_setup", *sys.argv[1:]]:
         pass
 own = {"subject_setup", "vllm_stand_ins", "probe_support"}
 found = [m for m in sys.modules if m not in before and m.split(".")[0] != "vllm" and m not in own]
-print("PREIMPORT " + json.dumps(found))
+def compiled(module):
+    cached = getattr(getattr(module, "__spec__", None), "cached", None)
+    return not cached or os.path.exists(cached)
+uncompiled = [m for m in found if not compiled(sys.modules[m])]
+print("PREIMPORT " + json.dumps({"modules": found, "uncompiled": len(uncompiled)}))
 """
 PROBE_MARK = "PREIMPORT "
 
@@ -183,7 +188,13 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str], gpu:
         print(f"warning: the warm workers' preload probe gave no module list ({describe_exit(done.returncode)}): "
               f"each subject imports vLLM's dependencies itself this run", file=sys.stderr)
         return []
-    modules = [m for m in json.loads(marked[-1][len(PROBE_MARK):]) if not m.startswith(("__", "_remote_module"))]
+    found = json.loads(marked[-1][len(PROBE_MARK):])
+    modules = [m for m in found["modules"] if not m.startswith(("__", "_remote_module"))]
+    if found["uncompiled"] > len(modules) // 10:
+        site = sysconfig.get_paths()["purelib"]
+        print(f"warning: {found['uncompiled']} of the {len(modules)} modules vLLM imports from this environment have "
+              f"no bytecode: every warm worker and fresh interpreter compiles them from source (seconds each); "
+              f"`{sys.executable} -m compileall -q -j 0 {site}` compiles them once", file=sys.stderr)
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text("\n".join(modules) + "\n")
     return modules
