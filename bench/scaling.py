@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -222,7 +223,12 @@ def main() -> int:
     parser.add_argument("--budget", type=float, help="seconds after which no further run starts (default: none)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--work", type=Path, help="keep the corpus and finished runs here, for a later invocation")
+    parser.add_argument("--table-of", type=Path, metavar="TXT",
+                        help="only print the table of the runs a bench's output TXT lists, and stop")
     args = parser.parse_args()
+    if args.table_of:
+        print("\n".join(table(runs_printed(args.table_of.read_text()))))
+        return 0
     started = time.monotonic()
     # The engine and the rubrics are settings too: runs kept by another grader would be compared as if the same
     # grader had made them (a later invocation with other code refuses the folder).
@@ -249,24 +255,45 @@ def main() -> int:
                   f"{r['per_minute']:7.1f} candidates/min{again}", flush=True)
             if stage_line(r):
                 print(stage_line(r), flush=True)
+            write_measurements(args, entries, runs, complete=False)
     print("\n".join(table(runs)))
-    decided_otherwise, worded_otherwise = differing(runs, decisions), differing(runs)
+    decided_otherwise = write_measurements(args, entries, runs, complete=True)
+    worded_otherwise = differing(runs)
     print("identical decisions in every run" if not decided_otherwise else
           f"decisions differ between runs for {len(decided_otherwise)} candidate(s): "
           f"{', '.join(decided_otherwise[:10])}")
     print(f"the words differ too for {len(worded_otherwise)} candidate(s)" if worded_otherwise else
           "identical words in every run")
-    how = {cid: how_they_differ(runs, cid)[:20] for cid in worded_otherwise}
-    for cid, paths in how.items():
-        print(f"  {cid}:", *paths, sep="\n    ")
+    for cid in worded_otherwise:
+        print(f"  {cid}:", *how_they_differ(runs, cid)[:20], sep="\n    ")
+    return 1 if decided_otherwise else 0
+
+
+def write_measurements(args, entries: list, runs: list[dict], complete: bool) -> list[str]:
+    """Write ``--json`` (when given) with the runs so far, and return the candidates whose decisions differ
+    between them. Written after every run, so a bench cut short by its caller's time limit still leaves what it
+    measured (``complete`` says whether every run was)."""
+    decided_otherwise = differing(runs, decisions)
     if args.json:
+        how = {cid: how_they_differ(runs, cid)[:20] for cid in differing(runs)}
         args.json.write_text(json.dumps({"size": args.size, "seed": args.seed, "gpu": args.gpu,
-                                         "per_job": args.per_job, "cpus": os.cpu_count(),
+                                         "per_job": args.per_job, "cpus": os.cpu_count(), "complete": complete,
                                          "candidates": len(entries), "decided_otherwise": decided_otherwise,
                                          "differing": how,
                                          "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs]},
                                         indent=1) + "\n")
-    return 1 if decided_otherwise else 0
+    return decided_otherwise
+
+
+RUN_LINE = re.compile(r"^(?P<backend>local|ray)\s+jobs\s+(?P<jobs>\d+):\s+(?P<candidates>\d+) candidates\s+"
+                      r"(?P<wall>[\d.]+) s,\s+(?P<per_minute>[\d.]+) candidates/min")
+
+
+def runs_printed(text: str) -> list[dict]:
+    """The runs a bench printed, one per run line (``--table-of``: a bench cut short before its table)."""
+    return [{"backend": m["backend"], "jobs": int(m["jobs"]), "candidates": int(m["candidates"]),
+             "wall_s": float(m["wall"]), "per_minute": float(m["per_minute"])}
+            for m in map(RUN_LINE.match, text.splitlines()) if m]
 
 
 if __name__ == "__main__":

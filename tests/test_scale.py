@@ -282,3 +282,33 @@ def test_every_measured_cache_draws_from_one_judge_secret_even_when_the_source_h
     first, second = (fresh_cache(tmp_path, name, source) for name in ("a", "b"))
     secret = (source / "judge-secret").read_text()
     assert secret and (first / "judge-secret").read_text() == secret == (second / "judge-secret").read_text()
+
+
+def test_a_bench_cut_short_leaves_its_runs_and_their_table():
+    from scaling import runs_printed, table
+
+    printed = ("corpus: 200 candidates (size 200, seed 0); per run: 2 jobs 4, 4 jobs 8\n"
+               "local jobs   4:     8 candidates     40.0 s,    12.0 candidates/min\n"
+               "      per candidate: tree 0.4 s, tests 16.4 s, slowest 34.7 s; busy 3.2 of 4 jobs; outside 8.2 s\n"
+               "local jobs   2:     4 candidates     40.0 s,     6.0 candidates/min\n")
+    runs = runs_printed(printed)
+    assert [(r["backend"], r["jobs"], r["per_minute"]) for r in runs] == [("local", 4, 12.0), ("local", 2, 6.0)]
+    assert "| local | 4 | 40.0 | 12.0 | 2.00 | 1.00 |  |" in table(runs)
+
+
+def test_the_measurements_are_written_after_every_run(tmp_path):
+    from argparse import Namespace
+
+    from scaling import write_measurements
+
+    out = tmp_path / "scaling.json"
+    args = Namespace(json=out, size=10, seed=0, gpu="off", per_job=2)
+    result = {"id": "t/a", "verdict": "full", "summary": "words"}
+    run = {"backend": "local", "jobs": 1, "wall_s": 1.0, "per_minute": 60.0,
+           "results": {"candidates": [result]}}
+    assert write_measurements(args, [], [run], complete=False) == []
+    written = json.loads(out.read_text())
+    assert written["complete"] is False and [r["jobs"] for r in written["runs"]] == [1]
+    other = dict(run, jobs=2, results={"candidates": [dict(result, verdict="fail")]})
+    assert write_measurements(args, [], [run, other], complete=True) == ["t/a"]
+    assert json.loads(out.read_text())["complete"] is True
