@@ -32,7 +32,11 @@ def per_task(document: dict) -> dict[str, list[dict]]:
 
 def report(path: Path, top: int) -> list[str]:
     lines = [f"== {path}"]
-    for task, runs in sorted(per_task(json.loads(path.read_text())).items()):
+    tasks = per_task(json.loads(path.read_text()))
+    every = [r["tests_s"] for runs in tasks.values() for r in runs]
+    if every:
+        lines.append(f"all tasks: {len(every)} candidate(s), tests {statistics.mean(every):.1f} s")
+    for task, runs in sorted(tasks.items()):
         tests = statistics.mean(r["tests_s"] for r in runs)
         summed = statistics.mean(sum(r["checks"].values()) for r in runs)
         lines.append(f"{task}: {len(runs)} candidate(s), tests {tests:.1f} s, checks summed {summed:.1f} s")

@@ -18,10 +18,10 @@ tasks = ["fp8-moe-lora", "int8-kv-rounding", "minimax-qk-norm", "xpu-kv-cache-dt
 write_corpus(Path("/tmp/cost-corpus"), nested_subsets(build_corpus(200, 0, DEFAULT_BUNDLE, tasks), 2, [8], 0)[8])
 PYEOF
 for jobs in ${COST_JOBS:-1 16}; do
-  start=$(date +%s.%N)
+  start=$(date +%s)
   timeout -k 10 "${COST_LIMIT:-240}" $PY grade.py /tmp/cost-corpus --out "/tmp/cost-out-$jobs" --no-cache --gpu off \
     --jobs "$jobs" > "/tmp/cost-grade-$jobs.log" 2>&1
-  echo "jobs $jobs: rc=$? wall $(echo "$(date +%s.%N) - $start" | bc) s" >> "$LOG"
+  echo "jobs $jobs: rc=$? wall $(( $(date +%s) - start )) s" >> "$LOG"
   cp "/tmp/cost-out-$jobs/results.json" "$OUT/cost-j$jobs.json" 2>/dev/null
   grep -v '^progress' "/tmp/cost-grade-$jobs.log" | tail -25 >> "$LOG"
 done
