@@ -257,32 +257,30 @@ def main() -> int:
                 print(stage_line(r), flush=True)
             write_measurements(args, entries, runs, complete=False)
     print("\n".join(table(runs)))
-    decided_otherwise = write_measurements(args, entries, runs, complete=True)
-    worded_otherwise = differing(runs)
+    decided_otherwise, how = write_measurements(args, entries, runs, complete=True)
     print("identical decisions in every run" if not decided_otherwise else
           f"decisions differ between runs for {len(decided_otherwise)} candidate(s): "
           f"{', '.join(decided_otherwise[:10])}")
-    print(f"the words differ too for {len(worded_otherwise)} candidate(s)" if worded_otherwise else
-          "identical words in every run")
-    for cid in worded_otherwise:
-        print(f"  {cid}:", *how_they_differ(runs, cid)[:20], sep="\n    ")
+    print(f"the words differ too for {len(how)} candidate(s)" if how else "identical words in every run")
+    for cid, paths in how.items():
+        print(f"  {cid}:", *paths, sep="\n    ")
     return 1 if decided_otherwise else 0
 
 
-def write_measurements(args, entries: list, runs: list[dict], complete: bool) -> list[str]:
-    """Write ``--json`` (when given) with the runs so far, and return the candidates whose decisions differ
-    between them. Written after every run, so a bench cut short by its caller's time limit still leaves what it
-    measured (``complete`` says whether every run was)."""
+def write_measurements(args, entries: list, runs: list[dict], complete: bool) -> tuple[list[str], dict]:
+    """Write ``--json`` (when given) with the runs so far; return the candidates whose decisions differ between
+    them, and where each candidate whose words differ differs. Written after every run, so a bench cut short by
+    its caller's time limit still leaves what it measured (``complete`` says whether every run was)."""
     decided_otherwise = differing(runs, decisions)
+    how = {cid: how_they_differ(runs, cid)[:20] for cid in differing(runs)}
     if args.json:
-        how = {cid: how_they_differ(runs, cid)[:20] for cid in differing(runs)}
         args.json.write_text(json.dumps({"size": args.size, "seed": args.seed, "gpu": args.gpu,
                                          "per_job": args.per_job, "cpus": os.cpu_count(), "complete": complete,
                                          "candidates": len(entries), "decided_otherwise": decided_otherwise,
                                          "differing": how,
                                          "runs": [{k: v for k, v in r.items() if k != "results"} for r in runs]},
                                         indent=1) + "\n")
-    return decided_otherwise
+    return decided_otherwise, how
 
 
 RUN_LINE = re.compile(r"^(?P<backend>local|ray)\s+jobs\s+(?P<jobs>\d+):\s+(?P<candidates>\d+) candidates\s+"

@@ -306,9 +306,9 @@ def test_the_measurements_are_written_after_every_run(tmp_path):
     result = {"id": "t/a", "verdict": "full", "summary": "words"}
     run = {"backend": "local", "jobs": 1, "wall_s": 1.0, "per_minute": 60.0,
            "results": {"candidates": [result]}}
-    assert write_measurements(args, [], [run], complete=False) == []
+    assert write_measurements(args, [], [run], complete=False) == ([], {})
     written = json.loads(out.read_text())
     assert written["complete"] is False and [r["jobs"] for r in written["runs"]] == [1]
     other = dict(run, jobs=2, results={"candidates": [dict(result, verdict="fail")]})
-    assert write_measurements(args, [], [run, other], complete=True) == ["t/a"]
+    assert write_measurements(args, [], [run, other], complete=True)[0] == ["t/a"]
     assert json.loads(out.read_text())["complete"] is True

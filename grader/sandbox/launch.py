@@ -40,8 +40,7 @@ for name in ["subject_setup", *sys.argv[1:]]:
         importlib.import_module(name)
     except BaseException:
         pass
-own = {"subject_setup", "vllm_stand_ins", "probe_support"}
-found = [m for m in sys.modules if m not in before and m.split(".")[0] != "vllm" and m not in own]
+found = [m for m in sys.modules if m not in before and m.split(".")[0] != "vllm"]
 def compiled(module):
     cached = getattr(getattr(module, "__spec__", None), "cached", None)
     return not cached or os.path.exists(cached)
@@ -189,7 +188,9 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str], gpu:
               f"each subject imports vLLM's dependencies itself this run", file=sys.stderr)
         return []
     found = json.loads(marked[-1][len(PROBE_MARK):])
-    modules = [m for m in found["modules"] if not m.startswith(("__", "_remote_module"))]
+    # The shared probes themselves are the subject's, staged per run: no worker can import them.
+    own = {p.stem for p in SHARED_PROBES.glob("*.py")}
+    modules = [m for m in found["modules"] if not m.startswith(("__", "_remote_module")) and m not in own]
     if found["uncompiled"] > len(modules) // 10:
         site = sysconfig.get_paths()["purelib"]
         print(f"warning: {found['uncompiled']} of the {len(modules)} modules vLLM imports from this environment have "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gzip
-import os
 import subprocess
 import sys
 import time
