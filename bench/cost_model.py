@@ -41,8 +41,9 @@ SIZES = (10, 1_000, 100_000)
 
 def sample_folders(limit: int, work: Path, tasks: list[str] | None = None) -> Path:
     """Every task's sample folder (or only ``tasks``'), first ``limit`` diffs each, under one input folder (task from
-    the sub-folder)."""
+    the sub-folder), made afresh: a later invocation over the same ``work`` may ask for other tasks or counts."""
     target = work / "in"
+    shutil.rmtree(target, ignore_errors=True)
     for folder in sorted((REPO / "candidates").iterdir()):
         diffs = sorted(folder.glob("*.diff"))[:limit] if tasks is None or folder.name in tasks else []
         if diffs:

@@ -28,7 +28,7 @@ from grader.core.environment import memory_per_subject
 from grader.core.records import Candidate, CandidateResult, GradingOptions, RunReport
 from grader.core.rubric import Task, all_tasks
 from grader.checkout import is_built
-from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool
+from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool, warm_workers_serve
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
 from grader.store import ResultStore, cache_key, is_final
 
@@ -243,11 +243,11 @@ class LocalBackend:
 
     def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: GradingOptions,
                  observer: Observer) -> Launcher:
-        """Warm workers, unless ``cold`` or fewer than two candidates need running (a warm worker imports what
-        every task's modules import before it forks a judge: that pays off from the second candidate on). The
-        workers themselves start when the first candidate needs one; what is prepared here is the list of
-        modules they preload (probed once per environment)."""
-        if options.cold or len(needing) < 2:
+        """Warm workers, unless ``cold``, GPU evidence (``warm_workers_serve``) or fewer than two candidates need
+        running (a warm worker imports what every task's modules import before it forks a judge: that pays off from
+        the second candidate on). The workers themselves start when the first candidate needs one; what is prepared
+        here is the list of modules they preload (probed once per environment)."""
+        if options.cold or len(needing) < 2 or not warm_workers_serve(options.gpu):
             return ColdLauncher()
         base = self.bases.get(tasks[needing[0].task])
         if preimport_known(base, options.gpu):

@@ -146,13 +146,15 @@ _WARM: dict = {}
 
 def warm_launcher(base, gpu: bool):
     """This process's warm worker, started when its first candidate needs tests and reused by every later one:
-    an actor's process lives for the whole run, so what the warm worker preloads is paid for once per actor."""
+    an actor's process lives for the whole run, so what the warm worker preloads is paid for once per actor. With
+    GPU evidence, fresh judges instead (``warm_workers_serve``)."""
     from contextlib import nullcontext
 
-    from grader.sandbox.launch import start_warm_pool
+    from grader.sandbox.launch import ColdLauncher, start_warm_pool, warm_workers_serve
 
     if gpu not in _WARM:
-        _WARM[gpu] = start_warm_pool(1, base, gpu, lambda name: nullcontext())
+        _WARM[gpu] = (start_warm_pool(1, base, gpu, lambda name: nullcontext()) if warm_workers_serve(gpu)
+                      else ColdLauncher())
     return _WARM[gpu]
 
 

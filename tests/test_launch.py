@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.rubric import REPO_ROOT
+from grader.core.records import Candidate, GradingOptions
+from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.run import path_scrubber, subject_spec
 from grader.sandbox.launch import ColdLauncher, WarmPool
 from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment, secret_seed, set_up_judge
@@ -154,3 +155,22 @@ def test_a_cold_launcher_starts_no_judge_after_an_interrupt(tmp_path):
     job = JudgeRequest(["--version"], {}, [], str(tmp_path), str(tmp_path / "judge.log"), 10)
     assert launcher.run(job) == (None, False)
     assert not (tmp_path / "judge.log").exists() and launcher.live == set()
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_gpu_evidence_runs_in_fresh_judges_on_either_backend(monkeypatch, gpu):
+    # A warm worker's preload changed what its forked subjects could do with CUDA on the lent H200: GPU evidence is
+    # run in fresh judges, locally and in a Ray actor; CPU evidence keeps the warm workers.
+    from grader import many_candidates, ray_backend
+
+    warm = object()
+    monkeypatch.setattr(many_candidates, "preimport_known", lambda base, gpu: True)
+    monkeypatch.setattr(many_candidates, "start_warm_pool", lambda *args, **kwargs: warm)
+    monkeypatch.setattr("grader.sandbox.launch.start_warm_pool", lambda *args, **kwargs: warm)
+    monkeypatch.setattr(ray_backend, "_WARM", {})
+    backend = many_candidates.LocalBackend(bases=type("Bases", (), {"get": lambda self, task: None})())
+    needing = [Candidate(f"int8-kv-rounding/{n}", f"{n}.diff", "", "int8-kv-rounding") for n in "ab"]
+    local = backend.launcher(needing, all_tasks(), GradingOptions(gpu=gpu), many_candidates.QuietObserver())
+    actor = ray_backend.warm_launcher(None, gpu)
+    for launcher in (local, actor):
+        assert isinstance(launcher, ColdLauncher) if gpu else launcher is warm

@@ -261,6 +261,17 @@ def test_installation_records_are_made_again_in_another_environment(tmp_path, mo
     assert made == [work]
 
 
+def test_the_installation_samples_are_made_again_over_an_earlier_invocations(tmp_path):
+    # The lent machine's second call makes the installation records again (Ray changed the environment) in the
+    # first call's work folder, where that call's samples already are.
+    from cost_model import sample_folders
+
+    first = sample_folders(1, tmp_path, ["int8-kv-rounding", "fp8-moe-lora"])
+    again = sample_folders(2, tmp_path, ["int8-kv-rounding"])
+    assert again == first and [p.name for p in again.iterdir()] == ["int8-kv-rounding"]
+    assert len(list((again / "int8-kv-rounding").glob("*.diff"))) == 2
+
+
 def test_a_runs_stage_costs_come_from_its_candidates_timings():
     from scaling import stage_costs
 

@@ -150,6 +150,14 @@ class ColdLauncher:
         pass
 
 
+def warm_workers_serve(gpu: bool) -> bool:
+    """Whether judges may be forked from warm workers: not with GPU evidence. On the lent H200 (2026-12-03), with
+    what a GPU subject imports preloaded into the worker, the task controls' CUDA checks failed in every forked
+    subject, while the same checks passed in fresh judges; a warm worker is an optimisation, so GPU evidence runs
+    in fresh judges until a worker's preload is shown not to change what its subjects can do."""
+    return not gpu
+
+
 def vllm_module_names(tree: Path) -> list[str]:
     """Modules of every file the tasks' candidates touch under vllm/, plus the package itself."""
     names = ["vllm"]
