@@ -8,7 +8,8 @@ candidate with :func:`grader.one_candidate.grade_candidate` on whichever node Ra
 there through :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a
 base is built once per node and reused by every later candidate on that node. Hidden tests run in the actor's
 warm worker (:func:`grader.sandbox.launch.start_warm_pool`, started for its first candidate that needs tests and
-kept for the rest), as in a local run, instead of a fresh interpreter per candidate.
+kept for the rest), as in a local run, instead of a fresh interpreter per candidate; with GPU evidence in a fresh
+judge per candidate, as in a local run (:func:`grader.sandbox.launch.warm_workers_serve`).
 
 Results stream back to the driver in completion order (a ``ray.wait`` loop), and the orchestrator puts them into the
 same atomic, resumable :class:`~grader.store.ResultStore`, with the same progress lines, as local runs; the reports
