@@ -115,7 +115,8 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip each task's control (its reference fix graded first, which must get its designed "
                         "statuses here; a pass is cached per environment)")
     p.add_argument("--cold", action="store_true",
-                   help="start a fresh interpreter per candidate instead of forking warm workers (slower)")
+                   help="start a fresh interpreter per candidate instead of forking warm workers (slower; GPU "
+                        "evidence always runs so)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="grade in this process's worker pool (default), or on long-lived Ray actors (docs/ray.md)")
     p.add_argument("--address", help="with --backend ray: the Ray cluster to join (default: $RAY_ADDRESS, "
