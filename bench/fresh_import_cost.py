@@ -4,7 +4,7 @@ minimax-qk-norm's no-Triton check, which starts one per candidate), with the tre
     python bench/fresh_import_cost.py --tree BASE [--repeat 3]
 
 BASE is a built base (``$GRADER_CACHE/bases/<task>``). The tree is copied twice into a temporary folder, one copy
-compiled (checked-hash bytecode, as nothing else in the grader writes), and each is imported ``--repeat`` times,
+compiled (checked-hash bytecode: used only while its source is unchanged), and each is imported ``--repeat`` times,
 alternating, by a fresh interpreter that blocks Triton and installs the subjects' stand-ins first, as the check's
 runner does. Prints the median seconds of each stage and the spread.
 """
