@@ -91,6 +91,10 @@ class FullDisk:
     def write(self, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    def __getattr__(self, name):
+        # Everything but writing works as on any disk: a lock file already open is locked (``cache_lock``).
+        return getattr(self.real, name)
+
 
 @pytest.fixture
 def disk_full(monkeypatch):

@@ -19,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -273,7 +274,9 @@ TASK = "int8-kv-rounding"
 PORT = 47123  # the port tests/adversarial/escape.diff tries to reach on 127.0.0.1
 PWNED = ["/tmp/grader-pwned-adversarial", "/dev/shm/grader-pwned-adversarial", "/var/tmp/grader-pwned-adversarial",
          str(REPO / "grader-pwned-adversarial")]
-KEY_ONLY = {"c1": "met", "c2": "met", "c3": "unmet", "c4": "met", "c5": "met"}
+# The escape attempts ride on the key-only sample: contained, they grade as it does (its expected statuses).
+KEY_ONLY = {criterion: status for criterion, status in tomllib.loads(
+    (REPO / "candidates" / TASK / "expected.toml").read_text())["key-only"].items() if criterion.startswith("c")}
 # How long one int8-kv-rounding hidden-test run may take here (about 30 s on two shared cores), and the
 # shorter limit for the case that hangs.
 TIMEOUT, LOOP_TIMEOUT = 240, 20
