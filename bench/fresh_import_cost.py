@@ -27,20 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-CHILD = """
-import json, os, sys, time
-started = time.perf_counter()
-sys.modules["triton"] = None
-os.environ["TORCHDYNAMO_DISABLE"] = "1"
-import vllm_stand_ins
-vllm_stand_ins.prepare_process()
-import torch
-with_torch = time.perf_counter()
-import vllm.config, vllm.distributed.parallel_state, vllm.triton_utils
-done = time.perf_counter()
-print(json.dumps({"torch": with_torch - started, "vllm": done - with_torch}))
-"""
-TEMPLATE = """
+# What the no-Triton check's runner does before anything else, timed: Triton made unimportable, TorchDynamo off, the
+# subjects' stand-ins, torch.
+PREPARED = """
 import importlib, json, os, sys, time
 started = time.perf_counter()
 sys.modules["triton"] = None
@@ -48,19 +37,27 @@ os.environ["TORCHDYNAMO_DISABLE"] = "1"
 import vllm_stand_ins
 vllm_stand_ins.prepare_process()
 import torch
+with_torch = time.perf_counter()
+"""
+IMPORT_VLLM = "import vllm.config, vllm.distributed.parallel_state, vllm.triton_utils"
+CHILD = PREPARED + f"""
+{IMPORT_VLLM}
+print(json.dumps({{"torch": with_torch - started, "vllm": time.perf_counter() - with_torch}}))
+"""
+TEMPLATE = PREPARED + f"""
 for name in open(sys.argv[1]).read().split():
     if name.split(".")[0] != "triton":
         try:
             importlib.import_module(name)
         except BaseException:
             pass
-print(json.dumps({"template": time.perf_counter() - started}), flush=True)
+print(json.dumps({{"template": time.perf_counter() - started}}), flush=True)
 for _ in range(int(sys.argv[2])):
     pid = os.fork()
     if pid == 0:
         forked = time.perf_counter()
-        import vllm.config, vllm.distributed.parallel_state, vllm.triton_utils
-        print(json.dumps({"torch": 0.0, "vllm": time.perf_counter() - forked}), flush=True)
+        {IMPORT_VLLM}
+        print(json.dumps({{"torch": 0.0, "vllm": time.perf_counter() - forked}}), flush=True)
         os._exit(0)
     os.waitpid(pid, 0)
 """

@@ -255,7 +255,8 @@ def main() -> int:
                   f"{r['per_minute']:7.1f} candidates/min{again}", flush=True)
             if stage_line(r):
                 print(stage_line(r), flush=True)
-            write_measurements(args, entries, runs, complete=False)
+            if args.json:
+                write_measurements(args, entries, runs, complete=False)
     print("\n".join(table(runs)))
     decided_otherwise, how = write_measurements(args, entries, runs, complete=True)
     print("identical decisions in every run" if not decided_otherwise else
