@@ -1,13 +1,14 @@
-"""What a fresh interpreter with Triton unimportable pays to import torch and a tree's vLLM (the cost of
-minimax-qk-norm's no-Triton check, which starts one per candidate), with the tree's bytecode and without, beside
-what a child forked from a process prepared without Triton would pay.
+"""What a fresh interpreter with Triton unimportable pays to import torch and a tree's vLLM (what minimax-qk-norm's
+no-Triton check paid per candidate while it started one; it now asks for a subject on the rubric's platform
+``without-triton``), with the tree's bytecode and without, beside what a child forked from a process prepared
+without Triton pays (how a warm worker's platform template serves such subjects).
 
     python bench/fresh_import_cost.py --tree BASE [--repeat 3]
 
 BASE is a built base (``$GRADER_CACHE/bases/<task>``). The tree is copied twice into a temporary folder, one copy
 compiled (checked-hash bytecode: used only while its source is unchanged), and each is imported ``--repeat`` times,
 alternating, by a fresh interpreter that blocks Triton and installs the subjects' stand-ins first, as the check's
-runner does. The third row is a process that does the same and then preloads the warm workers' module list for
+runner did. The third row is a process that does the same and then preloads the warm workers' module list for
 BASE (its Triton modules left out) once, and forks a child per repeat that imports the tree's vLLM: what a
 template prepared without Triton, as warm workers prepare theirs, would leave to each candidate. Prints the median
 seconds of each stage and the spread.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-# What the no-Triton check's runner does before anything else, timed: Triton made unimportable, TorchDynamo off, the
+# What the no-Triton check's runner did before anything else, timed: Triton made unimportable, TorchDynamo off, the
 # subjects' stand-ins, torch.
 PREPARED = """
 import importlib, json, os, sys, time

@@ -238,7 +238,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
         (judge / "only-tests.json").write_text(json.dumps(sorted(only)))
         extra[protocol.ONLY_TESTS] = str(judge / "only-tests.json")
     folder = set_up_judge(judge, pytest_args(task, select), str(RUBRICS_DIR), tree, base_tree, gpu, timeout, specs,
-                          also_pass, extra)
+                          also_pass, extra, tuple(task.platforms.values()))
     job, evidence, log = folder.request, folder.evidence, folder.log
     started = time.monotonic()
     kills_before = oom_kill_count()

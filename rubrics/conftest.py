@@ -41,6 +41,13 @@ def subject():
 
 
 @pytest.fixture(scope="session")
+def subject_on():
+    """The patched tree's subject on a platform the task's rubric declares (``[platforms.NAME]``):
+    ``subject_on("without-triton").call(...)``, a process of its own that was never the machine's platform."""
+    return lambda platform: subject_named("candidate", platform=platform)
+
+
+@pytest.fixture(scope="session")
 def base_subject():
     """The same, holding the unpatched base: the source of expectations that only the base's behaviour defines."""
     return subject_named("base")

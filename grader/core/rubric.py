@@ -51,6 +51,30 @@ class BaseRecipe:
 
 
 @dataclass(frozen=True)
+class SubjectPlatform:
+    """A platform some of a task's checks need and the machine is not: the modules made unimportable before
+    anything is imported (``unimportable``, each with its submodules), and the variables set (``env``) or removed
+    (``unset``) in the subject's environment. A check asks for a subject on it by name
+    (``grader.sandbox.client.subject``); that subject comes from a zygote prepared this way before it imported any
+    third-party module (``grader.sandbox.zygote``), so nothing it made unimportable was ever loaded there."""
+
+    name: str
+    unimportable: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    unset: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "unimportable": list(self.unimportable), "env": dict(self.env),
+                "unset": list(self.unset)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SubjectPlatform:
+        return cls(str(data["name"]), tuple(map(str, data.get("unimportable", ()))),
+                   tuple((str(k), str(v)) for k, v in dict(data.get("env", {})).items()),
+                   tuple(map(str, data.get("unset", ()))))
+
+
+@dataclass(frozen=True)
 class Task:
     id: str
     title: str
@@ -59,6 +83,8 @@ class Task:
     folder: Path
     base: BaseRecipe
     criteria: dict[str, Criterion] = field(default_factory=dict)
+    # The platforms its checks may ask subjects on, by name ([platforms.NAME] in rubric.toml).
+    platforms: dict[str, SubjectPlatform] = field(default_factory=dict)
 
     @property
     def tests_dir(self) -> Path:
@@ -73,10 +99,15 @@ class Task:
 # keys are refused, so a typo (``wieght``) is an error instead of a default.
 Schema = dict[str, tuple[type, bool]]
 RUBRIC_SCHEMA: Schema = {"id": (str, True), "title": (str, True), "problem": (str, False), "version": (int, False),
-                         "criteria": (dict, True), "inference": (dict, False), "summary": (dict, False)}
+                         "criteria": (dict, True), "inference": (dict, False), "summary": (dict, False),
+                         "platforms": (dict, False)}
 CRITERION_SCHEMA: Schema = {"title": (str, True), "requires": (str, True), "weight": (float, False),
                             "core": (bool, False), "kind": (str, True), "anchor": (str, False)}
 INFERENCE_SCHEMA: Schema = {"paths": (list, False)}
+PLATFORM_SCHEMA: Schema = {"unimportable": (list, False), "env": (dict, False), "unset": (list, False)}
+_PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The task's words for the files a patch may touch (path -> phrase), read by the summary (grader.summarize).
 SUMMARY_SCHEMA: Schema = {"places": (dict, False)}
 BASE_DOCUMENT_SCHEMA: Schema = {"base": (dict, True), "environment": (dict, False)}
@@ -212,6 +243,29 @@ def _load_criteria(toml: TomlFile, raw: dict) -> dict[str, Criterion]:
     return criteria
 
 
+def _load_platforms(toml: TomlFile, raw: dict) -> dict[str, SubjectPlatform]:
+    platforms = {}
+    for name, table in raw.items():
+        where = ("platforms", name)
+        if not isinstance(table, dict):
+            toml.problem(("platforms",), name, "must be a table")
+            continue
+        if not _PLATFORM_NAME.fullmatch(name):
+            toml.problem(("platforms",), name, "a platform's name is lower-case letters, digits and dashes")
+        p = toml.check(where, table, PLATFORM_SCHEMA)
+        unimportable, unset, env = p.get("unimportable", []), p.get("unset", []), p.get("env", {})
+        if not all(isinstance(m, str) and _MODULE_NAME.fullmatch(m) for m in unimportable):
+            toml.problem(where, "unimportable", "must list module names")
+        if not all(isinstance(v, str) and _VARIABLE_NAME.fullmatch(v) for v in [*unset, *env]):
+            toml.problem(where, "unset" if unset else "env", "must name environment variables")
+        if not all(isinstance(v, str) for v in env.values()):
+            toml.problem(where, "env", "must map variables to strings")
+        if not (unimportable or unset or env):
+            toml.problem(where, None, "a platform makes something unimportable, or sets or unsets a variable")
+        platforms[name] = SubjectPlatform(name, tuple(unimportable), tuple(sorted(env.items())), tuple(unset))
+    return platforms
+
+
 def criteria_problems(criteria: dict[str, Criterion]) -> list[tuple[tuple[str, ...], str | None, str]]:
     """What the criteria get wrong together (anchors, core and fix criteria), each as (table, key, message)."""
     problems = []
@@ -250,6 +304,7 @@ def load_task(folder: Path) -> Task:
         if not all(isinstance(v, str) for v in places.values()):
             toml.problem(("summary",), "places", "must map file paths to phrases (strings)")
     criteria = _load_criteria(toml, data.get("criteria", {}))
+    platforms = _load_platforms(toml, data.get("platforms", {}))
     if data.get("version", 1) < 1:
         toml.problem((), "version", f"must be a positive integer, got {data['version']!r}")
     toml.raise_problems()
@@ -261,6 +316,7 @@ def load_task(folder: Path) -> Task:
         folder=folder,
         base=_load_base(folder),
         criteria=criteria,
+        platforms=platforms,
     )
 
 

@@ -200,14 +200,21 @@ def note_lines_ran(reported) -> None:
 
 
 @cache
-def _control() -> socket.socket:
-    fd = os.environ.get(protocol.ZYGOTE_FD)
-    if not fd:
-        raise RuntimeError("no zygote: hidden tests run only in a judge process started by the grader")
+def _control(platform: str | None) -> socket.socket:
+    """The socket to the zygote on ``platform`` (None: the machine's own)."""
+    if platform is None:
+        fd = os.environ.get(protocol.ZYGOTE_FD)
+        if not fd:
+            raise RuntimeError("no zygote: hidden tests run only in a judge process started by the grader")
+        return socket.socket(fileno=int(fd))
+    fd = json.loads(os.environ.get(protocol.PLATFORM_ZYGOTES) or "{}").get(platform)
+    if fd is None:
+        raise RuntimeError(f"this judge run has no zygote on the platform {platform!r}: a check asks only for "
+                           "platforms its rubric declares ([platforms] in rubric.toml)")
     return socket.socket(fileno=int(fd))
 
 
-_SUBJECTS: dict[tuple[str, str], Subject] = {}
+_SUBJECTS: dict[tuple[str, str, str | None], Subject] = {}
 _COUNTER = CallCounter()
 # The controls' times this run's candidate calls are held to (GRADER_CALL_BUDGETS), and, in a calibration run over
 # the reference fix, where the times measured are written (GRADER_CALL_TIMES_OUT).
@@ -250,16 +257,18 @@ def _mirror_on_base(key: str, probe: str, timeout: float | None, max_bytes: int 
     _MEASURED.save(os.environ[protocol.CALL_TIMES_OUT])
 
 
-def subject(name: str = "candidate", instance: str = "main") -> Subject:
+def subject(name: str = "candidate", instance: str = "main", platform: str | None = None) -> Subject:
     """The named subject of this judge run ("candidate": the patched tree; "base": the unpatched base). Another
     ``instance`` is a process of its own over the same tree (a speed measurement that must not share a process
-    with the correctness probes' settings)."""
-    if (name, instance) not in _SUBJECTS:
+    with the correctness probes' settings). With ``platform`` (one the task's rubric declares), a process of its
+    own on that platform (``grader.core.rubric.SubjectPlatform``)."""
+    key = (name, instance, platform)
+    if key not in _SUBJECTS:
         spec = load_subjects(os.environ[protocol.SUBJECTS]).get(name)
         if spec is None:
             raise RuntimeError(f"this judge run has no {name!r} subject")
-        _SUBJECTS[(name, instance)] = Subject(name, spec, _control())
-    return _SUBJECTS[(name, instance)]
+        _SUBJECTS[key] = Subject(name, spec, _control(platform))
+    return _SUBJECTS[key]
 
 
 def end_all() -> None:

@@ -4,40 +4,54 @@ Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE``. Requests arrive a
 of ``protocol.JudgeRequest``); each is run by a forked child that becomes its own session and runs the judge
 (``grader.sandbox.judge.run``). The server forks its template zygote before it reads any request; per run, the
 template forks a fresh zygote, which forks that judge's subjects: no subject descends from a process that read a
-request (its secret, deadline, evidence path). Neither this server nor any judge imports vLLM: only subjects do,
+request (its secret, deadline, evidence path). Before its preload it also forks a pristine zygote, which makes a
+template for each platform a request names, the first time one does (``zygote.spawn_template``). Neither this server nor any judge imports vLLM: only subjects do,
 each in a process of its own. The answer is a JSON line with ``returncode`` and ``timed_out``.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import tempfile
 import time
 
 from grader.sandbox import zygote
 from grader.sandbox.contain import die_with_parent
-from grader.sandbox.protocol import JudgeRequest
+from grader.sandbox.protocol import JudgeRequest, SubjectPlatform
 
 
-def preimport(names: list[str]) -> int:
-    """Import what vLLM would import from third parties; failures only mean a colder child."""
-    loaded = 0
-    for name in names:
-        try:
-            importlib.import_module(name)
-            loaded += 1
-        except BaseException:  # noqa: BLE001 - any import side effect is tolerated here
-            continue
-    return loaded
+class Templates:
+    """The zygotes a warm worker forks per-run zygotes from: its template (after the preload), and one per platform
+    a request named, made by the pristine zygote (forked before the preload) with the same preload list."""
+
+    def __init__(self, template: socket.socket, pristine: socket.socket, preload: list[str]) -> None:
+        self.template = template
+        self.pristine = pristine
+        self.preload = preload
+        self.on_platform: dict[SubjectPlatform, socket.socket] = {}
+
+    def zygotes(self, request: JudgeRequest) -> tuple[tuple[int, socket.socket], dict[str, tuple[int, socket.socket]]]:
+        """A fresh zygote for a run (pid, control), and one on each platform the request names, by name."""
+        on_platforms = {}
+        for platform in request.platforms:
+            if platform not in self.on_platform:
+                self.on_platform[platform] = zygote.spawn_template(self.pristine, platform, self.preload)[1]
+            on_platforms[platform.name] = zygote.spawn_zygote(self.on_platform[platform])
+        return zygote.spawn_zygote(self.template), on_platforms
+
+    def close(self) -> None:
+        """In a judge forked from the server: it holds none of them."""
+        for sock in [self.template, self.pristine, *self.on_platform.values()]:
+            sock.close()
 
 
-def _run_child(request: JudgeRequest, control, zygote_pid: int, server: int) -> None:
+def _run_child(request: JudgeRequest, control, zygote_pid: int, on_platforms: dict, server: int) -> None:
     code = 3
     try:
         die_with_parent(server)
@@ -51,7 +65,7 @@ def _run_child(request: JudgeRequest, control, zygote_pid: int, server: int) -> 
         tempfile.tempdir = None
         from grader.sandbox.judge import run
 
-        code = run(request, control, zygote_pid)
+        code = run(request, control, zygote_pid, on_platforms)
     except BaseException:  # noqa: BLE001 - the child reports, never returns into the server loop
         import traceback
 
@@ -105,43 +119,49 @@ def _end_running() -> None:
     os._exit(1)
 
 
-def serve(stdin, stdout, template) -> None:
+def serve(stdin, stdout, templates: Templates) -> None:
     signal.signal(signal.SIGTERM, _end_on_sigterm)
     me = os.getpid()
     for line in iter(stdin.readline, ""):
         request = JudgeRequest.from_json(json.loads(line))
-        zygote_pid, control = zygote.spawn_zygote(template)
+        (zygote_pid, control), on_platforms = templates.zygotes(request)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            template.close()
-            _run_child(request, control, zygote_pid, me)
+            templates.close()
+            _run_child(request, control, zygote_pid, on_platforms, me)
         control.close()
-        _RUNNING[:] = [pid, zygote_pid]
+        for _, platform_control in on_platforms.values():
+            platform_control.close()
+        zygote_pids = [zygote_pid, *(p for p, _ in on_platforms.values())]
+        _RUNNING[:] = [pid, *zygote_pids]
         returncode, timed_out = _wait(pid, request.timeout, stdin)
         try:
             os.killpg(pid, signal.SIGKILL)  # whatever the run left behind in its group
         except (ProcessLookupError, PermissionError):
             pass
-        try:
-            os.kill(zygote_pid, signal.SIGKILL)  # the template's child, not in the judge's group
-        except ProcessLookupError:
-            pass
+        for each in zygote_pids:  # the templates' children, not in the judge's group
+            try:
+                os.kill(each, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         stdout.write(json.dumps({"returncode": returncode, "timed_out": timed_out}) + "\n")
         stdout.flush()
 
 
 def main() -> None:
     names = open(sys.argv[1]).read().split() if len(sys.argv) > 1 else []
-    loaded = preimport(names)
+    # Forked while no third-party module is loaded: what a platform makes unimportable was never imported there.
+    pristine, _ = zygote.start()
+    loaded = zygote.preimport(names)
     # What was imported lives as long as the worker: moved out of the collector's sight, it is not traversed by
     # every full collection in the judges and subjects forked from here (pytest alone runs several as it ends),
     # nor are its pages copied into each of them by the collector touching it.
     gc.freeze()
-    template, _ = zygote.start()
+    template, _ = zygote.start(close=(pristine,))
     sys.stdout.write(json.dumps({"ready": True, "preimported": loaded}) + "\n")
     sys.stdout.flush()
-    serve(sys.stdin, sys.stdout, template)
+    serve(sys.stdin, sys.stdout, Templates(template, pristine, names))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 
 from grader.sandbox import protocol, zygote
 from grader.sandbox.contain import die_with_parent
-from grader.sandbox.protocol import JudgeRequest
+from grader.sandbox.protocol import JudgeRequest, SubjectPlatform
 
 
 class RefuseVllm:
@@ -30,14 +30,19 @@ class RefuseVllm:
         return None
 
 
-def run(request: JudgeRequest, control: socket.socket, zygote_pid: int) -> int:
-    """Take the request's environment and path, run pytest with ``control`` as the zygote's socket; pytest's exit
-    code. The zygote is killed at the end."""
+def run(request: JudgeRequest, control: socket.socket, zygote_pid: int,
+        on_platforms: dict[str, tuple[int, socket.socket]] | None = None) -> int:
+    """Take the request's environment and path, run pytest with ``control`` as the zygote's socket and
+    ``on_platforms`` (name -> pid, socket) as the zygotes of the task's platforms; pytest's exit code. The zygotes
+    are killed at the end."""
+    on_platforms = on_platforms or {}
     try:
         os.environ.clear()
         os.environ.update(request.env)
         keep_compiled_modules(request.env.get(protocol.JUDGE_PYCACHE))
         os.environ[protocol.ZYGOTE_FD] = str(control.fileno())
+        os.environ[protocol.PLATFORM_ZYGOTES] = json.dumps({name: sock.fileno()
+                                                            for name, (_, sock) in on_platforms.items()})
         sys.path[:0] = request.sys_path
         os.chdir(request.cwd)
         sys.meta_path.insert(0, RefuseVllm())
@@ -47,10 +52,11 @@ def run(request: JudgeRequest, control: socket.socket, zygote_pid: int) -> int:
         return int(pytest.main(request.argv))
     finally:
         _end_subjects()
-        try:
-            os.kill(zygote_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in [zygote_pid, *(p for p, _ in on_platforms.values())]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def keep_compiled_modules(folder: str | None) -> None:
@@ -75,9 +81,16 @@ def main() -> None:
     if len(sys.argv) > 1:
         die_with_parent(int(sys.argv[1]))
     control, zygote_pid = zygote.start()
+    # The task's platforms come in argv (they are the rubric's, nothing of the run): their zygotes too are forked
+    # before the request is read.
+    on_platforms = {}
+    for platform in (SubjectPlatform.from_json(p) for p in json.loads(sys.argv[2] if len(sys.argv) > 2 else "[]")):
+        held = (control, *(sock for _, sock in on_platforms.values()))
+        platform_control, pid = zygote.start(platform, close=held)
+        on_platforms[platform.name] = (pid, platform_control)
     code = 3
     try:
-        code = run(JudgeRequest.from_json(json.load(sys.stdin)), control, zygote_pid)
+        code = run(JudgeRequest.from_json(json.load(sys.stdin)), control, zygote_pid, on_platforms)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader.core.paths import CACHE_VARIABLE, SCRATCH_VARIABLE, cache_dir
-from grader.core.rubric import REPO_ROOT
+from grader.core.rubric import REPO_ROOT, SubjectPlatform
 from grader.sandbox.contain import UID_LOCKS_VARIABLE
 
 # --- the variables ----------------------------------------------------------------------------------------------------
@@ -43,6 +43,7 @@ ADDED_LINES = "GRADER_ADDED_LINES"  # the patch's added lines the candidate's su
 ONLY_TESTS = "GRADER_ONLY_TESTS"  # a re-run of some checks: the node ids it runs (the others are deselected)
 # Set by the judge itself for its client:
 ZYGOTE_FD = "GRADER_ZYGOTE_FD"  # the judge's socket to its zygote
+PLATFORM_ZYGOTES = "GRADER_PLATFORM_ZYGOTES"  # its sockets to the zygotes of its task's platforms (JSON, by name)
 # Read only when the grader's own tests set them (a subject never sees a judge's environment):
 BUDGET_FACTOR = "GRADER_BUDGET_FACTOR"
 BUDGET_FLOOR_S = "GRADER_BUDGET_FLOOR_S"
@@ -55,7 +56,7 @@ PROGRESS_EVERY = "GRADER_PROGRESS_EVERY"  # seconds between two progress lines i
 
 PREFIX = "GRADER_"
 VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
-             CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S,
+             CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, PLATFORM_ZYGOTES, BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S,
              CACHE, SCRATCH, UID_LOCKS, PROGRESS_EVERY)
 
 # --- what every judge and subject inherits ----------------------------------------------------------------------------
@@ -194,7 +195,8 @@ class SubjectSpec:
 @dataclass(frozen=True)
 class JudgeRequest:
     """What a judge process is handed: pytest's arguments, its environment and path, its working folder, where its
-    output goes, its time."""
+    output goes, its time, and the platforms its task's checks may ask subjects on (a zygote is made for each
+    before the judge reads anything else of the request)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -202,15 +204,17 @@ class JudgeRequest:
     cwd: str
     log: str
     timeout: float
+    platforms: tuple[SubjectPlatform, ...] = ()
 
     def to_json(self) -> dict:
         return {"argv": list(self.argv), "env": dict(self.env), "sys_path": list(self.sys_path), "cwd": self.cwd,
-                "log": self.log, "timeout": self.timeout}
+                "log": self.log, "timeout": self.timeout, "platforms": [p.to_json() for p in self.platforms]}
 
     @classmethod
     def from_json(cls, data: dict) -> JudgeRequest:
         return cls(list(data["argv"]), dict(data["env"]), list(data["sys_path"]), str(data["cwd"]),
-                   str(data["log"]), float(data["timeout"]))
+                   str(data["log"]), float(data["timeout"]),
+                   tuple(SubjectPlatform.from_json(p) for p in data.get("platforms", ())))
 
 
 def load_subjects(path: str | Path) -> dict[str, SubjectSpec]:
@@ -277,13 +281,15 @@ class JudgeFolder:
 
 def set_up_judge(judge: Path, argv: list[str], cwd: str, tree: Path, base_tree: Path, gpu: bool, timeout: float,
                  subjects: dict[str, SubjectSpec], also_pass: tuple[str, ...] = (),
-                 extra_env: dict[str, str] | None = None) -> JudgeFolder:
+                 extra_env: dict[str, str] | None = None,
+                 platforms: tuple[SubjectPlatform, ...] = ()) -> JudgeFolder:
     """Set up the judge's folder ``judge`` (made by the caller, mode 0700, which no subject can see): its subjects'
     specs, an empty evidence file, its environment (``judge_environment`` and ``extra_env``: the ``GRADER_*``
-    variables of this run only), and the request for pytest's ``argv`` run in ``cwd``."""
+    variables of this run only), and the request for pytest's ``argv`` run in ``cwd`` with subjects on
+    ``platforms`` as well as on the machine's own."""
     env = judge_environment(judge, tree, base_tree, gpu, timeout, also_pass) | (extra_env or {})
     (judge / "subjects.json").write_text(json.dumps({name: spec.to_json() for name, spec in subjects.items()}))
     evidence = Path(env[EVIDENCE_OUT])
     evidence.write_text("")
     log = judge / "pytest.log"
-    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout), evidence, log)
+    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout, platforms), evidence, log)

@@ -7,10 +7,19 @@ its argv or environment); a warm worker forks one clean zygote, the template, be
 asks the template for a fresh zygote per judge (``spawn_zygote``). Subjects inherit only the third-party modules
 already imported (torch, Triton, ... on a warm worker). A zygote answers each spawn request with the child's
 process id and, passed as a file descriptor, the caller's end of a fresh socket pair.
+
+A task's checks may need subjects on another platform than the machine's (``SubjectPlatform``: Triton
+unimportable, say). Their zygotes are prepared for it before any third-party module is imported: a cold judge forks
+one per platform before it reads its request; a warm worker keeps a pristine zygote, forked before its preload,
+and asks it for a template per platform the first time a request names one (``spawn_template``). That template
+makes the platform's modules unimportable, then preloads the worker's list less them, and forks the per-run
+zygotes of that platform.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 import os
 import signal
@@ -20,18 +29,62 @@ import tempfile
 
 # Imported here, while the repository is still visible: a subject's view hides it.
 from grader.sandbox import contain, subject
-from grader.sandbox.protocol import SubjectSpec, gpu_asked
+from grader.sandbox.protocol import SubjectPlatform, SubjectSpec, gpu_asked
 
 SPAWN_MESSAGE_CAP = 1 << 20
 
+# The platform this process was prepared for (``enter_platform``); None: the machine's own.
+_PLATFORM: SubjectPlatform | None = None
 
-def start() -> tuple[socket.socket, int]:
-    """Fork the zygote; returns the judge's control socket and the zygote's pid."""
+
+def preimport(names: list[str]) -> int:
+    """Import what vLLM would import from third parties; failures only mean a colder child."""
+    loaded = 0
+    for name in names:
+        try:
+            importlib.import_module(name)
+            loaded += 1
+        except BaseException:  # noqa: BLE001 - any import side effect is tolerated here
+            continue
+    return loaded
+
+
+def unimportable_on(platform: SubjectPlatform, name: str) -> bool:
+    """Whether the module ``name`` is one ``platform`` makes unimportable (or a submodule of one)."""
+    return any(name == m or name.startswith(m + ".") for m in platform.unimportable)
+
+
+def enter_platform(platform: SubjectPlatform) -> None:
+    """Make this process (and what it forks) ``platform``: its modules unimportable, its variables set. Done before
+    the process imports any third-party module, so nothing it made unimportable was ever loaded here."""
+    global _PLATFORM
+    for name in [n for n in sys.modules if unimportable_on(platform, n)]:
+        sys.modules[name] = None
+    for name in platform.unimportable:
+        sys.modules[name] = None  # importing it, or anything under it, raises ImportError
+    platform_environment(os.environ, platform)
+    _PLATFORM = platform
+
+
+def platform_environment(env, platform: SubjectPlatform | None) -> None:
+    """Set and remove in ``env`` the variables ``platform`` names (nothing for the machine's own)."""
+    if platform is None:
+        return
+    env.update(dict(platform.env))
+    for name in platform.unset:
+        env.pop(name, None)
+
+
+def start(platform: SubjectPlatform | None = None, close: tuple[socket.socket, ...] = ()) -> tuple[socket.socket, int]:
+    """Fork a zygote (on ``platform``, when given); returns the judge's control socket and the zygote's pid.
+    ``close``: the caller's sockets to its other zygotes, which this one must not hold."""
     judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     caller = os.getpid()
     pid = os.fork()
     if pid == 0:
         judge_end.close()
+        for other in close:
+            other.close()
         try:
             # The caller's stdin may be where its request arrives later, and its stdout a pipe that must see EOF
             # when the caller ends: the zygote keeps neither.
@@ -39,6 +92,8 @@ def start() -> tuple[socket.socket, int]:
             os.dup2(devnull, 0)
             os.dup2(devnull, 1)
             contain.die_with_parent(caller)
+            if platform is not None:
+                enter_platform(platform)
             _serve(zygote_end)
         finally:
             os._exit(0)
@@ -49,6 +104,12 @@ def start() -> tuple[socket.socket, int]:
 def spawn_zygote(template: socket.socket) -> tuple[int, socket.socket]:
     """Ask a zygote (the warm worker's template) for a fresh zygote of its own: (its pid, its control socket)."""
     return _spawn(template, {"zygote": True})
+
+
+def spawn_template(pristine: socket.socket, platform: SubjectPlatform, preload: list[str]) -> tuple[int, socket.socket]:
+    """Ask a pristine zygote (forked before any preload) for a template on ``platform``: it enters the platform,
+    preloads ``preload`` less what the platform makes unimportable, and then serves ``spawn_zygote``."""
+    return _spawn(pristine, {"zygote": True, "platform": platform.to_json(), "preload": list(preload)})
 
 
 def spawn(control: socket.socket, spec: SubjectSpec) -> tuple[int, socket.socket]:
@@ -86,11 +147,20 @@ def _serve(control: socket.socket) -> None:
             judge_side.close()
             if message.get("zygote") is True:
                 contain.die_with_parent(me)
+                if message.get("platform") is not None:
+                    _prepare_template(SubjectPlatform.from_json(message["platform"]), message.get("preload", []))
                 _serve_fresh(subject_side)
             _become_subject(message, subject_side, me)
         subject_side.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [judge_side.fileno()])
         judge_side.close()
+
+
+def _prepare_template(platform: SubjectPlatform, preload: list[str]) -> None:
+    enter_platform(platform)
+    preimport([name for name in preload if not unimportable_on(platform, name)])
+    # As the warm worker does with its own preload: kept out of the collector's sight for every descendant.
+    gc.freeze()
 
 
 def _serve_fresh(control: socket.socket) -> None:
@@ -139,6 +209,7 @@ def _become_subject(message: dict, channel: socket.socket, zygote: int) -> None:
             contain.enter(spec.box.to_json())
         os.environ.clear()
         os.environ.update(spec.env)
+        platform_environment(os.environ, _PLATFORM)
         tempfile.tempdir = None
         os.chdir(spec.cwd)
         sys.path[:] = [*spec.sys_path, *keep]

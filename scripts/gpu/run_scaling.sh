@@ -12,8 +12,10 @@
 # result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
 # serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks;
 # `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
-# SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both.
-# What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-ray.{txt,json}.
+# SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
+# "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
+# What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
+# scaling-ray.{txt,json}.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 PHASE=${SCALING_PHASE:-local}
@@ -61,6 +63,12 @@ if [ "$PHASE" = local ]; then
   [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
   note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  # The whole corpus's runs share the installation's records that the cpu step made (same tasks, evidence and
+  # environment), rather than grading the samples again.
+  [[ " $STEPS " == *" whole "* ]] && mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; } && timeout -k 10 "${SCALING_WHOLE_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local \
+    --gpu off --tasks $TASKS --work /tmp/scaling/whole --json "$OUT/scaling-whole.json" 2>&1 | tee "$OUT/scaling-whole.txt"
+  note "whole corpus local: rc=$? $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)
   [[ " $STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
     --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"

@@ -37,7 +37,7 @@ def forkserver_pids() -> dict[int, str]:
                            if line.startswith("Uid:")))
         except (OSError, StopIteration, ValueError):
             continue
-        if b"grader.sandbox.forkserver" in cmdline or b"fallback_runner" in cmdline:
+        if b"grader.sandbox.forkserver" in cmdline or b"speed_runner" in cmdline:
             found[int(entry.name)] = "subject" if uid != 0 else "judge"
     return found
 

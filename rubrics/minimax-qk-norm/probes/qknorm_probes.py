@@ -3,9 +3,8 @@ inputs, under a simulated TP group (``qknorm_sim``).
 
 Every probe takes the judge's tensors (per-rank shards, drawn by the judge), runs the candidate's public layer
 entry and returns observations: the tensors each rank returned, how each rank called the all-reduce, the aten ops
-a spy saw, the guard elements after each allocation, or what the fallback runner (``fallback_runner``) reported.
-Nothing here decides whether an observation is right. Speed is measured elsewhere (``qknorm_speed``, timed by
-the judge).
+a spy saw, or the guard elements after each allocation (the same without Triton: ``qknorm_fallback``). Nothing
+here decides whether an observation is right. Speed is measured elsewhere (``qknorm_speed``, timed by the judge).
 
 TorchDynamo is disabled in this process: a ``torch.compile``-decorated function then runs its own eager ops, with
 the same semantics, without a CPU compile of about 12 s per specialization, and the spy sees what the compiled
@@ -13,12 +12,6 @@ function's dataflow does. The speed probes run in subjects of their own, where c
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import torch
 import torch._dynamo.config as _dynamo_config
@@ -28,7 +21,6 @@ from probe_support import Patches
 
 _dynamo_config.disable = True
 
-HERE = Path(__file__).resolve().parent
 _MODULE = []
 
 
@@ -106,42 +98,3 @@ def op_events(tp_world: int, qkv, q_weight, k_weight, q_size: int, kv_size: int,
         with qknorm_sim.OpSpy() as spy:
             mod.MiniMaxText01RMSNormTP.forward_qkv(q_norm, k_norm, qkv, q_size, kv_size)
     return spy.summary()
-
-
-# --- subprocess runners ------------------------------------------------------------------------------------------
-
-
-def _child_env(drop: tuple[str, ...] = ()) -> dict:
-    """The subject's environment for a runner, with the patched tree's import root and the probes folder (this
-    process's ``sys.path[0]`` and ``[1]``) as its path: the subject has no PYTHONPATH of its own."""
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env["PYTHONPATH"] = os.pathsep.join([sys.path[0], sys.path[1]])
-    return env
-
-
-def _run(script: str, argv: list[str], env: dict, timeout: float) -> dict:
-    try:
-        proc = subprocess.run([sys.executable, str(HERE / script), *argv], capture_output=True, text=True,
-                              env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return {"returncode": None, "timed_out": True, "stdout_tail": str(exc.stdout or "")[-2000:],
-                "stderr_tail": str(exc.stderr or "")[-3000:]}
-    return {"returncode": proc.returncode, "timed_out": False, "stdout": proc.stdout,
-            "stdout_tail": proc.stdout[-2000:], "stderr_tail": proc.stderr[-3000:]}
-
-
-def fallback(cases: list[dict], device: str, timeout: float = 240.0) -> dict:
-    """Run ``fallback_runner.py`` (Triton made unimportable before anything imports) on the judge's cases:
-    ``{"name", "qkv": [per rank], "q_weight": [...], "k_weight": [...], "q_size", "kv_size", "eps"}``.
-    Returns what it reported: ``has_triton``, ``env_error``, ``import_error``, per case the ``run_ranks``
-    observations or ``{"raised": traceback}``, and the process's return code and output tails."""
-    with tempfile.TemporaryDirectory(prefix="qknorm-fallback-") as folder:
-        inputs, outputs = Path(folder) / "cases.pt", Path(folder) / "results.pt"
-        torch.save(cases, inputs)
-        run = _run("fallback_runner.py", [device, str(inputs), str(outputs)], _child_env(), timeout)
-        run.pop("stdout", None)
-        if outputs.exists():
-            run["report"] = torch.load(outputs, weights_only=True)
-        else:
-            run["report"] = None
-    return run

@@ -11,8 +11,8 @@ simulated TP results. This needs no threads (the Triton interpreter is not threa
 that calls the all-reduce in a deterministic order.
 
 The judge shards the inputs and gathers the outputs; this module only runs the ranks and reports what they
-returned and how they called the all-reduce. It is imported by the probes (``qknorm_probes``) and by the
-subprocesses they start (``fallback_runner``, ``speed_runner``).
+returned and how they called the all-reduce. It is imported by the probes (``qknorm_probes``, ``qknorm_fallback``) and
+by the speed runner (``speed_runner``).
 """
 
 from __future__ import annotations
@@ -251,8 +251,8 @@ def vllm_config():
 @contextlib.contextmanager
 def rms_norm_tp_module(out: dict, spy_window: bool = False):
     """vLLM's ``rms_norm_tp``, imported and used under ``vllm_config()``. Yields None, with the traceback in
-    ``out["import_error"]`` (the candidate's tree does not import), when it cannot be imported. The subprocess
-    runners import ``vllm.config`` first, so a failure there is reported as theirs (``env_error``)."""
+    ``out["import_error"]`` (the candidate's tree does not import), when it cannot be imported. The no-Triton
+    probe imports ``vllm.config`` first, so a failure there is reported as the platform's (``env_error``)."""
     with vllm_config():
         undo = install_custom_op_window() if spy_window else (lambda: None)
         try:

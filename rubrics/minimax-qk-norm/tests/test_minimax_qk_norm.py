@@ -517,27 +517,24 @@ FALLBACK_CASES = [
 
 
 @pytest.fixture(scope="module")
-def fallback_results(subject, device):
-    """One run of the no-Triton subprocess over every case; the inputs stay here for the oracle."""
+def fallback_results(subject_on, device):
+    """One run of the no-Triton probe over every case, in a subject on the rubric's ``without-triton`` platform;
+    the inputs stay here for the oracle."""
     gen = _module_generator("fallback")
     inputs, cases = {}, []
     for c in FALLBACK_CASES:
         inputs[c["name"]] = _cast(make_inputs(gen, c["tokens"], c["q"], c["kv"]), c["dtype"])
         cases.append({"name": c["name"], **shard(inputs[c["name"]], c["tp"])})
-    run = subject.call("qknorm_probes.fallback", cases=cases, device=device, timeout=300)
-    return {"run": run, "inputs": inputs}
+    report = subject_on("without-triton").call("qknorm_fallback.run", cases=cases, device=device, timeout=300)
+    return {"report": report, "inputs": inputs}
 
 
 def _fallback_problems(fallback_results, case: str) -> list[str]:
     """What is wrong with one no-Triton case (raises AssertionError for what fails every case alike)."""
-    run = fallback_results["run"]
-    report = run.get("report")
-    assert report is not None, (
-        f"the no-Triton subprocess reported nothing (rc={run.get('returncode')}, timed out: "
-        f"{run.get('timed_out')}):\n{run.get('stderr_tail', '')}"
-    )
+    report = fallback_results["report"]
+    assert isinstance(report, dict), f"the no-Triton probe answered {type(report).__name__}, not its report"
     assert not report.get("env_error"), "vLLM does not import with Triton unavailable:\n" + report["env_error"]
-    # Triton is blocked in that process before anything imports; a tree that still says it has Triton there is
+    # Triton is blocked on that platform before anything imports; a tree that still says it has Triton there is
     # not running its no-Triton path (only the judge may decide a skip).
     assert report.get("has_triton") is False, (
         f"vllm.triton_utils.HAS_TRITON is {report.get('has_triton')!r} with Triton unimportable")
