@@ -39,6 +39,10 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 # (`bash scripts/gpu/source_digest.sh` here) says which tree ran.
 note "phase $PHASE at ${SCALING_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} (sources $(bash scripts/gpu/source_digest.sh)), $(nproc) cpus, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+# Whether the CPUs are cores or threads of fewer cores decides what efficiency at 16 jobs can be.
+lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node\(s\))" | tee -a "$SUMMARY"
+# Every run's results.json comes back compressed (the check costs per task are read from them: bench/check_costs.py).
+keep_results() { for f in /tmp/scaling/"$1"/out-*/results.json; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$(dirname "$f")")-results.json.xz"; done; }
 
 if [ "$PHASE" = local ]; then
   WHEELS=$(ls .whl/*.whl | grep -v typing_extensions)
@@ -63,16 +67,19 @@ if [ "$PHASE" = local ]; then
   [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
   note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  keep_results cpu
   t0=$(date +%s)
   # The whole corpus's runs share the installation's records that the cpu step made (same tasks, evidence and
   # environment), rather than grading the samples again.
   [[ " $STEPS " == *" whole "* ]] && mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; } && timeout -k 10 "${SCALING_WHOLE_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local \
     --gpu off --tasks $TASKS --work /tmp/scaling/whole --json "$OUT/scaling-whole.json" 2>&1 | tee "$OUT/scaling-whole.txt"
   note "whole corpus local: rc=$? $(( $(date +%s) - t0 )) s"
+  keep_results whole
   t0=$(date +%s)
   [[ " $STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
     --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
   note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  keep_results gpu
 else
   [ -d /tmp/scaling/cpu ] || { note "no local runs under /tmp/scaling/cpu: this machine is not the first call's"; exit 3; }
   SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -84,5 +91,6 @@ else
   timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local ray \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
   note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  keep_results cpu
 fi
 exit 0
