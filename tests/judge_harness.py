@@ -7,9 +7,10 @@ import textwrap
 from pathlib import Path
 
 from grader.core.records import TestOutcome
+from grader.core.rubric import SubjectPlatform
 from grader.run import parse_evidence, subject_spec
 from grader.sandbox.launch import ColdLauncher
-from grader.sandbox.protocol import set_up_judge
+from grader.sandbox.protocol import JudgeRequest, set_up_judge
 
 
 def tree_with(folder: Path, **modules: str) -> Path:
@@ -41,3 +42,23 @@ def run_judge(root: Path, candidate: Path, base: Path, hidden_tests: str, probes
     outcomes, errors = parse_evidence(folder.evidence.read_text(), timed_out)
     assert not errors, errors
     return {o.nodeid.rsplit("::", 1)[-1]: o for o in outcomes}
+
+
+def reporting_judge(root: Path, hidden_test: str, probes: dict[str, str],
+                    platforms: tuple[SubjectPlatform, ...] = ()) -> tuple[JudgeRequest, Path]:
+    """A request for a judge of one test file that writes what it saw to ``GRADER_EVIDENCE_OUT + ".seen"``, with
+    one uncontained "candidate" subject over an empty tree and the probe modules given: the request (to run with
+    any launcher) and that file."""
+    probe_folder = tree_with(root / "probes", **probes)
+    tree = root / "tree"
+    tree.mkdir()
+    spec, _ = subject_spec("candidate", root / "subject", tree, tree, probe_folder, gpu=False, contained=False)
+    judge = root / "judge"
+    judge.mkdir()
+    test = root / "tests" / "test_report.py"
+    test.parent.mkdir()
+    test.write_text(textwrap.dedent(hidden_test))
+    argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
+    folder = set_up_judge(judge, argv, str(test.parent), tree, tree, False, 120, {"candidate": spec},
+                          platforms=platforms)
+    return folder.request, judge / "evidence.jsonl.seen"

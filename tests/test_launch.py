@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -18,9 +17,10 @@ import pytest
 
 from grader.core.records import Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, all_tasks
-from grader.run import path_scrubber, subject_spec
+from grader.run import path_scrubber
 from grader.sandbox.launch import ColdLauncher, WarmPool
-from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment, secret_seed, set_up_judge
+from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment, secret_seed
+from judge_harness import reporting_judge
 
 JUDGE_TEST = """
 import json, os, sys
@@ -48,23 +48,6 @@ def seen():
 AUTOLOADED = sorted(entry.name for entry in entry_points(group="pytest11"))
 
 
-def judge_run(tmp_path: Path) -> tuple[JudgeRequest, Path]:
-    probes = tmp_path / "probes"
-    probes.mkdir()
-    (probes / "report_probe.py").write_text(textwrap.dedent(PROBE))
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    spec, _ = subject_spec("candidate", tmp_path / "subject", tree, tree, probes, gpu=False, contained=False)
-    judge = tmp_path / "judge"
-    judge.mkdir()
-    test = tmp_path / "tests" / "test_report.py"
-    test.parent.mkdir()
-    test.write_text(textwrap.dedent(JUDGE_TEST).replace("AUTOLOADED", repr(AUTOLOADED)))
-    argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
-    folder = set_up_judge(judge, argv, str(test.parent), tree, tree, False, 120, {"candidate": spec})
-    return folder.request, judge / "evidence.jsonl.seen"
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     """Whatever --jobs and the core count, torch in a judge and in its subject runs one intra-op thread: a float
@@ -72,7 +55,8 @@ def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     judge loads no installed pytest plugin, and keeps its compiled (assertion-rewritten) modules under the cache;
     its subject writes no compiled module."""
     assert all(base_environment(gpu)[name] == "1" for name in SINGLE_THREADED for gpu in (False, True))
-    job, seen = judge_run(tmp_path)
+    job, seen = reporting_judge(tmp_path, JUDGE_TEST.replace("AUTOLOADED", repr(AUTOLOADED)),
+                                {"report_probe": PROBE})
     launcher = WarmPool(1, base_environment(False), ["torch"]) if warm else ColdLauncher()
     try:
         returncode, timed_out = launcher.run(job)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from grader.core.rubric import RubricError, SubjectPlatform, load_task
-from grader.run import subject_spec
 from grader.sandbox.launch import ColdLauncher, WarmPool
-from grader.sandbox.protocol import JudgeRequest, base_environment, set_up_judge
+from grader.sandbox.protocol import JudgeRequest, base_environment
+from judge_harness import reporting_judge
 
 # Standard-library modules the grader itself never imports: one the platform makes unimportable, the extension
 # module that importing it loads (under another name, so a process that ever imported the first still holds it),
@@ -51,30 +51,12 @@ def seen():
 """
 
 
-def judge_run(tmp_path: Path) -> tuple[JudgeRequest, Path]:
-    probes = tmp_path / "probes"
-    probes.mkdir()
-    (probes / "platform_probe.py").write_text(textwrap.dedent(PROBE))
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    spec, _ = subject_spec("candidate", tmp_path / "subject", tree, tree, probes, gpu=False, contained=False)
-    judge = tmp_path / "judge"
-    judge.mkdir()
-    test = tmp_path / "tests" / "test_report.py"
-    test.parent.mkdir()
-    test.write_text(textwrap.dedent(JUDGE_TEST))
-    argv = ["-p", "no:cacheprovider", "--rootdir", str(test.parent), str(test)]
-    folder = set_up_judge(judge, argv, str(test.parent), tree, tree, False, 120, {"candidate": spec},
-                          platforms=(PLATFORM,))
-    return folder.request, judge / "evidence.jsonl.seen"
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_a_subject_on_a_platform_never_held_what_it_makes_unimportable(tmp_path, own_cache, warm):
     """On the platform the module cannot be imported and was never loaded in the process (a warm worker preloads
     it, yet its platform template was forked before that preload); the platform's variables are set and unset. The
     machine's own subject of the same run is untouched, and a platform the run does not have is an error."""
-    job, seen_file = judge_run(tmp_path)
+    job, seen_file = reporting_judge(tmp_path, JUDGE_TEST, {"platform_probe": PROBE}, (PLATFORM,))
     launcher = WarmPool(1, base_environment(False), [BLOCKED, PRELOADED]) if warm else ColdLauncher()
     try:
         for _ in range(2):  # a warm worker's second run reuses the platform's template
