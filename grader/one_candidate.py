@@ -8,7 +8,6 @@ candidate."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 import threading
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from grader.apply import applied_tree, apply_diff, make_tree
 from grader.checkout import BaseBuildError, build_base
-from grader.core.paths import make_import_root, scratch_root
+from grader.core.paths import make_import_root, remove_tree, scratch_root
 from grader.describe import describe_tree
 from grader.diffparse import parse_diff
 from grader.evidence_cache import EvidenceCache, diff_key, tree_key
@@ -144,7 +143,7 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradingOptions, l
         return apply, run, timings
     finally:
         if not options.keep_trees:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
 
 
 def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path, apply: ApplyReport,

@@ -10,6 +10,8 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -86,6 +88,20 @@ def atomic_write(path: Path, text: str) -> None:
         if isinstance(exc, OSError) and not exc.filename:  # a write's error names no file: this one
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything under it, as far as it can be removed, in a child process (``rm``, which
+    follows no link and stays on one filesystem). Python's ``shutil.rmtree`` takes the interpreter lock again after
+    each of its thousands of calls, so with a grader's other threads busy in Python a candidate's tree took seconds
+    instead of a tenth of one (``bench/remove_tree.py``). What ``rm`` left is tried once more in Python."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    except OSError:  # no rm on this machine
+        pass
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def make_import_root(tree: Path, root: Path) -> Path:
