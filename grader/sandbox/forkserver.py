@@ -5,8 +5,9 @@ of ``protocol.JudgeRequest``); each is run by a forked child that becomes its ow
 (``grader.sandbox.judge.run``). The server forks its template zygote before it reads any request; per run, the
 template forks a fresh zygote, which forks that judge's subjects: no subject descends from a process that read a
 request (its secret, deadline, evidence path). Before its preload it also forks a pristine zygote, which makes a
-template for each platform a request names, the first time one does (``zygote.spawn_template``). Neither this server nor any judge imports vLLM: only subjects do,
-each in a process of its own. The answer is a JSON line with ``returncode`` and ``timed_out``.
+template for each platform a request names, the first time one does (``zygote.spawn_template``). Neither this
+server nor any judge imports vLLM: only subjects do, each in a process of its own. The answer is a JSON line with
+``returncode`` and ``timed_out``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from grader.sandbox.contain import die_with_parent
 from grader.sandbox.protocol import JudgeRequest, SubjectPlatform
 
 
+# A zygote as its parent holds it: its pid and the control socket to it.
+Zygote = tuple[int, socket.socket]
+
+
 class Templates:
     """The zygotes a warm worker forks per-run zygotes from: its template (after the preload), and one per platform
     a request named, made by the pristine zygote (forked before the preload) with the same preload list."""
@@ -36,7 +41,7 @@ class Templates:
         self.preload = preload
         self.on_platform: dict[SubjectPlatform, socket.socket] = {}
 
-    def zygotes(self, request: JudgeRequest) -> tuple[tuple[int, socket.socket], dict[str, tuple[int, socket.socket]]]:
+    def zygotes(self, request: JudgeRequest) -> tuple[Zygote, dict[str, Zygote]]:
         """A fresh zygote for a run (pid, control), and one on each platform the request names, by name."""
         on_platforms = {}
         for platform in request.platforms:
@@ -51,7 +56,7 @@ class Templates:
             sock.close()
 
 
-def _run_child(request: JudgeRequest, control, zygote_pid: int, on_platforms: dict, server: int) -> None:
+def _run_child(request: JudgeRequest, control, zygote_pid: int, on_platforms: dict[str, Zygote], server: int) -> None:
     code = 3
     try:
         die_with_parent(server)
@@ -151,7 +156,8 @@ def serve(stdin, stdout, templates: Templates) -> None:
 
 def main() -> None:
     names = open(sys.argv[1]).read().split() if len(sys.argv) > 1 else []
-    # Forked while no third-party module is loaded: what a platform makes unimportable was never imported there.
+    # Forked while only the grader's own modules are loaded (and packaging, for its rubric module): what a platform
+    # makes unimportable was never imported there.
     pristine, _ = zygote.start()
     loaded = zygote.preimport(names)
     # What was imported lives as long as the worker: moved out of the collector's sight, it is not traversed by

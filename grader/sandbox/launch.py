@@ -126,9 +126,9 @@ class ColdLauncher:
             # Its own parent's pid in argv (not the environment, which names nothing of a run): it dies with it; and
             # its task's platforms, which are the rubric's.
             platforms = json.dumps([p.to_json() for p in job.platforms])
-            proc = subprocess.Popen([*command, str(os.getpid()), platforms], cwd=job.cwd, env=starting_environment(job.env),
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                                    start_new_session=True)
+            proc = subprocess.Popen([*command, str(os.getpid()), platforms], cwd=job.cwd,
+                                    env=starting_environment(job.env), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE, start_new_session=True)
             self.live.add(proc.pid)
             try:
                 try:

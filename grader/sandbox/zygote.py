@@ -9,7 +9,7 @@ already imported (torch, Triton, ... on a warm worker). A zygote answers each sp
 process id and, passed as a file descriptor, the caller's end of a fresh socket pair.
 
 A task's checks may need subjects on another platform than the machine's (``SubjectPlatform``: Triton
-unimportable, say). Their zygotes are prepared for it before any third-party module is imported: a cold judge forks
+unimportable, say). Their zygotes are prepared for it before anything but the grader is imported: a cold judge forks
 one per platform before it reads its request; a warm worker keeps a pristine zygote, forked before its preload,
 and asks it for a template per platform the first time a request names one (``spawn_template``). That template
 makes the platform's modules unimportable, then preloads the worker's list less them, and forks the per-run
@@ -56,7 +56,8 @@ def unimportable_on(platform: SubjectPlatform, name: str) -> bool:
 
 def enter_platform(platform: SubjectPlatform) -> None:
     """Make this process (and what it forks) ``platform``: its modules unimportable, its variables set. Done before
-    the process imports any third-party module, so nothing it made unimportable was ever loaded here."""
+    the process imports anything beyond the grader's own modules, so nothing it made unimportable was loaded here
+    (unless a platform names what the grader itself imports)."""
     global _PLATFORM
     for name in [n for n in sys.modules if unimportable_on(platform, n)]:
         sys.modules[name] = None
