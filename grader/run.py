@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.apply import apply_diff, hidden_roots, make_tree
-from grader.core.paths import cache_dir, cache_lock, make_import_root, scratch_root
+from grader.core.paths import cache_dir, cache_lock, make_import_root, remove_tree, scratch_root
 from grader.core.records import DEFAULT_TIMEOUT_S, BuiltBase, RunReport, RunStatus, TestOutcome, TestStatus
 from grader.core.environment import unmet_message
 from grader.core.identity import grading_identity
@@ -525,4 +525,4 @@ def measure_call_times(task: Task, base: BuiltBase, gpu: bool, launcher: Launche
         shutil.copyfile(draft, landing)
         os.replace(landing, path)  # whole or absent for a reader in another grader
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)

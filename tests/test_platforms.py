@@ -106,6 +106,7 @@ def test_the_rubric_declares_its_platforms(tmp_path):
     ('[platforms.p]\nunimportable = "triton"', "must be a list"),
     ('[platforms.p]\nunimportable = ["not a module"]', "module names"),
     ('[platforms.p]\nenv = { X = 1 }', "strings"),
+    ('[platforms.p]\nunset = ["FINE"]\nenv = { "not a name" = "1" }', r"platforms\.p\.env: must name environment"),
     ('[platforms.p]\nwhatever = ["x"]', "unknown key"),
     ("[platforms.p]", "makes something unimportable"),
 ])

@@ -256,8 +256,9 @@ def _load_platforms(toml: TomlFile, raw: dict) -> dict[str, SubjectPlatform]:
         unimportable, unset, env = p.get("unimportable", []), p.get("unset", []), p.get("env", {})
         if not all(isinstance(m, str) and _MODULE_NAME.fullmatch(m) for m in unimportable):
             toml.problem(where, "unimportable", "must list module names")
-        if not all(isinstance(v, str) and _VARIABLE_NAME.fullmatch(v) for v in [*unset, *env]):
-            toml.problem(where, "unset" if unset else "env", "must name environment variables")
+        for key, names in (("unset", unset), ("env", env)):
+            if not all(isinstance(v, str) and _VARIABLE_NAME.fullmatch(v) for v in names):
+                toml.problem(where, key, "must name environment variables")
         if not all(isinstance(v, str) for v in env.values()):
             toml.problem(where, "env", "must map variables to strings")
         if not (unimportable or unset or env):

@@ -5,11 +5,11 @@ closing what it inherited as a subject does (``grader.sandbox.zygote``: every de
     python scripts/gpu/warm_gpu_fork.py --task int8-kv-rounding [--nvml-check]
 
 Makes the warm workers' GPU preload list for the task's base (``grader.sandbox.launch.third_party_modules``, in
-a cache of its own), imports it as a worker does (in order, failures tolerated, as ``grader.sandbox.forkserver.preimport``; with
-``--nvml-check`` torch is told to ask NVML whether CUDA is available), and says after
-which module the process first held a descriptor of an NVIDIA device or had started CUDA. Then forks children that
-try CUDA (a tensor on the device) and NVML (the device count), as they are and after closing every inherited
-descriptor above 2. Decides nothing: it prints what it saw. Run after ``SCALING_PHASE=local SCALING_STEPS=none
+a cache of its own), imports it as a worker does (in order, failures tolerated, as
+``grader.sandbox.zygote.preimport``; with ``--nvml-check`` torch is told to ask NVML whether CUDA is available), and
+says after which module the process first held a descriptor of an NVIDIA device or had started CUDA. Then forks
+children that try CUDA (a tensor on the device) and NVML (the device count), as they are and after closing every
+inherited descriptor above 2. Decides nothing: it prints what it saw. Run after ``SCALING_PHASE=local SCALING_STEPS=none
 bash scripts/gpu/run_scaling.sh`` in the same call (the wheels and bases).
 """
 
