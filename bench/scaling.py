@@ -84,12 +84,17 @@ def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source:
     shutil.rmtree(out, ignore_errors=True)  # a run cut short by an earlier invocation starts again
     cache = fresh_cache(work, name, source, records)
     argv = [str(corpus), "--out", str(out), "--no-cache", "--gpu", gpu, "--jobs", str(jobs), "--backend", backend]
-    seconds = timed(argv, cache)
+    log = work / f"log-{name}.txt"
+    before = cpu_ticks()
+    seconds = timed(argv, cache, log=log)
+    after = cpu_ticks()
     document = json.loads((out / "results.json").read_text())
-    run = {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": len(document["candidates"]),
-           "per_minute": round(60 * len(document["candidates"]) / seconds, 1),
+    count = len(document["candidates"])
+    run = {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": count,
+           "per_minute": round(60 * count / seconds, 1),
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "stages": stage_costs(document, seconds, jobs), "results": comparable(document)}
+           "stages": stage_costs(document, seconds, jobs), "machine": machine_use(before, after, count),
+           "timeline": timeline(log.read_text(), document, seconds), "results": comparable(document)}
     kept.write_text(json.dumps(run) + "\n")
     return run
 
@@ -105,18 +110,69 @@ def stage_costs(document: dict, wall_s: float, jobs: int) -> dict:
     busy_s = sum(apply_s) + sum(tests_s)
     count = max(len(timings), 1)
     return {"apply_s": round(sum(apply_s) / count, 2), "tests_s": round(sum(tests_s) / count, 2),
+            "grading_s": round(sum(t.get("grading_s", 0.0) for t in timings) / count, 2),
             "slowest_s": round(max((a + t for a, t in zip(apply_s, tests_s)), default=0.0), 2),
             "concurrency": round(busy_s / wall_s, 2) if wall_s else 0.0,
             "outside_s": round(max(wall_s - busy_s / jobs, 0.0), 2)}
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """The machine's busy and total CPU ticks since boot, all CPUs (``/proc/stat``), or None off Linux."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and waiting for I/O
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_use(before: tuple[int, int] | None, after: tuple[int, int] | None, candidates: int) -> dict | None:
+    """How busy the whole machine's CPUs were during a run (nothing else runs on the lent machine): the busy
+    share of all CPUs, and busy CPU seconds per candidate. A run whose CPUs are all busy is bound by them; one
+    whose jobs idle while CPUs are free waits on something else."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    busy, total = after[0] - before[0], after[1] - before[1]
+    hertz = os.sysconf("SC_CLK_TCK")
+    return {"cpu_busy": round(busy / total, 3), "cpu_s_per_candidate": round(busy / hertz / max(candidates, 1), 2)}
+
+
+GRADED_LINE = re.compile(r"^\s*(?P<at>[\d.]+) \[\d+/\d+\] (?P<id>.+?): ")
+
+
+def timeline(log: str, document: dict, wall_s: float) -> dict | None:
+    """When a run's time went, from its log (when each candidate was graded) and each candidate's ``grading_s``
+    (so when it started): seconds before the first candidate started (the grader's start, ingest, workers),
+    seconds while candidates still waited for a job and how many were being graded meanwhile on average, the
+    tail from the last start to the last candidate graded, and seconds after it (reports, exit)."""
+    graded_at = {m["id"]: float(m["at"]) for m in map(GRADED_LINE.match, log.splitlines()) if m}
+    spans = [(graded_at[c["id"]] - c["timings"]["grading_s"], graded_at[c["id"]])
+             for c in document["candidates"] if c["id"] in graded_at and "grading_s" in (c.get("timings") or {})]
+    if not spans:
+        return None
+    first, last_start, last = min(s for s, _ in spans), max(s for s, _ in spans), max(e for _, e in spans)
+    queued = last_start - first
+    overlap = sum(max(0.0, min(e, last_start) - max(s, first)) for s, e in spans)
+    return {"start_s": round(first, 1), "queue_s": round(queued, 1),
+            "queue_busy": round(overlap / queued, 2) if queued > 0 else None,
+            "tail_s": round(last - last_start, 1), "after_s": round(wall_s - last, 1)}
 
 
 def stage_line(run: dict) -> str:
     stages = run.get("stages")
     if not stages:
         return ""
-    return (f"      per candidate: tree {stages['apply_s']:.1f} s, tests {stages['tests_s']:.1f} s, slowest "
-            f"{stages['slowest_s']:.1f} s; busy {stages['concurrency']:.1f} of {run['jobs']} jobs; outside the "
-            f"candidates {stages['outside_s']:.1f} s")
+    lines = [f"      per candidate: tree {stages['apply_s']:.1f} s, tests {stages['tests_s']:.1f} s, whole grading "
+             f"{stages.get('grading_s', 0.0):.1f} s, slowest {stages['slowest_s']:.1f} s; busy "
+             f"{stages['concurrency']:.1f} of {run['jobs']} jobs; outside the candidates {stages['outside_s']:.1f} s"]
+    if machine := run.get("machine"):
+        lines.append(f"      machine: CPUs {100 * machine['cpu_busy']:.0f}% busy, {machine['cpu_s_per_candidate']:.1f} "
+                     "CPU s per candidate")
+    if when := run.get("timeline"):
+        at_once = f" with {when['queue_busy']:.1f} graded at once" if when["queue_busy"] is not None else ""
+        lines.append(f"      timeline: first start at {when['start_s']:.1f} s, candidates queued {when['queue_s']:.1f} s"
+                     f"{at_once}, tail {when['tail_s']:.1f} s, after the last {when['after_s']:.1f} s")
+    return "\n".join(lines)
 
 
 def grader_identity(tasks: list[str] | None) -> dict:
@@ -230,6 +286,7 @@ def main() -> int:
         print("\n".join(table(runs_printed(args.table_of.read_text()))))
         return 0
     started = time.monotonic()
+    os.environ.setdefault("GRADER_PROGRESS_EVERY", "10")  # the runs' logs (log-*.txt) say how each went
     # The engine and the rubrics are settings too: runs kept by another grader would be compared as if the same
     # grader had made them (a later invocation with other code refuses the folder).
     settings = {"size": args.size, "seed": args.seed, "bundle": str(args.bundle), "tasks": args.tasks,

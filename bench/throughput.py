@@ -51,16 +51,23 @@ DEFAULT_SMALL = REPO / "candidates" / "int8-kv-rounding" / "key-only.diff"
 CHEAP = ("fresh-out", "stored", "small", "small-tests")
 
 
-def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] = (0, 1)) -> float:
-    """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE."""
+def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] = (0, 1),
+          log: Path | None = None) -> float:
+    """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE. With ``log``, its output
+    is kept there, each line after the seconds since the start at which it came (its progress lines then say
+    when each phase ended and each candidate was graded)."""
     env = dict(os.environ, GRADER_CACHE=str(cache))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(repo / "grade.py"), *argv], env=env, capture_output=True, text=True,
-                          cwd=repo)
+    proc = subprocess.Popen([sys.executable, str(repo / "grade.py"), *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=repo)
+    lines = [f"{time.monotonic() - started:9.2f} {line}" for line in proc.stdout]
+    returncode = proc.wait()
     elapsed = time.monotonic() - started
-    if proc.returncode not in ok:
-        sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(f"grade.py {' '.join(argv[:3])}... exited with {proc.returncode}")
+    if log is not None:
+        log.write_text("".join(lines))
+    if returncode not in ok:
+        sys.stderr.write("".join(lines)[-3000:])
+        raise SystemExit(f"grade.py {' '.join(argv[:3])}... exited with {returncode}")
     return elapsed
 
 

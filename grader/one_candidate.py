@@ -199,6 +199,7 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradingOpti
     error result, never an exception."""
     launcher = launcher or ColdLauncher()
     evidence = (evidence or EvidenceCache()) if options.use_evidence_cache else None
+    started = time.monotonic()
     try:
         result, run = grade_or_raise(candidate, bases, options, launcher, evidence)
     except (OSError, BaseBuildError) as exc:  # a full disk or a forbidden folder; a base that cannot be had
@@ -211,7 +212,10 @@ def grade_candidate(candidate: Candidate, bases: BaseCache, options: GradingOpti
         task = all_tasks().get(candidate.task or "")
         result, run = error_result(candidate, "grader failure:\n" + traceback.format_exc(limit=6), task), None
     # Tamper signals tell a reviewer where to look; they decide no criterion and no verdict.
-    return replace(result, integrity_flags=scan_diff(candidate.diff)), run
+    flagged = replace(result, integrity_flags=scan_diff(candidate.diff))
+    # The whole grading in its job, beside its stages: what a job spends on a candidate outside the tree and the
+    # tests (the import root, scoring, summary, removing the tree) is this less those.
+    return replace(flagged, timings={**flagged.timings, "grading_s": round(time.monotonic() - started, 2)}), run
 
 
 def run_status(apply: ApplyReport, run: RunReport | None, cut_preview: bool) -> RunStatus:

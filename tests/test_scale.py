@@ -285,6 +285,36 @@ def test_a_runs_stage_costs_come_from_its_candidates_timings():
     assert stage_costs({"candidates": []}, wall_s=0.0, jobs=1)["concurrency"] == 0.0
 
 
+def test_a_runs_timeline_comes_from_when_its_log_says_each_candidate_was_graded():
+    from scaling import timeline
+
+    log = ("    0.50 grading 3 candidate(s) with 2 worker(s)\n"
+           "    4.00 [1/3] t/a: t fail 0.20 in 2.0s\n"
+           "    6.00 [2/3] t/b: t full 1.00 in 3.0s\n"
+           "    9.00 [3/3] t/c: t full 1.00 in 2.5s\n")
+    document = {"candidates": [{"id": "t/a", "timings": {"grading_s": 2.0}},
+                               {"id": "t/b", "timings": {"grading_s": 4.0}},
+                               {"id": "t/c", "timings": {"grading_s": 3.0}},
+                               {"id": "t/not-in-the-log", "timings": {"grading_s": 1.0}}]}
+    when = timeline(log, document, wall_s=10.0)
+    # a from 2 to 4, b from 2 to 6, c from 6 to 9: two graded at once while c waited (2 s to 6 s)
+    assert when == {"start_s": 2.0, "queue_s": 4.0, "queue_busy": 1.5, "tail_s": 3.0, "after_s": 1.0}
+    assert timeline("no graded lines\n", document, wall_s=1.0) is None
+
+
+def test_a_runs_machine_use_is_its_share_of_busy_cpu_ticks():
+    import os
+
+    from scaling import cpu_ticks, machine_use
+
+    hertz = os.sysconf("SC_CLK_TCK")
+    use = machine_use((100, 1000), (100 + 4 * hertz, 1000 + 16 * hertz), candidates=2)
+    assert use == {"cpu_busy": 0.25, "cpu_s_per_candidate": 2.0}
+    assert machine_use(None, (1, 2), 1) is None and machine_use((5, 10), (5, 10), 1) is None
+    now = cpu_ticks()
+    assert now is None or 0 <= now[0] <= now[1]
+
+
 def test_every_measured_cache_draws_from_one_judge_secret_even_when_the_source_had_none(tmp_path):
     from throughput import fresh_cache
 

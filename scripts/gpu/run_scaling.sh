@@ -7,9 +7,9 @@
 #                                                         # warm 30 s): the Ray backend over the same corpus
 #
 # Two calls because one call's carry (64 MiB with the working tree) holds the wheels and the sdist, or the Ray
-# wheel, not both. The second call finds the first's cache, bases and runs under /tmp/scaling and measures only
-# the Ray runs; bench/scaling.py prints the local runs it reuses with when they ran, and checks every candidate's
-# result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
+# wheel, not both. The second call finds the first's cache and bases under /tmp/scaling, measures the Ray runs and
+# the local runs the first did not make (bench/scaling.py prints the local runs it reuses with when they ran), and
+# checks every candidate's result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
 # serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks;
 # `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
@@ -42,7 +42,11 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMAR
 # Whether the CPUs are cores or threads of fewer cores decides what efficiency at 16 jobs can be.
 lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node\(s\))" | tee -a "$SUMMARY"
 # Every run's results.json comes back compressed (the check costs per task are read from them: bench/check_costs.py).
-keep_results() { for f in /tmp/scaling/"$1"/out-*/results.json; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$(dirname "$f")")-results.json.xz"; done; }
+# So do their timestamped logs (bench/scaling.py's timeline is read from them).
+keep_results() {
+  for f in /tmp/scaling/"$1"/out-*/results.json; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$(dirname "$f")")-results.json.xz"; done
+  for f in /tmp/scaling/"$1"/log-*.txt; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$f").xz"; done
+}
 
 if [ "$PHASE" = local ]; then
   WHEELS=$(ls .whl/*.whl | grep -v typing_extensions)
@@ -81,7 +85,8 @@ if [ "$PHASE" = local ]; then
   note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
   keep_results gpu
 else
-  [ -d /tmp/scaling/cpu ] || { note "no local runs under /tmp/scaling/cpu: this machine is not the first call's"; exit 3; }
+  # The local phase installed the wheels and built the bases here; its CPU runs, where it made them, are reused.
+  [ -f /tmp/scaling/install.log ] || { note "no local phase ran on this machine: it is not the first call's"; exit 3; }
   SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   tar -C "$SITE" -xJf .ray/ray-pkg.tar.xz
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .ray/*.whl > /tmp/scaling/install-ray.log 2>&1
