@@ -90,6 +90,22 @@ def _quant_weight(w: torch.Tensor, how: str, block=None):
     raise ValueError(how)
 
 
+def _route(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's ``topk`` experts and their renormalized weights, from router logits."""
+    tw, tid = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
+    return (tw / tw.sum(dim=-1, keepdim=True)).float(), tid.to(torch.int32)
+
+
+def make_tokens(g: torch.Generator, *, M: int = 4, K: int = 128, E: int = 16, topk: int = 2, dtype=torch.bfloat16,
+                act_scale: float = 0.02) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of tokens and its routing (hidden, topk_weights, topk_ids), drawn from ``g``: what another rank
+    sends in a dispatch, which needs no weights of its own (drawing a whole problem for it cost the judge most of
+    a check's time)."""
+    hidden = (torch.randn(M, K, generator=g) * act_scale).to(dtype)
+    tw, tid = _route(torch.randn(M, E, generator=g), topk)
+    return hidden, tw, tid
+
+
 def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, topk: int = 2, K: int | None = None,
                  I: int | None = None, dtype=torch.bfloat16, act_scale: float = 0.02) -> Problem:
     """A MoE problem of the given scheme, drawn from ``g`` (the judge's generator)."""
@@ -99,10 +115,7 @@ def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, to
     hidden = (torch.randn(M, K, generator=g) * act_scale).to(dtype)
     w1f = torch.randn(E, 2 * I, K, generator=g) / K ** 0.5
     w2f = torch.randn(E, K, I, generator=g) / I ** 0.5
-    logits = torch.randn(M, E, generator=g)
-    tw, tid = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
-    tw = (tw / tw.sum(dim=-1, keepdim=True)).float()
-    tid = tid.to(torch.int32)
+    tw, tid = _route(torch.randn(M, E, generator=g), topk)
     w1s = w2s = a1s = a2s = None
     if scheme == "unquantized":
         w1 = w1f.to(dtype)

@@ -41,18 +41,18 @@ def _case(H, g, scheme, dispatch):
     """The problem, its LoRA adapter and the dispatch the subject fakes; the rows the LoRA input must have."""
     mode, use_ep = DISPATCHES[dispatch]
     p = H.make_problem(scheme, g, E=32, K=256)
-    peer_p = H.make_problem(scheme, g, E=32, K=256)
+    peer_hidden, peer_weights, peer_ids = H.make_tokens(g, M=p.M, K=p.K, E=p.E, topk=p.topk, dtype=p.dtype)
     if scheme == "fp8-tensor-static":
         # a static scale is one calibrated constant for every rank: here it covers both ranks' tokens
-        amax = torch.maximum(p.hidden.float().abs().amax(), peer_p.hidden.float().abs().amax())
+        amax = torch.maximum(p.hidden.float().abs().amax(), peer_hidden.float().abs().amax())
         p.a1_scale = (amax * 1.25 / H.FP8_MAX).reshape(1)
         p.quant["a1_scale"] = p.a1_scale
     lo = H.make_lora(p, [0, -1, 1, 2], g)
-    peer = {"hidden": peer_p.hidden, "topk_weights": peer_p.topk_weights, "topk_ids": peer_p.topk_ids,
+    peer = {"hidden": peer_hidden, "topk_weights": peer_weights, "topk_ids": peer_ids,
             "mapping": torch.tensor([3, 1, -1, 0], dtype=torch.int32), "quantized": None, "scale": None}
     if scheme != "unquantized":
-        peer["quantized"], peer["scale"] = _quantize_like(H, scheme, peer_p.hidden, p.a1_scale)
-    expected = _mix(mode, p.hidden.float(), peer_p.hidden.float())
+        peer["quantized"], peer["scale"] = _quantize_like(H, scheme, peer_hidden, p.a1_scale)
+    expected = _mix(mode, p.hidden.float(), peer_hidden.float())
     return p, lo, {"mode": mode, "use_ep": use_ep, "peer": peer}, expected
 
 
