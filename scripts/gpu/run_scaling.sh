@@ -15,7 +15,7 @@
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
-# scaling-ray.{txt,json}.
+# scaling-ray.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and timestamped log).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 PHASE=${SCALING_PHASE:-local}
@@ -42,10 +42,11 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMAR
 # Whether the CPUs are cores or threads of fewer cores decides what efficiency at 16 jobs can be.
 lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node\(s\))" | tee -a "$SUMMARY"
 # Every run's results.json comes back compressed (the check costs per task are read from them: bench/check_costs.py).
-# So do their timestamped logs (bench/scaling.py's timeline is read from them).
+# So do their timestamped logs (bench/scaling.py's timeline is read from them). One archive per step: the device
+# tool brings back at most 8 files (a Ray phase's 10 runs as files of their own lost its table and JSON).
 keep_results() {
-  for f in /tmp/scaling/"$1"/out-*/results.json; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$(dirname "$f")")-results.json.xz"; done
-  for f in /tmp/scaling/"$1"/log-*.txt; do [ -f "$f" ] && xz -c "$f" > "$OUT/$1-$(basename "$f").xz"; done
+  ( cd /tmp/scaling/"$1" 2>/dev/null && ls out-*/results.json log-*.txt >/dev/null 2>&1 &&
+    tar -cJf "$OUT/$1-runs.tar.xz" $(ls out-*/results.json log-*.txt 2>/dev/null) )
 }
 
 if [ "$PHASE" = local ]; then
