@@ -19,9 +19,11 @@ run again, by the same engine and rubrics, measures only the runs it lacks (the 
 backend: the Ray wheel does not fit beside the sdist in one call's carry). A reused run is printed as such, with
 when it ran.
 
-Per run: wall seconds, candidates per minute, where the time went (``stage_costs``), speedup over the same
-backend at the fewest jobs measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the
-local backend's at the same job count.
+Per run: wall seconds, candidates per minute, where the time went (``stage_costs``: the candidates' stages and
+whole gradings; ``machine_use``: how busy the machine's CPUs were; ``timeline``: read from the run's timestamped
+log, kept as ``log-BACKEND-JOBS.txt`` in the work folder), speedup over the same backend at the fewest jobs
+measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the local backend's at the same
+job count.
 Speedup is a ratio of throughputs (candidates per minute), which for strong scaling is the ratio of wall times.
 Every run must give each candidate it shares with another run the same decisions: verdict, score, run status,
 flags and every criterion's and check's status (``decisions``); a difference there fails the bench. Where only
