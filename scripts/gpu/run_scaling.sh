@@ -9,9 +9,9 @@
 # Two calls because one call's carry (64 MiB with the working tree) holds the wheels and the sdist, or the Ray
 # wheel, not both. The second call finds the first's cache and bases under /tmp/scaling, measures the Ray runs and
 # the local runs the first did not make (bench/scaling.py prints the local runs it reuses with when they ran), and
-# checks every candidate's result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped, the rllib, tune, train,
-# serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray needs that the image lacks;
-# `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
+# checks every candidate's result across both backends. .ray/ holds ray-2.60.0 for cp312 (its ELF files stripped,
+# the rllib, tune, train, serve, data, llm and workflow packages left out) as ray-pkg.tar.xz and the wheels Ray
+# needs that the image lacks; `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
@@ -45,8 +45,8 @@ lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node\
 # So do their timestamped logs (bench/scaling.py's timeline is read from them). One archive per step: the device
 # tool brings back at most 8 files (a Ray phase's 10 runs as files of their own lost its table and JSON).
 keep_results() {
-  ( cd /tmp/scaling/"$1" 2>/dev/null && ls out-*/results.json log-*.txt >/dev/null 2>&1 &&
-    tar -cJf "$OUT/$1-runs.tar.xz" $(ls out-*/results.json log-*.txt 2>/dev/null) )
+  ( cd /tmp/scaling/"$1" 2>/dev/null || exit 0; shopt -s nullglob; files=(out-*/results.json log-*.txt)
+    [ ${#files[@]} -eq 0 ] || tar -cJf "$OUT/$1-runs.tar.xz" "${files[@]}" )
 }
 
 if [ "$PHASE" = local ]; then
