@@ -4,10 +4,12 @@
                             [--tasks T ...] [--per-job K] [--budget S] [--json FILE] [--work DIR]
 
 The corpus is ``bench/corpus.py``'s: ``--size`` candidates from ``--seed``, of ``--tasks`` only when given.
-Every run grades the whole corpus (strong scaling), or with ``--per-job K`` only ``K * jobs`` candidates drawn
-from it (weak scaling: the same work per job, so a run at 1 job costs no more wall time than one at 16). The
-drawn sets are nested: a random order of the corpus from ``--seed``, cut after ``K * jobs``, so a smaller run's
-candidates are all in every larger run and the same mix of tasks is kept in expectation.
+Every run grades the whole corpus (strong scaling), or with ``--per-job K`` the same work per job (weak scaling,
+so a run at 1 job costs no more wall time than one at 16): ``K`` candidates drawn from the corpus in a random
+order from ``--seed``, graded ``jobs`` times over, each copy as a candidate of its own (``NAME-copyNN``). So every
+run's mix is the 1-job run's, and what scaling loses is the machine's and the grader's, not the draw's. (Drawing
+``K * jobs`` distinct candidates instead, the 1-job run's few candidates cost a third less than the 16-job run's
+many, on the lent machine: the draw, not the load, set the efficiency.)
 Each run is ``grade.py CORPUS --no-cache --gpu G --jobs N --backend B`` as a subprocess into its own ``--out``,
 with a GRADER_CACHE of its own into which the built bases, the sdists, the judge secret and the installation's
 one-time records are linked (``bench/throughput.py``), so no run pays for what an installation does once.
@@ -25,8 +27,9 @@ log, kept as ``log-BACKEND-JOBS.txt`` in the work folder), speedup over the same
 measured and scaling efficiency (speedup / jobs ratio), and Ray's wall time over the local backend's at the same
 job count.
 Speedup is a ratio of throughputs (candidates per minute), which for strong scaling is the ratio of wall times.
-Every run must give each candidate it shares with another run the same decisions: verdict, score, run status,
-flags and every criterion's and check's status (``decisions``); a difference there fails the bench. Where only
+Every run must give each candidate it shares with another run, and every copy of it, the same decisions: verdict,
+score, run status, flags and every criterion's and check's status (``decisions``); a difference there fails the
+bench. Where only
 the words differ (failure messages, summaries, rationales: a candidate that reads memory it never wrote quotes
 other numbers each run), the bench lists the candidates and where, apart from the fields that vary between
 identical runs anyway (``grader.report.comparable``).
@@ -43,6 +46,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,13 +59,24 @@ from throughput import fresh_cache, installation, timed  # noqa: E402
 from grader.report import comparable, differences  # noqa: E402
 
 
-def nested_subsets(entries: list, per_job: int | None, jobs: list[int], seed: int) -> dict[int, list]:
-    """The candidates each job count grades: all of them, or the first ``per_job * jobs`` of one seeded order."""
+COPY = re.compile(r"-copy\d+$")
+
+
+def per_run_candidates(entries: list, per_job: int | None, jobs: list[int], seed: int) -> dict[int, list]:
+    """The candidates each job count grades: all of them, or ``jobs`` copies of the first ``per_job`` of one
+    seeded order (the first copy under the candidate's own name)."""
     if not per_job:
         return {n: entries for n in jobs}
     order = list(entries)
     random.Random(seed).shuffle(order)
-    return {n: order[:per_job * n] for n in jobs}
+    drawn = order[:per_job]
+    return {n: [entry if copy == 0 else replace(entry, name=f"{entry.name}-copy{copy:02d}")
+                for copy in range(n) for entry in drawn] for n in jobs}
+
+
+def original_id(cid: str) -> str:
+    """The candidate a copy (``per_run_candidates``) was made of."""
+    return COPY.sub("", cid)
 
 
 def corpus_folders(work: Path, subsets: dict[int, list]) -> dict[int, Path]:
@@ -233,11 +248,16 @@ def table(runs: list[dict]) -> list[str]:
     return lines
 
 
-def results_by_id(runs: list[dict]) -> list[dict[str, dict]]:
-    """Each run's results by candidate id. The input's path is left out: with ``--per-job`` each run reads its
-    candidates from a corpus folder of its own."""
-    return [{c["id"]: {k: v for k, v in c.items() if k != "source"} for c in r["results"]["candidates"]}
-            for r in runs]
+def graded(runs: list[dict]) -> dict[str, list[tuple[dict, dict]]]:
+    """Every result, with its run, by the candidate it grades (a copy's under its original's id, ``original_id``).
+    The input's path and the id are left out: with ``--per-job`` each run reads its candidates from a corpus folder
+    of its own, and a copy has a name of its own."""
+    by_id: dict[str, list[tuple[dict, dict]]] = {}
+    for r in runs:
+        for c in r["results"]["candidates"]:
+            result = {k: v for k, v in c.items() if k not in ("source", "id")}
+            by_id.setdefault(original_id(c["id"]), []).append((r, result))
+    return by_id
 
 
 WORDS = ("summary", "rationale", "message")
@@ -253,17 +273,15 @@ def decisions(result: dict) -> dict:
 
 
 def differing(runs: list[dict], view=lambda result: result) -> list[str]:
-    """Ids of candidates whose result, seen through ``view``, differs between any two runs that graded them."""
-    by_id = results_by_id(runs)
-    ids = sorted(set().union(*by_id))
-    return [cid for cid in ids
-            if len({json.dumps(view(run[cid]), sort_keys=True) for run in by_id if cid in run}) > 1]
+    """Ids of candidates whose result, seen through ``view``, differs between any two gradings of them (in two
+    runs, or two copies in one)."""
+    return [cid for cid, results in sorted(graded(runs).items())
+            if len({json.dumps(view(result), sort_keys=True) for _, result in results}) > 1]
 
 
 def how_they_differ(runs: list[dict], cid: str) -> list[str]:
-    """Where ``cid``'s result differs from its first run's, per later run (``jobs N backend: path: a != b``)."""
-    graded = [(r, mine[cid]) for r, mine in zip(runs, results_by_id(runs)) if cid in mine]
-    (first, reference), later = graded[0], graded[1:]
+    """Where ``cid``'s gradings differ from its first, per later one (``backend N jobs vs ...: path: a != b``)."""
+    (first, reference), *later = graded(runs)[cid]
     return [f"{r['backend']} {r['jobs']} jobs vs {first['backend']} {first['jobs']} jobs{path}"
             for r, result in later for path in differences(reference, result)]
 
@@ -292,11 +310,11 @@ def main() -> int:
     # The engine and the rubrics are settings too: runs kept by another grader would be compared as if the same
     # grader had made them (a later invocation with other code refuses the folder).
     settings = {"size": args.size, "seed": args.seed, "bundle": str(args.bundle), "tasks": args.tasks,
-                "per_job": args.per_job, "gpu": args.gpu, "grader": grader_identity(args.tasks)}
+                "per_job": args.per_job, "weak": "copies", "gpu": args.gpu, "grader": grader_identity(args.tasks)}
     work = work_folder(args.work, settings)
     source = Path(os.environ.get("GRADER_CACHE", Path.home() / ".cache" / "grader"))
     entries = build_corpus(args.size, args.seed, args.bundle, args.tasks)
-    folders = corpus_folders(work, nested_subsets(entries, args.per_job, args.jobs, args.seed))
+    folders = corpus_folders(work, per_run_candidates(entries, args.per_job, args.jobs, args.seed))
     records = made_installation(work, source, max(args.jobs), args.tasks, args.gpu)
     sizes = ", ".join(f"{n} jobs {len(list(folders[n].glob('*/*.diff')))}" for n in sorted(folders))
     print(f"corpus: {len(entries)} candidates (size {args.size}, seed {args.seed}); per run: {sizes}; "

@@ -40,7 +40,8 @@ import sys
 import torch
 
 def seen():
-    return {"threads": torch.get_num_threads(), "writes_compiled": not sys.dont_write_bytecode}
+    return {"threads": torch.get_num_threads(), "writes_compiled": not sys.dont_write_bytecode,
+            "pytest_loaded": any(name.split(".")[0] in ("pytest", "_pytest") for name in sys.modules)}
 """
 
 
@@ -53,7 +54,8 @@ def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     """Whatever --jobs and the core count, torch in a judge and in its subject runs one intra-op thread: a float
     reduction then splits the same way everywhere, and parallel candidates do not oversubscribe the cores. The
     judge loads no installed pytest plugin, and keeps its compiled (assertion-rewritten) modules under the cache;
-    its subject writes no compiled module."""
+    its subject writes no compiled module, and has no pytest loaded (a candidate could tell from it that it is
+    being tested), though a warm worker loads pytest for its judges."""
     assert all(base_environment(gpu)[name] == "1" for name in SINGLE_THREADED for gpu in (False, True))
     job, seen = reporting_judge(tmp_path, JUDGE_TEST.replace("AUTOLOADED", repr(AUTOLOADED)),
                                 {"report_probe": PROBE})
@@ -64,7 +66,8 @@ def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
         launcher.close()
     assert (returncode, timed_out) == (0, False), Path(job.log).read_text()[-2000:]
     assert json.loads(seen.read_text()) == {"judge": {"threads": 1, "writes_compiled": True, "plugins": []},
-                                            "subject": {"threads": 1, "writes_compiled": False}}
+                                            "subject": {"threads": 1, "writes_compiled": False,
+                                                        "pytest_loaded": False}}
     assert list((own_cache / "judge-pycache").rglob("test_report*.pyc")), "the rewritten test module was not kept"
 
 

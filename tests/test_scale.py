@@ -184,15 +184,21 @@ def test_sharded_gradings_merge_into_the_whole_run(tmp_path):
     assert (tmp_path / "m" / "index.html").is_file() and (tmp_path / "m" / "junit.xml").is_file()
 
 
-def test_weak_scaling_subsets_are_nested_and_sized_per_job():
-    from scaling import nested_subsets
+def test_weak_scaling_grades_the_same_candidates_once_per_job():
+    from corpus import Entry
+    from scaling import original_id, per_run_candidates
 
-    entries = list(range(50))
-    subsets = nested_subsets(entries, 3, [1, 2, 4, 8], seed=0)
-    assert [len(subsets[n]) for n in (1, 2, 4, 8)] == [3, 6, 12, 24]
-    assert all(subsets[n] == subsets[8][:len(subsets[n])] for n in (1, 2, 4))
-    assert subsets[8] != entries[:24]  # drawn in a seeded order, not the corpus's folder order
-    assert nested_subsets(entries, None, [1, 2], seed=0) == {1: entries, 2: entries}
+    entries = [Entry(f"c{i}", "task", "mutant", f"diff {i}") for i in range(50)]
+    runs = per_run_candidates(entries, 3, [1, 2, 4], seed=0)
+    assert [len(runs[n]) for n in (1, 2, 4)] == [3, 6, 12]
+    drawn = runs[1]
+    assert drawn != entries[:3]  # drawn in a seeded order, not the corpus's folder order
+    for n in (2, 4):
+        # every job's worth is the 1-job run's candidates, each copy a candidate of its own
+        assert [e.diff for e in runs[n]] == [e.diff for e in drawn] * n
+        assert len({e.name for e in runs[n]}) == 3 * n
+        assert {original_id(f"task/{e.name}") for e in runs[n]} == {f"task/{e.name}" for e in drawn}
+    assert per_run_candidates(entries, None, [1, 2], seed=0) == {1: entries, 2: entries}
 
 
 def test_scaling_compares_only_candidates_two_runs_share():
@@ -207,6 +213,9 @@ def test_scaling_compares_only_candidates_two_runs_share():
     large["results"]["candidates"][0]["source"] = "corpus-4/a.diff"
     assert differing([small, large]) == []
     assert differing([small, run(("a", "fail"), ("b", "fail"))]) == ["a"]
+    # A copy is the candidate it was made of: its gradings, in any run, must agree with every other.
+    assert differing([small, run(("a", "full"), ("a-copy01", "full"))]) == []
+    assert differing([run(("a", "full"), ("a-copy01", "fail"))]) == ["a"]
 
 
 def test_scaling_fails_on_a_differing_decision_not_on_differing_words():

@@ -13,6 +13,7 @@ server nor any judge imports vLLM: only subjects do, each in a process of its ow
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import os
 import select
@@ -154,6 +155,17 @@ def serve(stdin, stdout, templates: Templates) -> None:
         stdout.flush()
 
 
+def prepare_judges() -> None:
+    """Do once here what every judge forked from this worker would do for itself. Called after the template was
+    forked, so that no subject has pytest loaded (a candidate could tell from it that it is being tested)."""
+    import _pytest.config
+
+    zygote.preimport(["pytest", *(f"_pytest.{name}" for name in _pytest.config.default_plugins)])
+    # A judge's failure reports look up the module of each traceback entry's code (inspect.getmodule), which the
+    # first time resolves the real path of every loaded module: thousands here.
+    inspect.getmodule(main.__code__)
+
+
 def main() -> None:
     names = open(sys.argv[1]).read().split() if len(sys.argv) > 1 else []
     # Forked while only the grader's own modules are loaded (and packaging, for its rubric module): what a platform
@@ -165,6 +177,8 @@ def main() -> None:
     # nor are its pages copied into each of them by the collector touching it.
     gc.freeze()
     template, _ = zygote.start(close=(pristine,))
+    prepare_judges()
+    gc.freeze()
     sys.stdout.write(json.dumps({"ready": True, "preimported": loaded}) + "\n")
     sys.stdout.flush()
     serve(sys.stdin, sys.stdout, Templates(template, pristine, names))

@@ -10,6 +10,7 @@ and the unmodified data path rebuilt step by step from the reference pieces (``p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -47,8 +48,6 @@ class Problem:
     topk: int
     dtype: torch.dtype
     hidden: torch.Tensor
-    w1_f32: torch.Tensor
-    w2_f32: torch.Tensor
     w1: torch.Tensor
     w2: torch.Tensor
     w1_scale: torch.Tensor | None
@@ -59,6 +58,16 @@ class Problem:
     a1_scale: torch.Tensor | None = None
     a2_scale: torch.Tensor | None = None
     block_shape: list[int] | None = None
+
+    # The exact dequantized weights the fp32 reference uses, made when it first does: most checks never compute
+    # the reference, and a dequantization of every expert is most of what drawing a problem costs.
+    @cached_property
+    def w1_f32(self) -> torch.Tensor:
+        return dequant_weight(self.w1, self.w1_scale, self.block_shape)
+
+    @cached_property
+    def w2_f32(self) -> torch.Tensor:
+        return dequant_weight(self.w2, self.w2_scale, self.block_shape)
 
     def __repr__(self) -> str:
         return (f"Problem({self.scheme}, M={self.M}, K={self.K}, I={self.I}, E={self.E}, topk={self.topk}, "
@@ -120,7 +129,6 @@ def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, to
     if scheme == "unquantized":
         w1 = w1f.to(dtype)
         w2 = w2f.to(dtype)
-        w1f, w2f = w1.float(), w2.float()
         quant = {"config": "unquantized"}
     elif scheme == "int8-weight-only":
         w1, w1s = _quant_weight(w1f, "int8-channel")
@@ -140,11 +148,8 @@ def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, to
             quant.update(per_act_token_quant=True, per_out_ch_quant=True)
         if block:
             quant["block_shape"] = block
-    # exact dequantized weights, the fp32 reference uses these
-    w1_ref = dequant_weight(w1, w1s, block) if w1s is not None else w1f
-    w2_ref = dequant_weight(w2, w2s, block) if w2s is not None else w2f
-    return Problem(scheme=scheme, M=M, K=K, I=I, E=E, topk=topk, dtype=dtype, hidden=hidden, w1_f32=w1_ref,
-                   w2_f32=w2_ref, w1=w1.contiguous(), w2=w2.contiguous(), w1_scale=w1s, w2_scale=w2s,
+    return Problem(scheme=scheme, M=M, K=K, I=I, E=E, topk=topk, dtype=dtype, hidden=hidden,
+                   w1=w1.contiguous(), w2=w2.contiguous(), w1_scale=w1s, w2_scale=w2s,
                    topk_weights=tw, topk_ids=tid, quant=quant, a1_scale=a1s, a2_scale=a2s, block_shape=block)
 
 
