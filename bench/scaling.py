@@ -1,7 +1,7 @@
 """Scaling on one machine: the same corpus graded at several job counts, local and Ray backends side by side.
 
     python bench/scaling.py [--size 1000] [--seed 0] [--jobs 1 2 4 8 16] [--backends local ray] [--gpu off]
-                            [--tasks T ...] [--per-job K] [--budget S] [--json FILE] [--work DIR]
+                            [--tasks T ...] [--per-job K] [--repeat R] [--budget S] [--json FILE] [--work DIR]
 
 The corpus is ``bench/corpus.py``'s: ``--size`` candidates from ``--seed``, of ``--tasks`` only when given.
 Every run grades the whole corpus (strong scaling), or with ``--per-job K`` the same work per job (weak scaling,
@@ -14,7 +14,9 @@ Each run is ``grade.py CORPUS --no-cache --gpu G --jobs N --backend B`` as a sub
 with a GRADER_CACHE of its own into which the built bases, the sdists, the judge secret and the installation's
 one-time records are linked (``bench/throughput.py``), so no run pays for what an installation does once.
 Runs go backend by backend, job counts interleaved from the largest down, so a ``--budget`` (seconds) that runs
-out still leaves the widest runs measured.
+out still leaves the widest runs measured. With ``--repeat R`` every run is made R times, in R rounds of all of
+them (so what drifts on a shared machine falls on every job count alike); the table then gives each point's
+median wall time with the range of its runs, and computes speedup and efficiency from the medians.
 
 With ``--work DIR`` the corpus, the installation records and every finished run are kept there, and the same command
 run again, by the same engine and rubrics, measures only the runs it lacks (the lent GPU machine takes one call per
@@ -43,6 +45,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -91,9 +94,10 @@ def corpus_folders(work: Path, subsets: dict[int, list]) -> dict[int, Path]:
     return folders
 
 
-def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source: Path, records: Path) -> dict:
-    """One run, or the one an earlier invocation over the same ``work`` folder finished."""
-    name = f"{backend}-{jobs}"
+def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source: Path, records: Path,
+            round_: int = 1) -> dict:
+    """One run (of round ``round_``), or the one an earlier invocation over the same ``work`` folder finished."""
+    name = f"{backend}-{jobs}" + (f"-round{round_}" if round_ > 1 else "")
     kept = work / f"run-{name}.json"
     if kept.is_file():
         return {**json.loads(kept.read_text()), "reused": True}
@@ -107,7 +111,7 @@ def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source:
     after = cpu_ticks()
     document = json.loads((out / "results.json").read_text())
     count = len(document["candidates"])
-    run = {"backend": backend, "jobs": jobs, "wall_s": round(seconds, 2), "candidates": count,
+    run = {"backend": backend, "jobs": jobs, "round": round_, "wall_s": round(seconds, 2), "candidates": count,
            "per_minute": round(60 * count / seconds, 1),
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "stages": stage_costs(document, seconds, jobs), "machine": machine_use(before, after, count),
@@ -229,21 +233,38 @@ def made_installation(work: Path, source: Path, jobs: int, tasks: list[str] | No
     return records
 
 
+def points(runs: list[dict]) -> list[dict]:
+    """One point per backend and job count: the median of its runs' wall times, with their range and count."""
+    grouped: dict[tuple[str, int], list[dict]] = {}
+    for r in runs:
+        grouped.setdefault((r["backend"], r["jobs"]), []).append(r)
+    found = []
+    for (backend, jobs), mine in grouped.items():
+        walls = sorted(r["wall_s"] for r in mine)
+        wall = statistics.median(walls)
+        found.append({"backend": backend, "jobs": jobs, "wall_s": wall, "runs": len(walls),
+                      "per_minute": round(60 * mine[0]["candidates"] / wall, 1), "range": (walls[0], walls[-1])})
+    return found
+
+
 def table(runs: list[dict]) -> list[str]:
-    """The scaling table, with speedup and efficiency against each backend's fewest-jobs run."""
+    """The scaling table, with speedup and efficiency against each backend's fewest-jobs point (``points``)."""
     lines = ["| backend | jobs | wall s | candidates/min | speedup | efficiency | ray / local |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    local = {r["jobs"]: r for r in runs if r["backend"] == "local"}
-    for backend in dict.fromkeys(r["backend"] for r in runs):
-        mine = sorted((r for r in runs if r["backend"] == backend), key=lambda r: r["jobs"])
+    measured = points(runs)
+    local = {p["jobs"]: p for p in measured if p["backend"] == "local"}
+    for backend in dict.fromkeys(p["backend"] for p in measured):
+        mine = sorted((p for p in measured if p["backend"] == backend), key=lambda p: p["jobs"])
         first = mine[0]
-        for r in mine:
-            speedup = r["per_minute"] / first["per_minute"]
-            efficiency = speedup / (r["jobs"] / first["jobs"])
+        for p in mine:
+            speedup = p["per_minute"] / first["per_minute"]
+            efficiency = speedup / (p["jobs"] / first["jobs"])
             # per candidate: Ray's seconds per candidate over the local backend's at the same job count
-            versus = (f"{local[r['jobs']]['per_minute'] / r['per_minute']:.2f}"
-                      if backend != "local" and r["jobs"] in local else "")
-            lines.append(f"| {backend} | {r['jobs']} | {r['wall_s']:.1f} | {r['per_minute']:.1f} | {speedup:.2f} | "
+            versus = (f"{local[p['jobs']]['per_minute'] / p['per_minute']:.2f}"
+                      if backend != "local" and p["jobs"] in local else "")
+            low, high = p["range"]
+            wall = f"{p['wall_s']:.1f}" + (f" ({low:.1f}-{high:.1f}, {p['runs']} runs)" if p["runs"] > 1 else "")
+            lines.append(f"| {backend} | {p['jobs']} | {wall} | {p['per_minute']:.1f} | {speedup:.2f} | "
                          f"{efficiency:.2f} | {versus} |")
     return lines
 
@@ -295,7 +316,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="job counts (default 1-16)")
     parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=("local", "ray"))
     parser.add_argument("--gpu", choices=("off", "on"), default="off", help="GPU evidence (default: off)")
-    parser.add_argument("--per-job", type=int, help="grade K * jobs candidates per run (default: the whole corpus)")
+    parser.add_argument("--per-job", type=int,
+                        help="grade the same K candidates once per job (default: the whole corpus)")
+    parser.add_argument("--repeat", type=int, default=1, help="make every run R times, in R rounds (default: 1)")
     parser.add_argument("--budget", type=float, help="seconds after which no further run starts (default: none)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--work", type=Path, help="keep the corpus and finished runs here, for a later invocation")
@@ -320,16 +343,19 @@ def main() -> int:
     print(f"corpus: {len(entries)} candidates (size {args.size}, seed {args.seed}); per run: {sizes}; "
           "installation records made", flush=True)
     runs: list[dict] = []
-    for backend in args.backends:
-        for jobs in sorted(args.jobs, reverse=True):
-            if args.budget and time.monotonic() - started > args.budget:
-                print(f"skipped {backend} at {jobs} jobs: the budget of {args.budget:g} s is spent", flush=True)
-                continue
-            runs.append(measure(folders[jobs], backend, jobs, args.gpu, work, source, records))
-            r = runs[-1]
-            again = f" (reused: measured at {r['measured_at']})" if r.get("reused") else ""
-            print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
-                  f"{r['per_minute']:7.1f} candidates/min{again}", flush=True)
+    for round_ in range(1, args.repeat + 1):
+        for backend in args.backends:
+            for jobs in sorted(args.jobs, reverse=True):
+                if args.budget and time.monotonic() - started > args.budget:
+                    print(f"skipped {backend} at {jobs} jobs, round {round_}: the budget of {args.budget:g} s is "
+                          "spent", flush=True)
+                    continue
+                runs.append(measure(folders[jobs], backend, jobs, args.gpu, work, source, records, round_))
+                r = runs[-1]
+                again = f" (reused: measured at {r['measured_at']})" if r.get("reused") else ""
+                which = f", round {round_}" if args.repeat > 1 else ""
+                print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
+                      f"{r['per_minute']:7.1f} candidates/min{which}{again}", flush=True)
             if stage_line(r):
                 print(stage_line(r), flush=True)
             if args.json:

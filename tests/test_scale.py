@@ -346,6 +346,22 @@ def test_a_bench_cut_short_leaves_its_runs_and_their_table():
     assert "| local | 4 | 40.0 | 12.0 | 2.00 | 1.00 |  |" in table(runs)
 
 
+def test_repeated_runs_make_one_point_each_at_their_median():
+    from scaling import runs_printed, table
+
+    printed = ("local jobs   4:     8 candidates     40.0 s,    12.0 candidates/min\n"
+               "local jobs   1:     2 candidates     30.0 s,     4.0 candidates/min\n"
+               "local jobs   4:     8 candidates     48.0 s,    10.0 candidates/min, round 2\n"
+               "local jobs   1:     2 candidates     34.3 s,     3.5 candidates/min, round 2\n"
+               "local jobs   4:     8 candidates     60.0 s,     8.0 candidates/min, round 3\n"
+               "local jobs   1:     2 candidates     24.0 s,     5.0 candidates/min, round 3\n")
+    lines = table(runs_printed(printed))
+    assert len(lines) == 4
+    # medians: 48.0 s at 4 jobs, 30.0 s at 1 job; speedup 10.0 / 4.0
+    assert "| local | 1 | 30.0 (24.0-34.3, 3 runs) | 4.0 | 1.00 | 1.00 |  |" in lines
+    assert "| local | 4 | 48.0 (40.0-60.0, 3 runs) | 10.0 | 2.50 | 0.62 |  |" in lines
+
+
 def test_the_measurements_are_written_after_every_run(tmp_path):
     from argparse import Namespace
 

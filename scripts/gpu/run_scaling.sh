@@ -14,6 +14,8 @@
 # needs that the image lacks; `bash scripts/gpu/make_ray_carry.sh` makes it (28 MB).
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
+# SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
+# SCALING_REPEAT times (default 1; bench/scaling.py --repeat).
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
 # scaling-ray.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and timestamped log).
 set -o pipefail
@@ -22,6 +24,7 @@ PHASE=${SCALING_PHASE:-local}
 OUT=${OUT:-$(mktemp -d /tmp/scaling-out.XXXX)}
 PY=${PY:-python3}
 PER_JOB=${SCALING_PER_JOB:-2}
+REPEAT=${SCALING_REPEAT:-1}
 JOBS=${SCALING_JOBS:-"16 8 4 2 1"}
 GPU_JOBS=${SCALING_GPU_JOBS:-"4 2 1"}
 GPU_PER_JOB=${SCALING_GPU_PER_JOB:-2}
@@ -69,7 +72,7 @@ if [ "$PHASE" = local ]; then
   note "bases: $(( $(date +%s) - t0 )) s"
   STEPS=${SCALING_STEPS:-"cpu gpu"}
   t0=$(date +%s)
-  [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local \
+  [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
   note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
   keep_results cpu
@@ -94,7 +97,7 @@ else
   $PY -m compileall -q -j 0 "$SITE" > /tmp/scaling/compileall-ray.log 2>&1
   $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
   t0=$(date +%s)
-  timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --jobs $JOBS --backends local ray \
+  timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
   note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
   keep_results cpu
