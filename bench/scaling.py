@@ -356,10 +356,10 @@ def main() -> int:
                 which = f", round {round_}" if args.repeat > 1 else ""
                 print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
                       f"{r['per_minute']:7.1f} candidates/min{which}{again}", flush=True)
-            if stage_line(r):
-                print(stage_line(r), flush=True)
-            if args.json:
-                write_measurements(args, entries, runs, complete=False)
+                if stage_line(r):
+                    print(stage_line(r), flush=True)
+                if args.json:
+                    write_measurements(args, entries, runs, complete=False)
     print("\n".join(table(runs)))
     decided_otherwise, how = write_measurements(args, entries, runs, complete=True)
     print("identical decisions in every run" if not decided_otherwise else
