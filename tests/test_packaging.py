@@ -12,7 +12,7 @@ from setuptools.discovery import PEP420PackageFinder
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Import names whose distribution is named otherwise.
-DISTRIBUTION_OF = {"git": "gitpython", "_pytest": "pytest"}
+DISTRIBUTION_OF = {"git": "gitpython"}
 
 
 def declared() -> set[str]:

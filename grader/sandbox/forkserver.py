@@ -158,9 +158,7 @@ def serve(stdin, stdout, templates: Templates) -> None:
 def prepare_judges() -> None:
     """Do once here what every judge forked from this worker would do for itself. Called after the template was
     forked, so that no subject has pytest loaded (a candidate could tell from it that it is being tested)."""
-    import _pytest.config
-
-    zygote.preimport(["pytest", *(f"_pytest.{name}" for name in _pytest.config.default_plugins)])
+    zygote.preimport(["pytest"])
     # A judge's failure reports look up the module of each traceback entry's code (inspect.getmodule), which the
     # first time resolves the real path of every loaded module: thousands here.
     inspect.getmodule(main.__code__)
