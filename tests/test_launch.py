@@ -71,6 +71,45 @@ def test_what_a_judge_and_its_subject_are_given(tmp_path, own_cache, warm):
     assert list((own_cache / "judge-pycache").rglob("test_report*.pyc")), "the rewritten test module was not kept"
 
 
+WHO_SERVED = """
+import json, os
+
+def test_report():
+    with open(os.environ["GRADER_EVIDENCE_OUT"] + ".seen", "w") as out:
+        json.dump({"worker": os.getppid()}, out)
+"""
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_pool_starts_its_workers_together_forked_from_one(tmp_path, own_cache):
+    """A pool of three starts all three at its first run: one started by the grader, two forked from it after its
+    preload. Each serves judges of its own (a judge's parent is its worker), three at once, and all end with the
+    pool."""
+    jobs = []
+    for n in range(3):
+        (tmp_path / str(n)).mkdir()
+        jobs.append(reporting_judge(tmp_path / str(n), WHO_SERVED, {})[0:2])
+    launcher = WarmPool(3, base_environment(False), ["json"])
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            done = list(pool.map(lambda job: launcher.run(job[0]), jobs))
+        assert done == [(0, False)] * 3, [Path(job.log).read_text()[-2000:] for job, _ in jobs]
+        servers = list(launcher.servers)
+        assert len(servers) == 3 and sum(server.proc is not None for server in servers) == 1
+        assert len({server.pid for server in servers}) == 3
+        served = {json.loads(seen.read_text())["worker"] for _, seen in jobs}
+        assert served <= {server.pid for server in servers}
+    finally:
+        launcher.close()
+    assert all(_ended(server.pid) for server in servers)
+
+
 def test_the_caller_cannot_pass_a_thread_count_through():
     """A thread count in the grader's own environment does not reach judges or subjects."""
     previous = os.environ.get("OMP_NUM_THREADS")

@@ -55,11 +55,13 @@ def seen():
 def test_a_subject_on_a_platform_never_held_what_it_makes_unimportable(tmp_path, own_cache, warm):
     """On the platform the module cannot be imported and was never loaded in the process (a warm worker preloads
     it, yet its platform template was forked before that preload); the platform's variables are set and unset. The
-    machine's own subject of the same run is untouched, and a platform the run does not have is an error."""
+    machine's own subject of the same run is untouched, and a platform the run does not have is an error. A warm
+    pool of two serves the runs in turn: its first worker, then the one forked from it (with a pristine zygote of
+    its own), then the first again, reusing the platform's template."""
     job, seen_file = reporting_judge(tmp_path, JUDGE_TEST, {"platform_probe": PROBE}, (PLATFORM,))
-    launcher = WarmPool(1, base_environment(False), [BLOCKED, PRELOADED]) if warm else ColdLauncher()
+    launcher = WarmPool(2, base_environment(False), [BLOCKED, PRELOADED]) if warm else ColdLauncher()
     try:
-        for _ in range(2):  # a warm worker's second run reuses the platform's template
+        for _ in range(3):
             seen_file.unlink(missing_ok=True)
             returncode, timed_out = launcher.run(job)
             assert (returncode, timed_out) == (0, False), Path(job.log).read_text()[-3000:]

@@ -1,8 +1,11 @@
 """A warm worker: imports the heavy third-party modules once, then forks a fresh judge per hidden-test run.
 
-Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE``. Requests arrive as JSON lines on stdin (the fields
-of ``protocol.JudgeRequest``); each is run by a forked child that becomes its own session and runs the judge
-(``grader.sandbox.judge.run``). The server forks its template zygote before it reads any request; per run, the
+Run as ``python -m grader.sandbox.forkserver PREIMPORT_FILE [COPIES]``. Requests arrive as JSON lines on stdin (the
+fields of ``protocol.JudgeRequest``); each is run by a forked child that becomes its own session and runs the judge
+(``grader.sandbox.judge.run``). ``COPIES``, a JSON list of ``[request fd, answer fd]`` pairs the grader passed
+down, asks for more workers: forked from this one once its preload is done, each serving the requests of its own
+pair of pipes as this one serves stdin. Sixteen workers importing the same thousands of modules at once each take
+longer than one alone; copies pay the imports once. The server forks its template zygote before it reads any request; per run, the
 template forks a fresh zygote, which forks that judge's subjects: no subject descends from a process that read a
 request (its secret, deadline, evidence path). Before its preload it also forks a pristine zygote, which makes a
 template for each platform a request names, the first time one does (``zygote.spawn_template``). Neither this
@@ -166,20 +169,56 @@ def prepare_judges() -> None:
 
 def main() -> None:
     names = open(sys.argv[1]).read().split() if len(sys.argv) > 1 else []
+    copies = [tuple(pair) for pair in json.loads(sys.argv[2])] if len(sys.argv) > 2 else []
     # Forked while only the grader's own modules are loaded (and packaging, for its rubric module): what a platform
-    # makes unimportable was never imported there.
-    pristine, _ = zygote.start()
+    # makes unimportable was never imported there. One for this worker and one for each copy.
+    pristines: list[socket.socket] = []
+    for _ in range(1 + len(copies)):
+        pristines.append(zygote.start(close=tuple(pristines))[0])
     loaded = zygote.preimport(names)
     # What was imported lives as long as the worker: moved out of the collector's sight, it is not traversed by
     # every full collection in the judges and subjects forked from here (pytest alone runs several as it ends),
     # nor are its pages copied into each of them by the collector touching it.
     gc.freeze()
+    for number, (requests, answers) in enumerate(copies, start=1):
+        if os.fork() == 0:
+            become_copy(requests, answers, copies, pristines, number, names, loaded)
+    for requests, answers in copies:
+        os.close(requests)
+        os.close(answers)
+    start_serving(sys.stdin, sys.stdout, pristines[0], pristines[1:], names, loaded)
+
+
+def become_copy(requests: int, answers: int, copies: list, pristines: list[socket.socket], number: int,
+                names: list[str], loaded: int) -> None:
+    """In a child forked after the preload: serve the requests of its own pipes, with its own pristine zygote, and
+    hold nothing of the worker it was forked from or of the other copies (a pipe held open here would keep the
+    grader from seeing another worker end)."""
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        for pair in copies:
+            for fd in pair:
+                if fd not in (requests, answers):
+                    os.close(fd)
+        others = pristines[:number] + pristines[number + 1:]
+        start_serving(os.fdopen(requests, "r"), os.fdopen(answers, "w"), pristines[number], others, names, loaded)
+    finally:
+        os._exit(0)
+
+
+def start_serving(stdin, stdout, pristine: socket.socket, others: list[socket.socket], names: list[str],
+                  loaded: int) -> None:
+    """Fork this worker's template, prepare its judges, say it is ready, and serve."""
+    for sock in others:
+        sock.close()
     template, _ = zygote.start(close=(pristine,))
     prepare_judges()
     gc.freeze()
-    sys.stdout.write(json.dumps({"ready": True, "preimported": loaded}) + "\n")
-    sys.stdout.flush()
-    serve(sys.stdin, sys.stdout, Templates(template, pristine, names))
+    stdout.write(json.dumps({"ready": True, "preimported": loaded, "pid": os.getpid()}) + "\n")
+    stdout.flush()
+    serve(stdin, stdout, Templates(template, pristine, names))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -212,32 +214,39 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str], gpu:
 
 
 class _Server:
-    def __init__(self, env: dict[str, str], preimport_file: Path) -> None:
-        self.proc = subprocess.Popen([judge_interpreter(), "-m", "grader.sandbox.forkserver", str(preimport_file)],
-                                     cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        hello = self.proc.stdout.readline()
+    """One warm worker as the grader holds it: its pid, the pipe its requests go down and the pipe its answers come
+    up. ``proc`` is set for the worker the grader started; a copy (``start_workers``) is the started worker's child,
+    which the grader reaches through its pipes and its pid only."""
+
+    def __init__(self, pid: int, requests, answers, proc: subprocess.Popen | None = None) -> None:
+        self.pid, self.requests, self.answers, self.proc = pid, requests, answers, proc
+        hello = answers.readline()
         if not hello or not json.loads(hello).get("ready"):
             raise RuntimeError("warm worker failed to start")
+        self.pid = json.loads(hello).get("pid", pid)
 
     def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
         request = dict(job.to_json(), timeout=job.timeout + JUDGE_GRACE_S)
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline()
+        self.requests.write(json.dumps(request) + "\n")
+        self.requests.flush()
+        answer = self.answers.readline()
         if not answer:
-            try:
-                ended = describe_exit(self.proc.wait(timeout=5))
-            except subprocess.TimeoutExpired:
-                ended = "it closed its pipe"
-            raise JudgeLost(f"the warm worker running the judge died ({ended})")
+            raise JudgeLost(f"the warm worker running the judge died ({self.how_it_ended()})")
         reply = json.loads(answer)
         return reply["returncode"], reply["timed_out"]
+
+    def how_it_ended(self) -> str:
+        if self.proc is None:
+            return "it closed its pipe"
+        try:
+            return describe_exit(self.proc.wait(timeout=5))
+        except subprocess.TimeoutExpired:
+            return "it closed its pipe"
 
     def terminate(self) -> None:
         """SIGTERM: the worker kills the judge it runs and exits."""
         try:
-            self.proc.send_signal(signal.SIGTERM)
+            os.kill(self.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
 
@@ -248,15 +257,66 @@ class _Server:
     def release(self) -> None:
         """Tell the worker to exit (its request pipe closes); ``reap`` waits for it."""
         try:
-            self.proc.stdin.close()
+            self.requests.close()
         except OSError:
             pass
 
     def reap(self) -> None:
+        """Wait for the worker to end: the one the grader started by its exit, a copy by its answer pipe closing
+        (it is not the grader's child to wait for); killed after 10 s."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            return
+        deadline = time.monotonic() + 10
         try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+            while time.monotonic() < deadline:
+                if select.select([self.answers], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    if not self.answers.readline():
+                        return
+            os.kill(self.pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.answers.close()
+
+
+def start_workers(env: dict[str, str], preimport_file: Path, count: int) -> list[_Server]:
+    """``count`` warm workers: one started here, the others forked from it once its preload is done
+    (``grader.sandbox.forkserver``), so the preload is paid once however many start. A copy's pristine zygote
+    and its platform templates die with the started worker: should that worker die, a copy's next run that names
+    a platform ends the copy, which the pool then replaces (a lost run, the grader's fault, as any dead
+    worker's)."""
+    pipes = [(os.pipe(), os.pipe()) for _ in range(count - 1)]
+    for (request_read, _), (_, answer_write) in pipes:
+        os.set_inheritable(request_read, True)
+        os.set_inheritable(answer_write, True)
+    theirs = [[request_read, answer_write] for (request_read, _), (_, answer_write) in pipes]
+    try:
+        proc = subprocess.Popen([judge_interpreter(), "-m", "grader.sandbox.forkserver", str(preimport_file),
+                                 json.dumps(theirs)],
+                                cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                                pass_fds=[fd for pair in theirs for fd in pair])
+    finally:
+        for fd in (fd for pair in theirs for fd in pair):
+            os.close(fd)
+    ends = [(os.fdopen(request_write, "w"), os.fdopen(answer_read, "r"))
+            for (_, request_write), (answer_read, _) in pipes]
+    servers: list[_Server] = []
+    try:
+        servers.append(_Server(proc.pid, proc.stdin, proc.stdout, proc))
+        servers += [_Server(0, requests, answers) for requests, answers in ends]
+    except (RuntimeError, ValueError, OSError):
+        # Every worker of the batch ends: the started one is killed, and a copy exits when its requests close.
+        proc.kill()
+        for requests, answers in ends:
+            requests.close()
+            answers.close()
+        raise
+    return servers
 
 
 def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
@@ -273,8 +333,8 @@ def start_warm_pool(size: int, base: BuiltBase, gpu: bool,
 
 
 class WarmPool:
-    """Up to ``size`` warm workers, started when a run first needs one (a run served from caches starts none);
-    a worker that dies is replaced."""
+    """Up to ``size`` warm workers, all started when a run first needs one (a run served from caches starts none),
+    one importing the preload and the others forked from it; a worker that dies is replaced by a new one."""
 
     def __init__(self, size: int, env: dict[str, str], preimport: list[str],
                  starting: Callable[[str], AbstractContextManager] | None = None) -> None:
@@ -291,26 +351,32 @@ class WarmPool:
         self.terminated = False
 
     def _checkout(self) -> _Server:
-        """An idle worker, or a new one while fewer than ``size`` exist (started outside the lock)."""
+        """An idle worker, or new ones while fewer than ``size`` exist (started outside the lock): the first
+        checkout starts all ``size`` at once, forked from one (``start_workers``); a later one replaces a worker
+        that died."""
         while not self.terminated:
             try:
                 return self.idle.get(timeout=0.2)
             except queue.Empty:
                 pass
             with self.lock:
-                grow = len(self.servers) + self.starting < self.size
-                self.starting += grow
-                number = len(self.servers) + self.starting
-            if grow:
+                count = (self.size if not self.servers and not self.starting
+                         else int(len(self.servers) + self.starting < self.size))
+                self.starting += count
+                first = len(self.servers) + 1
+            if count:
                 try:
-                    with self.starting_phase(f"warm worker {number}"):
-                        server = _Server(self.env, self.preimport_file)
+                    label = f"warm worker {first}" if count == 1 else f"warm workers {first}-{first + count - 1}"
+                    with self.starting_phase(label):
+                        started = start_workers(self.env, self.preimport_file, count)
                 finally:
                     with self.lock:
-                        self.starting -= 1
+                        self.starting -= count
                 with self.lock:
-                    self.servers.append(server)
-                return server
+                    self.servers += started
+                for server in started[1:]:
+                    self.idle.put(server)
+                return started[0]
         raise OSError("the warm pool was terminated")
 
     def terminate(self) -> None:
