@@ -158,7 +158,7 @@ def test_parallel_and_cached_runs_equal_a_serial_uncached_run(runs):
     for log in (runs["log4"], runs["log5"]):
         tested = [line for line in log.splitlines() if line.startswith("[") and " in " in line
                   and "cached)" not in line]
-        started = [line for line in log.splitlines() if line.startswith("warm worker ") and ": ready in " in line]
+        started = [line for line in log.splitlines() if line.startswith("warm worker") and ": ready in " in line]
         assert bool(started) == bool(tested), log
     for name in ("results4", "results5"):
         other = strip_timings(runs[name])

@@ -290,9 +290,7 @@ def start_workers(env: dict[str, str], preimport_file: Path, count: int) -> list
     a platform ends the copy, which the pool then replaces (a lost run, the grader's fault, as any dead
     worker's)."""
     pipes = [(os.pipe(), os.pipe()) for _ in range(count - 1)]
-    for (request_read, _), (_, answer_write) in pipes:
-        os.set_inheritable(request_read, True)
-        os.set_inheritable(answer_write, True)
+    # Non-inheritable, as every pipe here: only the started worker gets its copies' ends (pass_fds).
     theirs = [[request_read, answer_write] for (request_read, _), (_, answer_write) in pipes]
     try:
         proc = subprocess.Popen([judge_interpreter(), "-m", "grader.sandbox.forkserver", str(preimport_file),
