@@ -15,9 +15,12 @@
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
 # SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
-# SCALING_REPEAT times (default 1; bench/scaling.py --repeat).
+# SCALING_REPEAT times (default 1; bench/scaling.py --repeat). SCALING_RAY_STEPS (phase ray; default "cpu") picks
+# the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step (not yet run on the
+# lent machine).
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
-# scaling-ray.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and timestamped log).
+# scaling-ray.{txt,json}, scaling-ray-gpu.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and
+# timestamped log).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 PHASE=${SCALING_PHASE:-local}
@@ -96,10 +99,19 @@ else
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .ray/*.whl > /tmp/scaling/install-ray.log 2>&1
   $PY -m compileall -q -j 0 "$SITE" > /tmp/scaling/compileall-ray.log 2>&1
   $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
+  RAY_STEPS=${SCALING_RAY_STEPS:-cpu}
   t0=$(date +%s)
-  timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
+  [[ " $RAY_STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
     --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
   note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
   keep_results cpu
+  # GPU evidence on Ray, beside the local phase's GPU runs (its `gpu` step made them and the installation's GPU
+  # records under /tmp/scaling/gpu; what it lacks is measured here). One GPU: Ray gives a GPU task's candidates to
+  # actors holding a whole GPU each, so its GPU runs grade one candidate at a time whatever the jobs.
+  t0=$(date +%s)
+  [[ " $RAY_STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_RAY_GPU_LIMIT:-300}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray \
+    --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-ray-gpu.json" 2>&1 | tee "$OUT/scaling-ray-gpu.txt"
+  note "gpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  keep_results gpu
 fi
 exit 0
