@@ -12,7 +12,6 @@ machine's CPU seconds per round (``/proc/stat``): a worker forked from one impor
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from scaling import cpu_ticks  # noqa: E402
+from scaling import cpu_ticks, machine_use  # noqa: E402
 
 from grader.core.paths import make_import_root  # noqa: E402
 from grader.sandbox.launch import REPO_ROOT, start_workers, third_party_modules  # noqa: E402
@@ -57,8 +56,8 @@ def timed(way, env: dict, preload: Path, workers: int) -> tuple[float, float | N
         server.release()
     for server in servers:
         server.reap()
-    cpu = (after[0] - before[0]) / os.sysconf("SC_CLK_TCK") if before and after else None
-    return seconds, cpu
+    use = machine_use(before, after, 1)  # the round as one "candidate": its busy CPU seconds
+    return seconds, use["cpu_s_per_candidate"] if use else None
 
 
 def main() -> int:

@@ -214,16 +214,16 @@ def third_party_modules(import_root: Path, tree: Path, env: dict[str, str], gpu:
 
 
 class _Server:
-    """One warm worker as the grader holds it: its pid, the pipe its requests go down and the pipe its answers come
-    up. ``proc`` is set for the worker the grader started; a copy (``start_workers``) is the started worker's child,
-    which the grader reaches through its pipes and its pid only."""
+    """One warm worker as the grader holds it: the pipe its requests go down, the pipe its answers come up, and its
+    pid (from its hello). ``proc`` is set for the worker the grader started; a copy (``start_workers``) is the
+    started worker's child, which the grader reaches through its pipes and its pid only."""
 
-    def __init__(self, pid: int, requests, answers, proc: subprocess.Popen | None = None) -> None:
-        self.pid, self.requests, self.answers, self.proc = pid, requests, answers, proc
-        hello = answers.readline()
-        if not hello or not json.loads(hello).get("ready"):
+    def __init__(self, requests, answers, proc: subprocess.Popen | None = None) -> None:
+        self.requests, self.answers, self.proc = requests, answers, proc
+        hello = json.loads(answers.readline() or "{}")
+        if not hello.get("ready"):
             raise RuntimeError("warm worker failed to start")
-        self.pid = json.loads(hello).get("pid", pid)
+        self.pid: int = hello["pid"]
 
     def run(self, job: JudgeRequest) -> tuple[int | None, bool]:
         request = dict(job.to_json(), timeout=job.timeout + JUDGE_GRACE_S)
@@ -305,8 +305,8 @@ def start_workers(env: dict[str, str], preimport_file: Path, count: int) -> list
             for (_, request_write), (answer_read, _) in pipes]
     servers: list[_Server] = []
     try:
-        servers.append(_Server(proc.pid, proc.stdin, proc.stdout, proc))
-        servers += [_Server(0, requests, answers) for requests, answers in ends]
+        servers.append(_Server(proc.stdin, proc.stdout, proc))
+        servers += [_Server(requests, answers) for requests, answers in ends]
     except (RuntimeError, ValueError, OSError):
         # Every worker of the batch ends: the started one is killed, and a copy exits when its requests close.
         proc.kill()
