@@ -2,8 +2,9 @@
 
 The driver (the ``grade`` process) runs :func:`grader.many_candidates.grade_many`, which ingests, looks each candidate
 up in the results store, and hands the rest to :class:`RayBackend`. That starts ``--jobs`` actors of 1 CPU (and,
-when GPU evidence is on, actors of 1 CPU and 1 GPU for the candidates whose task's hidden tests carry
-``mark.gpu``, as many as the cluster has GPUs) and feeds each actor one candidate at a time. An actor grades its
+when GPU evidence is on, actors of 1 CPU and a share of a GPU for the candidates whose task's hidden tests carry
+``mark.gpu``: ``--jobs`` of them sharing the cluster's GPUs, or one per GPU where that is more) and feeds each
+actor one candidate at a time; an actor with no candidate left of its kind ends, freeing its CPU for the others. An actor grades its
 candidate with :func:`grader.one_candidate.grade_candidate` on whichever node Ray placed it, building the task's base
 there through :func:`grader.checkout.build_base`, which caches it on that node's disk under ``$GRADER_CACHE``: a
 base is built once per node and reused by every later candidate on that node. Hidden tests run in the actor's
@@ -68,9 +69,21 @@ def task_has_gpu_tests(task_id: str, rubrics: Path = REPO_ROOT / "rubrics") -> b
 
 
 def resources_for(task_id: str | None, gpu: bool) -> dict[str, float]:
-    """What one candidate's Ray task asks for: a CPU, and a GPU when GPU evidence runs and the task has GPU tests."""
+    """What one candidate's Ray task asks for: a CPU, and a GPU when GPU evidence runs and the task has GPU tests
+    (a whole one here; :func:`gpu_actors` says how much of one each GPU actor holds)."""
     needs_gpu = bool(gpu and task_id and task_has_gpu_tests(task_id))
     return {"num_cpus": 1, "num_gpus": 1 if needs_gpu else 0}
+
+
+def gpu_actors(gpus: float, jobs: int) -> tuple[int, float]:
+    """How many GPU actors a run starts and how much of a GPU each holds: one per GPU of the cluster, or ``--jobs``
+    of them where that is more, sharing the GPUs evenly (Ray's fractional GPUs, whose precision is four decimal
+    places), as a local run puts up to ``--jobs`` GPU subjects on one device. Each subject's device memory is
+    bounded (grader.sandbox.watchdog.gpu_memory_bound), so sharing a GPU never lets one take it from the others."""
+    count = max(1, int(gpus), jobs)
+    if gpus <= 0:
+        return count, 1  # a GPU no actor can be given: they wait, as Ray makes any request it cannot place
+    return count, min(1, int(gpus / count * 10_000) / 10_000)
 
 
 # ------------------------------------------------------------------------------------------ cluster setup
@@ -269,9 +282,15 @@ class ActorPool:
             self.submit(self.actors[-1], in_flight)
 
     def submit(self, actor, in_flight: dict) -> None:
+        """Give ``actor`` this shape's next candidate; with none left, end it, so that the CPU (and GPU share) it
+        held goes to the actors of another shape still waiting for one (a local cluster has ``--jobs`` CPUs for
+        all of them)."""
         if self.queue:
             candidate = self.queue.pop()
             in_flight[actor.grade.remote(candidate, *self.args(candidate))] = (candidate.id, actor, self)
+        elif actor in self.actors:
+            self.actors.remove(actor)
+            self.end([actor])
 
     def replace(self, actor):
         self.actors.remove(actor)
@@ -280,19 +299,24 @@ class ActorPool:
         return self.actors[-1]
 
     def close(self) -> None:
+        self.end(self.actors)
+        self.actors = []
+
+    @staticmethod
+    def end(actors: list) -> None:
         ray = _ray()
         try:
-            ray.get([actor.close.remote() for actor in self.actors], timeout=60)
+            ray.get([actor.close.remote() for actor in actors], timeout=60)
         except (ray.exceptions.RayError, TimeoutError):
             pass  # a dead actor's warm worker died with it
-        for actor in self.actors:
+        for actor in actors:
             ray.kill(actor, no_restart=True)
 
 
 class RayBackend:
     """The orchestrator's backend for ``--backend ray``: long-lived actors, each with a warm worker, grade the
-    pending candidates (``--jobs`` CPU actors; GPU candidates on actors holding a GPU each, as many as the cluster
-    has GPUs), and results are handed back in completion order. ``work`` is what an actor runs per candidate
+    pending candidates (``--jobs`` CPU actors; GPU candidates on actors sharing the GPUs, :func:`gpu_actors`),
+    and results are handed back in completion order. ``work`` is what an actor runs per candidate
     (:func:`grade_on_node`). The cluster is joined by :func:`connect` before the run."""
 
     def __init__(self, work: Callable[..., dict] = grade_on_node) -> None:
@@ -307,13 +331,15 @@ class RayBackend:
         tasks = all_tasks()
         by_id = {candidate.id: candidate for candidate in pending}
         pools: dict[tuple, ActorPool] = {}
-        gpus = int(ray.cluster_resources().get("GPU", 0))
+        gpu_count, gpu_share = gpu_actors(ray.cluster_resources().get("GPU", 0), options.jobs)
         for candidate in pending:
             resources = resources_for(candidate.task if candidate.task in tasks else None, options.gpu)
             shape = tuple(sorted(resources.items()))
             if shape not in pools:
                 gpu_assigned = bool(resources["num_gpus"])
-                pools[shape] = ActorPool(self.work, resources, max(1, gpus) if gpu_assigned else max(1, options.jobs),
+                if gpu_assigned:
+                    resources = dict(resources, num_gpus=gpu_share)
+                pools[shape] = ActorPool(self.work, resources, gpu_count if gpu_assigned else max(1, options.jobs),
                                          lambda c, g=gpu_assigned: actor_arguments(options, g))
             pools[shape].queue.append(candidate)
         in_flight: dict = {}

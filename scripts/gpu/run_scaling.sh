@@ -16,8 +16,8 @@
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
 # SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
 # SCALING_REPEAT times (default 1; bench/scaling.py --repeat). SCALING_RAY_STEPS (phase ray; default "cpu") picks
-# the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step (not yet run on the
-# lent machine).
+# the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step. A step not asked for
+# is noted as not run.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
 # scaling-ray.{txt,json}, scaling-ray-gpu.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and
 # timestamped log).
@@ -75,21 +75,33 @@ if [ "$PHASE" = local ]; then
   note "bases: $(( $(date +%s) - t0 )) s"
   STEPS=${SCALING_STEPS:-"cpu gpu"}
   t0=$(date +%s)
-  [[ " $STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local \
-    --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
-  note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  if [[ " $STEPS " == *" cpu "* ]]; then
+    timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local \
+      --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
+    note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "cpu local: not run"
+  fi
   keep_results cpu
   t0=$(date +%s)
   # The whole corpus's runs share the installation's records that the cpu step made (same tasks, evidence and
   # environment), rather than grading the samples again.
-  [[ " $STEPS " == *" whole "* ]] && mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; } && timeout -k 10 "${SCALING_WHOLE_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local \
-    --gpu off --tasks $TASKS --work /tmp/scaling/whole --json "$OUT/scaling-whole.json" 2>&1 | tee "$OUT/scaling-whole.txt"
-  note "whole corpus local: rc=$? $(( $(date +%s) - t0 )) s"
+  if [[ " $STEPS " == *" whole "* ]]; then
+    mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; } && timeout -k 10 "${SCALING_WHOLE_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local \
+      --gpu off --tasks $TASKS --work /tmp/scaling/whole --json "$OUT/scaling-whole.json" 2>&1 | tee "$OUT/scaling-whole.txt"
+    note "whole corpus local: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "whole corpus local: not run"
+  fi
   keep_results whole
   t0=$(date +%s)
-  [[ " $STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
-    --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
-  note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  if [[ " $STEPS " == *" gpu "* ]]; then
+    timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
+      --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
+    note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "gpu local: not run"
+  fi
   keep_results gpu
 else
   # The local phase installed the wheels and built the bases here; its CPU runs, where it made them, are reused.
@@ -101,17 +113,25 @@ else
   $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
   RAY_STEPS=${SCALING_RAY_STEPS:-cpu}
   t0=$(date +%s)
-  [[ " $RAY_STEPS " == *" cpu "* ]] && timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
-    --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
-  note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  if [[ " $RAY_STEPS " == *" cpu "* ]]; then
+    timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
+      --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
+    note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "cpu ray: not run"
+  fi
   keep_results cpu
   # GPU evidence on Ray, beside the local phase's GPU runs (its `gpu` step made them and the installation's GPU
-  # records under /tmp/scaling/gpu; what it lacks is measured here). One GPU: Ray gives a GPU task's candidates to
-  # actors holding a whole GPU each, so its GPU runs grade one candidate at a time whatever the jobs.
+  # records under /tmp/scaling/gpu; what it lacks is measured here). Ray's GPU actors share the one GPU, --jobs of
+  # them (grader.ray_backend.gpu_actors), as the local runs' subjects do.
   t0=$(date +%s)
-  [[ " $RAY_STEPS " == *" gpu "* ]] && timeout -k 10 "${SCALING_RAY_GPU_LIMIT:-300}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray \
-    --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-ray-gpu.json" 2>&1 | tee "$OUT/scaling-ray-gpu.txt"
-  note "gpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  if [[ " $RAY_STEPS " == *" gpu "* ]]; then
+    timeout -k 10 "${SCALING_RAY_GPU_LIMIT:-300}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray \
+      --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-ray-gpu.json" 2>&1 | tee "$OUT/scaling-ray-gpu.txt"
+    note "gpu ray: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "gpu ray: not run"
+  fi
   keep_results gpu
 fi
 exit 0
