@@ -18,6 +18,11 @@
 # SCALING_REPEAT times (default 1; bench/scaling.py --repeat). SCALING_RAY_STEPS (phase ray; default "cpu") picks
 # the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step. A step not asked for
 # is noted as not run.
+# Budget the calls from what they cost on the lent machine (2026-12-04): before its first run a step makes the
+# installation's one-time records for its tasks and evidence, 170-270 s with GPU evidence; the Ray phase makes
+# them again, since the environment with Ray's packages installed is another identity; a GPU run at 4, 2 or 1
+# jobs (2 candidates per job) takes 90-110 s. The machine is given back 30 s after a call ends: start the next one
+# at once.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
 # scaling-ray.{txt,json}, scaling-ray-gpu.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and
 # timestamped log).
