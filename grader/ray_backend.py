@@ -83,7 +83,8 @@ def gpu_actors(gpus: float, jobs: int) -> tuple[int, float]:
     count = max(1, int(gpus), jobs)
     if gpus <= 0:
         return count, 1  # a GPU no actor can be given: they wait, as Ray makes any request it cannot place
-    return count, min(1, int(gpus / count * 10_000) / 10_000)
+    # At least Ray's smallest share, so that an actor is always given a GPU (past 10,000 jobs a GPU, some wait).
+    return count, min(1, max(1, int(gpus / count * 10_000)) / 10_000)
 
 
 # ------------------------------------------------------------------------------------------ cluster setup

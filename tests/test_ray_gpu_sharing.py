@@ -33,6 +33,7 @@ def test_jobs_share_the_gpus_evenly():
     assert ray_backend.gpu_actors(8, 4) == (8, 1)
     count, share = ray_backend.gpu_actors(3, 7)
     assert count == 7 and share * count <= 3 and share == 0.4285
+    assert ray_backend.gpu_actors(1, 20_000) == (20_000, 0.0001)  # never no GPU at all: the surplus waits
 
 
 @pytest.fixture
