@@ -289,7 +289,7 @@ class ActorPool:
         if self.queue:
             candidate = self.queue.pop()
             in_flight[actor.grade.remote(candidate, *self.args(candidate))] = (candidate.id, actor, self)
-        elif actor in self.actors:
+        else:
             self.actors.remove(actor)
             self.end([actor])
 

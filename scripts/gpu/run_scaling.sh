@@ -59,6 +59,22 @@ keep_results() {
   ( cd /tmp/scaling/"$1" 2>/dev/null || exit 0; shopt -s nullglob; files=(out-*/results.json log-*.txt)
     [ ${#files[@]} -eq 0 ] || tar -cJf "$OUT/$1-runs.tar.xz" "${files[@]}" )
 }
+# step LABEL ASKED NAME OUTPUT LIMIT BENCH-ARGS...: bench/scaling.py in /tmp/scaling/NAME under a time limit
+# when NAME is among the ASKED steps, its output to $OUT/OUTPUT.{txt,json}; a step not asked for is noted as not
+# run (not as a failure). Either way the runs in /tmp/scaling/NAME so far come back.
+step() {
+  local label=$1 asked=$2 name=$3 output=$4 limit=$5 t0
+  shift 5
+  t0=$(date +%s)
+  if [[ " $asked " == *" $name "* ]]; then
+    timeout -k 10 "$limit" $PY bench/scaling.py "$@" --work "/tmp/scaling/$name" --json "$OUT/$output.json" 2>&1 \
+      | tee "$OUT/$output.txt"
+    note "$label: rc=$? $(( $(date +%s) - t0 )) s"
+  else
+    note "$label: not run"
+  fi
+  keep_results "$name"
+}
 
 if [ "$PHASE" = local ]; then
   WHEELS=$(ls .whl/*.whl | grep -v typing_extensions)
@@ -79,35 +95,16 @@ if [ "$PHASE" = local ]; then
   for task in $(echo $TASKS $GPU_TASKS | tr " " "\n" | sort -u); do $PY grade.py bases --task "$task" > "/tmp/scaling/bases-$task.log" 2>&1 & done; wait
   note "bases: $(( $(date +%s) - t0 )) s"
   STEPS=${SCALING_STEPS:-"cpu gpu"}
-  t0=$(date +%s)
-  if [[ " $STEPS " == *" cpu "* ]]; then
-    timeout -k 10 "${SCALING_CPU_LIMIT:-330}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local \
-      --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-cpu.json" 2>&1 | tee "$OUT/scaling-cpu.txt"
-    note "cpu local: rc=$? $(( $(date +%s) - t0 )) s"
-  else
-    note "cpu local: not run"
-  fi
-  keep_results cpu
-  t0=$(date +%s)
+  step "cpu local" "$STEPS" cpu scaling-cpu "${SCALING_CPU_LIMIT:-330}" --size "${SCALING_SIZE:-200}" \
+    --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local --gpu off --tasks $TASKS
   # The whole corpus's runs share the installation's records that the cpu step made (same tasks, evidence and
   # environment), rather than grading the samples again.
-  if [[ " $STEPS " == *" whole "* ]]; then
-    mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; } && timeout -k 10 "${SCALING_WHOLE_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local \
-      --gpu off --tasks $TASKS --work /tmp/scaling/whole --json "$OUT/scaling-whole.json" 2>&1 | tee "$OUT/scaling-whole.txt"
-    note "whole corpus local: rc=$? $(( $(date +%s) - t0 )) s"
-  else
-    note "whole corpus local: not run"
-  fi
-  keep_results whole
-  t0=$(date +%s)
-  if [[ " $STEPS " == *" gpu "* ]]; then
-    timeout -k 10 "${SCALING_GPU_LIMIT:-200}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local \
-      --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-gpu.json" 2>&1 | tee "$OUT/scaling-gpu.txt"
-    note "gpu local: rc=$? $(( $(date +%s) - t0 )) s"
-  else
-    note "gpu local: not run"
-  fi
-  keep_results gpu
+  [[ " $STEPS " == *" whole "* ]] && mkdir -p /tmp/scaling/whole && { cp -a /tmp/scaling/cpu/installation-made /tmp/scaling/cpu/cache-installation /tmp/scaling/whole/ 2>/dev/null; true; }
+  step "whole corpus local" "$STEPS" whole scaling-whole "${SCALING_WHOLE_LIMIT:-540}" \
+    --size "${SCALING_SIZE:-1000}" --jobs ${SCALING_WHOLE_JOBS:-16} --backends local --gpu off --tasks $TASKS
+  step "gpu local" "$STEPS" gpu scaling-gpu "${SCALING_GPU_LIMIT:-200}" --size "${SCALING_SIZE:-200}" \
+    --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local --gpu on --tasks $GPU_TASKS \
+    --budget "${SCALING_GPU_BUDGET:-0}"
 else
   # The local phase installed the wheels and built the bases here; its CPU runs, where it made them, are reused.
   [ -f /tmp/scaling/install.log ] || { note "no local phase ran on this machine: it is not the first call's"; exit 3; }
@@ -117,26 +114,13 @@ else
   $PY -m compileall -q -j 0 "$SITE" > /tmp/scaling/compileall-ray.log 2>&1
   $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
   RAY_STEPS=${SCALING_RAY_STEPS:-cpu}
-  t0=$(date +%s)
-  if [[ " $RAY_STEPS " == *" cpu "* ]]; then
-    timeout -k 10 "${SCALING_RAY_LIMIT:-540}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray \
-      --gpu off --tasks $TASKS --work /tmp/scaling/cpu --json "$OUT/scaling-ray.json" 2>&1 | tee "$OUT/scaling-ray.txt"
-    note "cpu ray: rc=$? $(( $(date +%s) - t0 )) s"
-  else
-    note "cpu ray: not run"
-  fi
-  keep_results cpu
+  step "cpu ray" "$RAY_STEPS" cpu scaling-ray "${SCALING_RAY_LIMIT:-540}" --size "${SCALING_SIZE:-200}" \
+    --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray --gpu off --tasks $TASKS
   # GPU evidence on Ray, beside the local phase's GPU runs (its `gpu` step made them and the installation's GPU
   # records under /tmp/scaling/gpu; what it lacks is measured here). Ray's GPU actors share the one GPU, --jobs of
   # them (grader.ray_backend.gpu_actors), as the local runs' subjects do.
-  t0=$(date +%s)
-  if [[ " $RAY_STEPS " == *" gpu "* ]]; then
-    timeout -k 10 "${SCALING_RAY_GPU_LIMIT:-300}" $PY bench/scaling.py --size "${SCALING_SIZE:-200}" --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray \
-      --gpu on --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}" --work /tmp/scaling/gpu --json "$OUT/scaling-ray-gpu.json" 2>&1 | tee "$OUT/scaling-ray-gpu.txt"
-    note "gpu ray: rc=$? $(( $(date +%s) - t0 )) s"
-  else
-    note "gpu ray: not run"
-  fi
-  keep_results gpu
+  step "gpu ray" "$RAY_STEPS" gpu scaling-ray-gpu "${SCALING_RAY_GPU_LIMIT:-300}" --size "${SCALING_SIZE:-200}" \
+    --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray --gpu on --tasks $GPU_TASKS \
+    --budget "${SCALING_GPU_BUDGET:-0}"
 fi
 exit 0
