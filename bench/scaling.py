@@ -10,7 +10,9 @@ order from ``--seed``, graded ``jobs`` times over, each copy as a candidate of i
 run's mix is the 1-job run's, and what scaling loses is the machine's and the grader's, not the draw's. (Drawing
 ``K * jobs`` distinct candidates instead, the 1-job run's few candidates cost a third less than the 16-job run's
 many, on the lent machine: the draw, not the load, set the efficiency.)
-Each run is ``grade.py CORPUS --no-cache --gpu G --jobs N --backend B`` as a subprocess into its own ``--out``,
+Each run is ``grade.py CORPUS --no-cache --gpu G --jobs N --backend B`` as a subprocess into its own ``--out``
+(backend ``ray-cluster``: ``--backend ray --address A``, joining a cluster of N CPUs that ``bench/ray_cluster.py``
+started and let settle before the clock started; backend ``ray``: grade starts its own inside the run),
 with a GRADER_CACHE of its own into which the built bases, the sdists, the judge secret and the installation's
 one-time records are linked (``bench/throughput.py``), so no run pays for what an installation does once.
 Runs go backend by backend, job counts interleaved from the largest down, so a ``--budget`` (seconds) that runs
@@ -40,6 +42,7 @@ identical runs anyway (``grader.report.comparable``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -57,6 +60,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from corpus import DEFAULT_BUNDLE, build_corpus, write_corpus  # noqa: E402
+from ray_cluster import JOIN_ENV, running_cluster  # noqa: E402
 from throughput import fresh_cache, installation, timed  # noqa: E402
 
 from grader.report import comparable, differences  # noqa: E402
@@ -94,6 +98,9 @@ def corpus_folders(work: Path, subsets: dict[int, list]) -> dict[int, Path]:
     return folders
 
 
+BACKENDS = ("local", "ray", "ray-cluster")
+
+
 def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source: Path, records: Path,
             round_: int = 1) -> dict:
     """One run (of round ``round_``), or the one an earlier invocation over the same ``work`` folder finished."""
@@ -104,15 +111,25 @@ def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source:
     out = work / f"out-{name}"
     shutil.rmtree(out, ignore_errors=True)  # a run cut short by an earlier invocation starts again
     cache = fresh_cache(work, name, source, records)
-    argv = [str(corpus), "--out", str(out), "--no-cache", "--gpu", gpu, "--jobs", str(jobs), "--backend", backend]
+    argv = [str(corpus), "--out", str(out), "--no-cache", "--gpu", gpu, "--jobs", str(jobs),
+            "--backend", "local" if backend == "local" else "ray"]
     log = work / f"log-{name}.txt"
-    before = cpu_ticks()
-    seconds = timed(argv, cache, log=log)
-    after = cpu_ticks()
+    with contextlib.ExitStack() as cluster:
+        extra_env, started_in = None, None
+        if backend == "ray-cluster":  # up before the clock starts, stopped after it stops
+            address, started_in = cluster.enter_context(running_cluster(
+                jobs, dict(os.environ, GRADER_CACHE=str(cache)), work / f"cluster-{name}.txt"))
+            argv += ["--address", address]
+            extra_env = JOIN_ENV
+            started_in += settled()
+        before = cpu_ticks()
+        seconds = timed(argv, cache, log=log, extra_env=extra_env)
+        after = cpu_ticks()
     document = json.loads((out / "results.json").read_text())
     count = len(document["candidates"])
     run = {"backend": backend, "jobs": jobs, "round": round_, "wall_s": round(seconds, 2), "candidates": count,
            "per_minute": round(60 * count / seconds, 1),
+           **({"cluster_start_s": round(started_in, 2)} if started_in is not None else {}),
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "stages": stage_costs(document, seconds, jobs), "machine": machine_use(before, after, count),
            "timeline": timeline(log.read_text(), document, seconds), "results": comparable(document)}
@@ -145,6 +162,21 @@ def cpu_ticks() -> tuple[int, int] | None:
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and waiting for I/O
     return sum(fields) - idle, sum(fields)
+
+
+def settled(quiet: float = 0.1, every: float = 0.5, limit: float = 30.0) -> float:
+    """Wait until the machine's CPUs are idle (below ``quiet`` busy over ``every`` seconds), at most ``limit``
+    seconds; return the seconds waited. A cluster just up still starts its idle workers: as a cluster in use
+    would have, it finishes before a run's clock starts, rather than taking CPUs from the run's first seconds."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        before = cpu_ticks()
+        time.sleep(every)
+        after = cpu_ticks()
+        if before is None or after is None or after[1] <= before[1] or \
+                (after[0] - before[0]) / (after[1] - before[1]) < quiet:
+            break
+    return time.monotonic() - started
 
 
 def machine_use(before: tuple[int, int] | None, after: tuple[int, int] | None, candidates: int) -> dict | None:
@@ -189,6 +221,9 @@ def stage_line(run: dict) -> str:
     if machine := run.get("machine"):
         lines.append(f"      machine: CPUs {100 * machine['cpu_busy']:.0f}% busy, {machine['cpu_s_per_candidate']:.1f} "
                      "CPU s per candidate")
+    if "cluster_start_s" in run:
+        lines.append(f"      cluster: up and idle {run['cluster_start_s']:.1f} s before the clock started (not in the "
+                     "wall time)")
     if when := run.get("timeline"):
         at_once = f" with {when['queue_busy']:.1f} graded at once" if when["queue_busy"] is not None else ""
         lines.append(f"      timeline: first start at {when['start_s']:.1f} s, candidates queued {when['queue_s']:.1f} s"
@@ -314,7 +349,9 @@ def main() -> int:
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE, help="bundle whose whole diffs join it")
     parser.add_argument("--tasks", nargs="*", help="keep only these tasks' candidates (default: every task)")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="job counts (default 1-16)")
-    parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=("local", "ray"))
+    parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=BACKENDS,
+                        help="local; ray (grade starts a local Ray cluster in each run); ray-cluster (grade joins "
+                             "a cluster of --jobs CPUs started before the run's clock)")
     parser.add_argument("--gpu", choices=("off", "on"), default="off", help="GPU evidence (default: off)")
     parser.add_argument("--per-job", type=int,
                         help="grade the same K candidates once per job (default: the whole corpus)")
@@ -354,7 +391,7 @@ def main() -> int:
                 r = runs[-1]
                 again = f" (reused: measured at {r['measured_at']})" if r.get("reused") else ""
                 which = f", round {round_}" if args.repeat > 1 else ""
-                print(f"{backend:5s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
+                print(f"{backend:11s} jobs {jobs:3d}: {r['candidates']:5d} candidates {r['wall_s']:8.1f} s, "
                       f"{r['per_minute']:7.1f} candidates/min{which}{again}", flush=True)
                 if stage_line(r):
                     print(stage_line(r), flush=True)
@@ -387,7 +424,8 @@ def write_measurements(args, entries: list, runs: list[dict], complete: bool) ->
     return decided_otherwise, how
 
 
-RUN_LINE = re.compile(r"^(?P<backend>local|ray)\s+jobs\s+(?P<jobs>\d+):\s+(?P<candidates>\d+) candidates\s+"
+RUN_LINE = re.compile(r"^(?P<backend>local|ray-cluster|ray)\s+jobs\s+(?P<jobs>\d+):\s+"
+                      r"(?P<candidates>\d+) candidates\s+"
                       r"(?P<wall>[\d.]+) s,\s+(?P<per_minute>[\d.]+) candidates/min")
 
 

@@ -52,11 +52,11 @@ CHEAP = ("fresh-out", "stored", "small", "small-tests")
 
 
 def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] = (0, 1),
-          log: Path | None = None) -> float:
-    """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE. With ``log``, its output
-    is kept there, each line after the seconds since the start at which it came (its progress lines then say
-    when each phase ended and each candidate was graded)."""
-    env = dict(os.environ, GRADER_CACHE=str(cache))
+          log: Path | None = None, extra_env: dict[str, str] | None = None) -> float:
+    """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE (and ``extra_env``). With
+    ``log``, its output is kept there, each line after the seconds since the start at which it came (its progress
+    lines then say when each phase ended and each candidate was graded)."""
+    env = dict(os.environ, GRADER_CACHE=str(cache), **(extra_env or {}))
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(repo / "grade.py"), *argv], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=repo)

@@ -104,7 +104,9 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(address=address or None, runtime_env=runtime_env, logging_level="warning",
                  log_to_driver=False)
     else:
-        ray.init(num_cpus=max(1, num_cpus or os.cpu_count() or 1), include_dashboard=False,
+        # address="local": a cluster of its own even where `ray start` runs one (or left its address behind),
+        # which ray.init would otherwise join, or refuse to join since num_cpus is given.
+        ray.init(address="local", num_cpus=max(1, num_cpus or os.cpu_count() or 1), include_dashboard=False,
                  runtime_env=runtime_env, logging_level="warning", log_to_driver=False)
     return True
 

@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 TASK = "xpu-kv-cache-dtypes"
 
 
-def _grade(paths: list[Path], out: Path, *extra: str) -> str:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _grade(paths: list[Path], out: Path, *extra: str, extra_env: dict[str, str] | None = None) -> str:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, str(REPO / "grade.py"), *map(str, paths), "--out", str(out),
                            "--jobs", "2", "--gpu", "off", "--timeout", "300", *extra],
@@ -101,6 +101,25 @@ def test_ray_backend_matches_local(tmp_path):
     # Same store, same keys: a Ray rerun on the local run's output regrades nothing.
     rerun = _grade([bundle], tmp_path / "local", "--backend", "ray")
     assert sum("(cached)" in line for line in rerun.splitlines()) == 3, rerun
+
+
+def test_grade_joins_a_running_cluster_or_starts_its_own_beside_it(tmp_path):
+    """``--address`` joins a cluster that is already up; without it, ``grade`` starts a cluster of its own even
+    while one that ``ray start`` made runs on the machine (ray.init would join that one, or refuse to, since
+    ``--jobs`` gives its CPUs). Both grade as the local backend does."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from ray_cluster import JOIN_ENV, running_cluster
+
+    bundle = _seed_subset(tmp_path / "in" / "seed-subset.txt", count=1)
+    _grade([bundle], tmp_path / "local", "--no-cache")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    with running_cluster(2, env, tmp_path / "cluster.txt") as (address, _):
+        _grade([bundle], tmp_path / "joined", "--no-cache", "--backend", "ray", "--address", address,
+               extra_env=JOIN_ENV)
+        _grade([bundle], tmp_path / "own", "--no-cache", "--backend", "ray")
+    local = _without_timings(tmp_path / "local" / "results.json")
+    for mode in ("joined", "own"):
+        assert _without_timings(tmp_path / mode / "results.json") == local, mode
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,9 @@
 # SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
 # SCALING_REPEAT times (default 1; bench/scaling.py --repeat). SCALING_RAY_STEPS (phase ray; default "cpu") picks
 # the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step. A step not asked for
-# is noted as not run.
+# is noted as not run. SCALING_RAY_BACKENDS (default "ray-cluster") says how Ray runs: "ray-cluster", grade joining
+# a cluster of --jobs CPUs that is up (and idle) before the clock starts, as where grading at scale runs on Ray;
+# "ray", grade starting a local cluster inside each run (bench/ray_cluster.py says what the difference is).
 # Budget the calls from what they cost on the lent machine (2026-12-04): before its first run a step makes the
 # installation's one-time records for its tasks and evidence, 170-270 s with GPU evidence; the Ray phase makes
 # them again, since the environment with Ray's packages installed is another identity; a GPU run at 4, 2 or 1
@@ -114,13 +116,14 @@ else
   $PY -m compileall -q -j 0 "$SITE" > /tmp/scaling/compileall-ray.log 2>&1
   $PY -c 'import ray; print("ray", ray.__version__)' 2>&1 | tee -a "$SUMMARY"
   RAY_STEPS=${SCALING_RAY_STEPS:-cpu}
+  RAY_BACKENDS=${SCALING_RAY_BACKENDS:-ray-cluster}
   step "cpu ray" "$RAY_STEPS" cpu scaling-ray "${SCALING_RAY_LIMIT:-540}" --size "${SCALING_SIZE:-200}" \
-    --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local ray --gpu off --tasks $TASKS
+    --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local $RAY_BACKENDS --gpu off --tasks $TASKS
   # GPU evidence on Ray, beside the local phase's GPU runs (its `gpu` step made them and the installation's GPU
   # records under /tmp/scaling/gpu; what it lacks is measured here). Ray's GPU actors share the one GPU, --jobs of
   # them (grader.ray_backend.gpu_actors), as the local runs' subjects do.
   step "gpu ray" "$RAY_STEPS" gpu scaling-ray-gpu "${SCALING_RAY_GPU_LIMIT:-300}" --size "${SCALING_SIZE:-200}" \
-    --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local ray --gpu on --tasks $GPU_TASKS \
+    --per-job "$GPU_PER_JOB" --jobs $GPU_JOBS --backends local $RAY_BACKENDS --gpu on --tasks $GPU_TASKS \
     --budget "${SCALING_GPU_BUDGET:-0}"
 fi
 exit 0
