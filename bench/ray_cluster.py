@@ -9,14 +9,15 @@ The cluster is ``ray start --head --block`` as a child process: it stays up whil
 and stops on its SIGTERM, so stopping it touches no other Ray instance on the machine (``ray stop`` would stop
 them all). Its actors inherit the environment the cluster was started with, not the joining ``grade``'s: so
 ``env`` must carry what they read (``GRADER_CACHE`` among it). Ray 2.60 starts a cluster with token
-authentication (the token in ``~/.ray/auth_token``); a driver joins it with ``RAY_AUTH_MODE=token``, which
-``JOIN_ENV`` gives.
+authentication, and on a machine without a token (``~/.ray/auth_token``) refuses to start: so each cluster here
+gets a token of its own (``RAY_AUTH_TOKEN``), and a driver joins it with that token and ``RAY_AUTH_MODE=token``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-JOIN_ENV = {"RAY_AUTH_MODE": "token"}
 STARTED = "Ray runtime started"
 START_LIMIT_S = 120
 STOP_LIMIT_S = 60
@@ -38,18 +38,20 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_cluster(cpus: int, env: dict[str, str], log: Path):
-    """Yield ``(address, seconds it took to start)`` of a one-node cluster of ``cpus`` CPUs (and the machine's
-    GPUs, which Ray detects), started with ``env`` (plus ``JOIN_ENV``), its output in ``log``; stop it on exit."""
+    """Yield ``(address, join_env, seconds it took to start)`` of a one-node cluster of ``cpus`` CPUs (and the
+    machine's GPUs, which Ray detects), started with ``env`` plus ``join_env`` (a token of its own, which a driver
+    joins with), its output in ``log``; stop it on exit."""
+    join_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     port = free_port()
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",
             f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats"]
     started = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, env={**env, **JOIN_ENV}, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, env={**env, **join_env}, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until_up(proc, log, started)
-        yield f"127.0.0.1:{port}", time.monotonic() - started
+        yield f"127.0.0.1:{port}", join_env, time.monotonic() - started
     finally:
         stop(proc)
 

@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from corpus import DEFAULT_BUNDLE, build_corpus, write_corpus  # noqa: E402
-from ray_cluster import JOIN_ENV, running_cluster  # noqa: E402
+from ray_cluster import running_cluster  # noqa: E402
 from throughput import fresh_cache, installation, timed  # noqa: E402
 
 from grader.report import comparable, differences  # noqa: E402
@@ -117,10 +117,9 @@ def measure(corpus: Path, backend: str, jobs: int, gpu: str, work: Path, source:
     with contextlib.ExitStack() as cluster:
         extra_env, started_in = None, None
         if backend == "ray-cluster":  # up before the clock starts, stopped after it stops
-            address, started_in = cluster.enter_context(running_cluster(
+            address, extra_env, started_in = cluster.enter_context(running_cluster(
                 jobs, dict(os.environ, GRADER_CACHE=str(cache)), work / f"cluster-{name}.txt"))
             argv += ["--address", address]
-            extra_env = JOIN_ENV
             started_in += settled()
         before = cpu_ticks()
         seconds = timed(argv, cache, log=log, extra_env=extra_env)

@@ -108,14 +108,14 @@ def test_grade_joins_a_running_cluster_or_starts_its_own_beside_it(tmp_path):
     while one that ``ray start`` made runs on the machine (ray.init would join that one, or refuse to, since
     ``--jobs`` gives its CPUs). Both grade as the local backend does."""
     sys.path.insert(0, str(REPO / "bench"))
-    from ray_cluster import JOIN_ENV, running_cluster
+    from ray_cluster import running_cluster
 
     bundle = _seed_subset(tmp_path / "in" / "seed-subset.txt", count=1)
     _grade([bundle], tmp_path / "local", "--no-cache")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    with running_cluster(2, env, tmp_path / "cluster.txt") as (address, _):
+    with running_cluster(2, env, tmp_path / "cluster.txt") as (address, join_env, _):
         _grade([bundle], tmp_path / "joined", "--no-cache", "--backend", "ray", "--address", address,
-               extra_env=JOIN_ENV)
+               extra_env=join_env)
         _grade([bundle], tmp_path / "own", "--no-cache", "--backend", "ray")
     local = _without_timings(tmp_path / "local" / "results.json")
     for mode in ("joined", "own"):
