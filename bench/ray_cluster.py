@@ -54,6 +54,7 @@ def running_cluster(cpus: int, env: dict[str, str], log: Path):
         yield f"127.0.0.1:{port}", join_env, time.monotonic() - started
     finally:
         stop(proc)
+        forget(port)
 
 
 def wait_until_up(proc: subprocess.Popen, log: Path, started: float) -> None:
@@ -62,6 +63,15 @@ def wait_until_up(proc: subprocess.Popen, log: Path, started: float) -> None:
             tail = log.read_text(errors="replace")[-2000:]
             raise SystemExit(f"the Ray cluster did not start (exit {proc.poll()}, {log}):\n{tail}")
         time.sleep(0.1)
+
+
+def forget(port: int) -> None:
+    """Remove the address a stopped cluster left as the machine's current one (``ray stop`` does; a SIGTERM does
+    not): ``ray.init()`` without an address would try to join it."""
+    current = Path("/tmp/ray/ray_current_cluster")
+    with contextlib.suppress(OSError):
+        if current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
 
 
 def stop(proc: subprocess.Popen) -> None:

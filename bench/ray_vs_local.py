@@ -40,7 +40,8 @@ import json, sys, time
 t0 = time.monotonic()
 import ray
 t1 = time.monotonic()
-ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, logging_level="warning", log_to_driver=False)
+ray.init(address="local", num_cpus=int(sys.argv[1]), include_dashboard=False, logging_level="warning",
+         log_to_driver=False)
 t2 = time.monotonic()
 @ray.remote(num_cpus=1)
 def noop(i):

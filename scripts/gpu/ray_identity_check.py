@@ -27,7 +27,7 @@ def seen() -> dict:
 if __name__ == "__main__":
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="warning",
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="warning",
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     here, there = seen(), ray.get(ray.remote(seen).remote())
     for key in here:
