@@ -23,8 +23,10 @@
 # Budget the calls from what they cost on the lent machine (2026-12-04): before its first run a step makes the
 # installation's one-time records for its tasks and evidence, 170-270 s with GPU evidence; the Ray phase makes
 # them again, since the environment with Ray's packages installed is another identity; a GPU run at 4, 2 or 1
-# jobs (2 candidates per job) takes 90-110 s. The machine is given back 30 s after a call ends: start the next one
-# at once.
+# jobs (2 candidates per job) takes 90-110 s. CPU evidence at 16..1 jobs: 255 s with 4 candidates per job (the
+# local phase's cpu step, records included), 339 s for the Ray phase's ray-cluster runs beside them; with 8 per
+# job, more than 470 s on a slow machine (its 1-job run was cut). The machine is given back 30 s after a call
+# ends: start the next one at once.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
 # scaling-ray.{txt,json}, scaling-ray-gpu.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and
 # timestamped log).
