@@ -134,6 +134,9 @@ def main() -> int:
     parser.add_argument("corpus", type=Path, help="a folder grade reads (TASK/NAME.diff)")
     parser.add_argument("--ids", nargs="+", help="these candidates, in this order (default: all, sorted)")
     parser.add_argument("--repeat", type=int, default=1, help="alternate the two modes R times (default: 1)")
+    parser.add_argument("--modes", nargs="+", choices=("process", "actor"), default=["process", "actor"],
+                        help="the modes, in this order each round (default: process actor); one alone, on a "
+                             "fresh cache, shows what that mode makes for itself")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
     from grader.ingest import ingest
@@ -142,7 +145,8 @@ def main() -> int:
     measured = []
     with joined_cluster():
         for round_ in range(1, args.repeat + 1):
-            for mode, grade in (("process", in_process), ("actor", in_actor)):
+            for mode in args.modes:
+                grade = in_process if mode == "process" else in_actor
                 found = grade(str(args.corpus), ids)
                 measured.append({"mode": mode, "round": round_, **found})
                 print(f"round {round_} {mode:7s}: calls seen {found['seen_s']} s, inside {found['inside_s']} s",
