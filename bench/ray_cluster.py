@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 STARTED = "Ray runtime started"
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")  # where `ray start` records the machine's current cluster
 START_LIMIT_S = 120
 STOP_LIMIT_S = 60
 
@@ -68,10 +69,9 @@ def wait_until_up(proc: subprocess.Popen, log: Path, started: float) -> None:
 def forget(port: int) -> None:
     """Remove the address a stopped cluster left as the machine's current one (``ray stop`` does; a SIGTERM does
     not): ``ray.init()`` without an address would try to join it."""
-    current = Path("/tmp/ray/ray_current_cluster")
     with contextlib.suppress(OSError):
-        if current.read_text().strip().endswith(f":{port}"):
-            current.unlink()
+        if CURRENT_CLUSTER.read_text().strip().endswith(f":{port}"):
+            CURRENT_CLUSTER.unlink()
 
 
 def stop(proc: subprocess.Popen) -> None:
