@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-# Inside grade_on_node's first call: function name (as cProfile labels it) -> what it is.
+# The parts of a grade_on_node call that are timed: function name (as cProfile labels it) -> what it is.
 SETUP = {"engine_fingerprint": "engine fingerprint", "third_party_modules": "preload list",
          "start_workers": "warm worker start", "apply_diff": "patch", "run_hidden_tests": "hidden tests"}
 
@@ -116,17 +116,16 @@ def joined_cluster():
     the cluster's token once, when it is first imported."""
     from ray_cluster import running_cluster
 
+    from grader import ray_backend
+
     with running_cluster(1, dict(os.environ), Path(os.environ.get("TMPDIR", "/tmp")) / "ray-actor-cost.txt") \
             as (address, join_env, _):
         os.environ.update(join_env)
-        import ray
-
-        ray.init(address=address, log_to_driver=False, logging_level="warning",
-                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "bench")))}})
+        ray_backend.connect(address)  # as grade --address joins it
         try:
             yield
         finally:
-            ray.shutdown()
+            ray_backend.disconnect()
 
 
 def main() -> int:

@@ -40,8 +40,8 @@ def test_jobs_share_the_gpus_evenly():
 def one_gpu_cluster():
     ray = pytest.importorskip("ray")
     os.environ.pop("RAY_ADDRESS", None)
-    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="warning", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="warning",
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     yield ray
     ray.shutdown()
 
