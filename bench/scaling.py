@@ -358,11 +358,11 @@ def main() -> int:
     parser.add_argument("--budget", type=float, help="seconds after which no further run starts (default: none)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--work", type=Path, help="keep the corpus and finished runs here, for a later invocation")
-    parser.add_argument("--table-of", type=Path, metavar="TXT",
-                        help="only print the table of the runs a bench's output TXT lists, and stop")
+    parser.add_argument("--table-of", type=Path, nargs="+", metavar="TXT",
+                        help="only print the table of the runs the bench outputs TXT list, and stop")
     args = parser.parse_args()
     if args.table_of:
-        print("\n".join(table(runs_printed(args.table_of.read_text()))))
+        print("\n".join(table(runs_printed("\n".join(path.read_text() for path in args.table_of)))))
         return 0
     started = time.monotonic()
     os.environ.setdefault("GRADER_PROGRESS_EVERY", "10")  # the runs' logs (log-*.txt) say how each went
@@ -425,14 +425,20 @@ def write_measurements(args, entries: list, runs: list[dict], complete: bool) ->
 
 RUN_LINE = re.compile(r"^(?P<backend>local|ray-cluster|ray)\s+jobs\s+(?P<jobs>\d+):\s+"
                       r"(?P<candidates>\d+) candidates\s+"
-                      r"(?P<wall>[\d.]+) s,\s+(?P<per_minute>[\d.]+) candidates/min")
+                      r"(?P<wall>[\d.]+) s,\s+(?P<per_minute>[\d.]+) candidates/min(?:, round (?P<round>\d+))?")
 
 
 def runs_printed(text: str) -> list[dict]:
-    """The runs a bench printed, one per run line (``--table-of``: a bench cut short before its table)."""
-    return [{"backend": m["backend"], "jobs": int(m["jobs"]), "candidates": int(m["candidates"]),
-             "wall_s": float(m["wall"]), "per_minute": float(m["per_minute"])}
-            for m in map(RUN_LINE.match, text.splitlines()) if m]
+    """The runs a bench printed, one per run line (``--table-of``: a bench cut short before its table, or several
+    calls' outputs). A run a later call reused is listed again there, as the same round with the same numbers: it
+    counts once."""
+    runs = {}
+    for m in map(RUN_LINE.match, text.splitlines()):
+        if m:
+            run = {"backend": m["backend"], "jobs": int(m["jobs"]), "candidates": int(m["candidates"]),
+                   "wall_s": float(m["wall"]), "per_minute": float(m["per_minute"])}
+            runs.setdefault((*run.values(), int(m["round"] or 1)), run)
+    return list(runs.values())
 
 
 if __name__ == "__main__":

@@ -362,6 +362,21 @@ def test_repeated_runs_make_one_point_each_at_their_median():
     assert "| local | 4 | 48.0 (40.0-60.0, 3 runs) | 10.0 | 2.50 | 0.62 |  |" in lines
 
 
+def test_a_run_a_later_call_reused_counts_once_in_the_table_of_both_outputs():
+    from scaling import runs_printed, table
+
+    first_call = ("local jobs   4:     8 candidates     68.8 s,     7.0 candidates/min\n"
+                  "local jobs   1:     2 candidates     71.8 s,     1.7 candidates/min\n")
+    second_call = ("local jobs   4:     8 candidates     68.8 s,     7.0 candidates/min, round 1 (reused: measured at "
+                   "2026-12-04T13:35:28Z)\n"
+                   "local jobs   4:     8 candidates     67.4 s,     7.1 candidates/min, round 2\n")
+    runs = runs_printed(first_call + second_call)
+    assert [(r["jobs"], r["wall_s"]) for r in runs] == [(4, 68.8), (1, 71.8), (4, 67.4)]
+    assert "| local | 4 | 68.1 (67.4-68.8, 2 runs) | 7.0 | 4.12 | 1.03 |  |" in table(runs)
+    # the same numbers in another round are another run
+    assert len(runs_printed(first_call + first_call.replace("min\n", "min, round 2\n"))) == 4
+
+
 def test_the_measurements_are_written_after_every_run(tmp_path):
     from argparse import Namespace
 
