@@ -361,8 +361,10 @@ class RayBackend:
                         candidate = by_id[candidate_id]
                         result = error_result(candidate, failure_message(exc), tasks.get(candidate.task or ""))
                         actor = pool.replace(actor)
-                    deliver(Graded(by_id[candidate_id], result))
+                    # The actor's next candidate first: it grades while the driver stores and reports this one,
+                    # as a local run's workers do.
                     pool.submit(actor, in_flight)
+                    deliver(Graded(by_id[candidate_id], result))
         finally:
             for pool in pools.values():
                 pool.close()

@@ -157,6 +157,29 @@ def test_actors_keep_their_process_between_candidates(local_cluster):
     assert len({g.result.summary for g in run.graded}) == 1 and len(run.graded) == 3
 
 
+def test_an_actor_grades_its_next_candidate_while_the_driver_delivers_the_last(local_cluster, tmp_path):
+    """Storing and reporting a result is the driver's work: the actor that graded it has its next candidate by
+    then, as a local run's worker threads do (they never wait on the store)."""
+    import time
+
+    def stamps_its_start(candidate, *_args):
+        (tmp_path / f"started-{candidate.id}").write_text(str(time.time()))
+        return CandidateResult(candidate.id, candidate.task, candidate.source, "partial", 0.5, {}, None, "").to_json()
+
+    delivered: dict[str, float] = {}
+
+    class SlowStore(QuietObserver):
+        def graded(self, item, done, total):
+            time.sleep(3)  # a slow disk under the store, or a terminal that blocks
+            delivered[item.candidate.id] = time.time()
+
+    candidates = [Candidate(f"c{i}", f"c{i}.diff", "+x\n", TASK) for i in range(2)]
+    run = grade_many(candidates, GradingOptions(timeout=60, jobs=1), SlowStore(),
+                     backend=ray_backend.RayBackend(stamps_its_start))
+    assert [g.result.verdict for g in run.graded] == ["partial", "partial"]
+    assert float((tmp_path / "started-c1").read_text()) < delivered["c0"] - 2
+
+
 def test_exhausted_retries_give_an_error_for_that_candidate_only(local_cluster, tmp_path):
     attempts = tmp_path / "attempts"
     attempts.mkdir()
