@@ -23,10 +23,15 @@
 # Budget the calls from what they cost on the lent machine (2026-12-04): before its first run a step makes the
 # installation's one-time records for its tasks and evidence, 170-270 s with GPU evidence; the Ray phase makes
 # them again, since the environment with Ray's packages installed is another identity; a GPU run at 4, 2 or 1
-# jobs (2 candidates per job) takes 90-110 s. CPU evidence at 16..1 jobs: 255 s with 4 candidates per job (the
+# jobs (2 candidates per job) takes 70-110 s. CPU evidence at 16..1 jobs: 255 s with 4 candidates per job (the
 # local phase's cpu step, records included), 339 s for the Ray phase's ray-cluster runs beside them; with 8 per
-# job, more than 470 s on a slow machine (its 1-job run was cut). The machine is given back 30 s after a call
-# ends: start the next one at once.
+# job, more than 470 s on a slow machine (its 1-job run was cut). At 1e74742, in one warm machine: the local phase
+# at SCALING_JOBS="16 1", 4 per job, 166 s with its records; the Ray phase over them with SCALING_REPEAT=2 335 s;
+# SCALING_RAY_STEPS=gpu at 1 job 383 s (with the GPU records), then at "4 2 1" 324 s (reusing the 1-job runs).
+# The machine is given back 30 s after a call ends: start the next one at once.
+# Carry: with the working tree at 19 MB, .whl, .gpu/cache and .gpu/bin together pass the 64 MiB limit. A warm
+# machine keeps the ignored paths an earlier call carried, so carry .gpu/cache and .gpu/bin/{git,patch}.gz in a
+# first call that runs `ls`, then .whl with the local phase.
 # What comes back ($OUT): summary.txt, scaling-cpu.{txt,json}, scaling-gpu.{txt,json}, scaling-whole.{txt,json},
 # scaling-ray.{txt,json}, scaling-ray-gpu.{txt,json}, and per step STEP-runs.tar.xz (each run's results.json and
 # timestamped log).
