@@ -1,11 +1,12 @@
 """Where a candidate's test seconds go, per task, from the results.json files of gradings.
 
-    python bench/check_costs.py RESULTS.json [RESULTS.json ...]
+    python bench/check_costs.py RESULTS.json [RESULTS.json ...] [--top N] [--candidates PREFIX ...]
 
 For each file and task: how many candidates ran tests, their mean ``tests_s`` (the judge's whole run), the mean
 of their checks' summed ``duration_s``, and the checks that cost most on average, with the share of the tests'
 seconds they take. A task's subjects start inside its first checks (a subject is started by the first probe call
-made to it), so a start that costs seconds shows as one or two checks far above the rest.
+made to it), so a start that costs seconds shows as one or two checks far above the rest. ``--candidates`` keeps
+the candidates whose id starts with one of the prefixes (a bench's copies, ``NAME-copyNN``, start with ``NAME``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def per_task(document: dict) -> dict[str, list[dict]]:
+def per_task(document: dict, prefixes: tuple[str, ...] = ("",)) -> dict[str, list[dict]]:
     tasks: dict[str, list[dict]] = defaultdict(list)
     for candidate in document.get("candidates", []):
         timings = candidate.get("timings") or {}
-        if not timings.get("tests_s"):
+        if not timings.get("tests_s") or not candidate["id"].startswith(prefixes):
             continue
         checks = {e["test"].split("::", 1)[-1]: e.get("duration_s") or 0.0
                   for criterion in candidate["criteria"].values() for e in criterion["evidence"]}
@@ -30,9 +31,9 @@ def per_task(document: dict) -> dict[str, list[dict]]:
     return tasks
 
 
-def report(path: Path, top: int) -> list[str]:
+def report(path: Path, top: int, prefixes: tuple[str, ...] = ("",)) -> list[str]:
     lines = [f"== {path}"]
-    tasks = per_task(json.loads(path.read_text()))
+    tasks = per_task(json.loads(path.read_text()), prefixes)
     every = [r["tests_s"] for runs in tasks.values() for r in runs]
     if every:
         lines.append(f"all tasks: {len(every)} candidate(s), tests {statistics.mean(every):.1f} s")
@@ -51,9 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path)
     parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--candidates", nargs="+", default=[""], metavar="PREFIX",
+                        help="only the candidates whose id starts with one of these")
     args = parser.parse_args(argv)
     for path in args.results:
-        print("\n".join(report(path, args.top)))
+        print("\n".join(report(path, args.top, tuple(args.candidates))))
     return 0
 
 
