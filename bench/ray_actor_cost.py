@@ -1,17 +1,20 @@
 """What a Ray actor adds to grading: the same candidates graded by ``grade_on_node`` in a process of its own and in
 an actor on a running cluster, call by call.
 
-    python bench/ray_actor_cost.py CORPUS_DIR [--ids ID ...] [--repeat R]
+    python bench/ray_actor_cost.py CORPUS_DIR [--ids ID ...] [--repeat R] [--jobs N] [--gpu]
 
 ``CORPUS_DIR`` is a folder ``grade`` reads (``TASK/NAME.diff``; a bench's ``corpus-N``). The candidates (``--ids``,
 else every one, in order) are graded one after another, as one job grades them, first in a fresh Python process
-here and then in one fresh actor of a one-CPU cluster that ``bench/ray_cluster.py`` starts. Per mode it prints each
-call's seconds twice: as the caller saw it (for the actor: dispatch, the actor's start on the first call, the
-result's way back) and inside ``grade_on_node``; and per call what its parts cost inside: the engine's
-fingerprint, the warm worker's preload list and start, the patch, the hidden tests. ``--repeat R``
-alternates the two modes R times, so that what drifts on the machine falls on both. ``GRADER_CACHE`` must hold
-the tasks' built bases and the installation's records (a bench's ``cache-installation``, or a cache a local run
-used), or the first call makes them too.
+here and then in one fresh actor of a cluster that ``bench/ray_cluster.py`` starts; with ``--jobs N``, N such jobs
+at once (N processes, or N actors of an N-CPU cluster), each grading every candidate, as N jobs of a run start
+together. Per mode and job it prints each call's seconds twice: as the caller saw it (for an actor: dispatch, the
+actor's start on the first call, the result's way back) and inside ``grade_on_node``; and per call what its parts
+cost inside (the engine's fingerprint, the warm worker's preload list and start, the patch, the hidden tests) and
+its costliest check, where a subject's start shows. ``--gpu`` grades with GPU evidence, each actor holding 1/N of
+the cluster's GPUs as the backend's GPU actors do (``grader.ray_backend.gpu_actors``). ``--repeat R`` alternates
+the two modes R times, so that what drifts on the machine falls on both. ``GRADER_CACHE`` must hold the tasks'
+built bases and the installation's records for that evidence (a bench's ``cache-installation``, or a cache a local
+run used), or the first call makes them too.
 """
 
 from __future__ import annotations
@@ -39,14 +42,19 @@ class Grading:
     its warm worker between calls. Each call is profiled for what its setup cost (``SETUP``: the first call that
     runs tests pays for the warm worker)."""
 
-    def __init__(self, corpus: str) -> None:
+    def __init__(self, corpus: str, gpu: bool = False, jobs: int = 1, gpu_assigned: bool = False) -> None:
+        from grader.core.environment import memory_per_subject
         from grader.core.records import GradingOptions
         from grader.ingest import ingest
 
         self.candidates = {c.id: c for c in ingest([Path(corpus)])}
-        self.options = GradingOptions(gpu=False, timeout=300, jobs=1, use_evidence_cache=False).to_json()
+        # as grade_many gives the backend: the subjects' memory bound follows the job count
+        self.options = GradingOptions(gpu=gpu, timeout=300, jobs=jobs, use_evidence_cache=False,
+                                      memory_bytes=memory_per_subject(jobs)).to_json()
+        self.gpu_assigned = gpu_assigned
         self.inside_s: list[float] = []
         self.setup_s: list[dict[str, float]] = []
+        self.costliest: list[str] = []
 
     def grade(self, cid: str) -> None:
         import cProfile
@@ -57,8 +65,9 @@ class Grading:
         profile = cProfile.Profile()
         started = time.monotonic()
         profile.enable()
-        ray_backend.grade_on_node(self.candidates[cid], self.options, False)
+        result = ray_backend.grade_on_node(self.candidates[cid], self.options, self.gpu_assigned)
         profile.disable()
+        self.costliest.append(costliest_check(result))
         self.inside_s.append(round(time.monotonic() - started, 2))
         setup: dict[str, float] = {}
         for (_, _, name), (_, _, _, cumulative, _) in pstats.Stats(profile).stats.items():
@@ -70,12 +79,22 @@ class Grading:
         from grader import ray_backend
 
         ray_backend.close_warm()
-        return {"inside_s": self.inside_s, "setup_s": self.setup_s}
+        return {"inside_s": self.inside_s, "setup_s": self.setup_s, "costliest": self.costliest}
 
 
-def graded_here(corpus: str, ids: list[str]) -> dict:
+def costliest_check(result: dict) -> str:
+    """The check of ``result`` (a candidate's JSON result) that took longest, with its seconds."""
+    timed = [(e.get("duration_s") or 0.0, e["test"].split("::", 1)[-1])
+             for criterion in result.get("criteria", {}).values() for e in criterion["evidence"] if e.get("test")]
+    if not timed:
+        return "no check ran"
+    seconds, name = max(timed)
+    return f"{name} {seconds:.2f} s"
+
+
+def graded_here(corpus: str, ids: list[str], gpu: bool = False, jobs: int = 1) -> dict:
     """The candidates graded by a ``Grading`` in this process, each call timed from here too."""
-    grading, seen = Grading(corpus), []
+    grading, seen = Grading(corpus, gpu, jobs), []
     try:
         for cid in ids:
             started = time.monotonic()
@@ -86,39 +105,60 @@ def graded_here(corpus: str, ids: list[str]) -> dict:
     return {**found, "seen_s": seen}
 
 
-def in_process(corpus: str, ids: list[str]) -> dict:
-    """``graded_here`` in a fresh interpreter (whose start, like an actor's process start, precedes the calls)."""
+def in_processes(corpus: str, ids: list[str], gpu: bool, jobs: int) -> list[dict]:
+    """``graded_here`` in ``jobs`` fresh interpreters at once (whose start, like an actor's process start, precedes
+    the calls), as a local run's jobs grade side by side."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from ray_actor_cost import graded_here; "
-            "print(json.dumps(graded_here(sys.argv[2], sys.argv[3:])))")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO / "bench"), corpus, *ids], cwd=REPO,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+            "print(json.dumps(graded_here(sys.argv[2], sys.argv[5:], sys.argv[3] == '1', int(sys.argv[4]))))")
+    argv = [sys.executable, "-c", code, str(REPO / "bench"), corpus, str(int(gpu)), str(jobs), *ids]
+    running = [subprocess.Popen(argv, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                                text=True) for _ in range(jobs)]
+    found = []
+    for proc in running:
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"a grading process failed (exit {proc.returncode})")
+        found.append(json.loads(out.strip().splitlines()[-1]))
+    return found
 
 
-def in_actor(corpus: str, ids: list[str]) -> dict:
-    """The same in one fresh actor of the cluster joined, each call timed from here (dispatch, the actor's start on
-    the first, the way back) and inside."""
+def in_actors(corpus: str, ids: list[str], gpu: bool, jobs: int) -> list[dict]:
+    """The same in ``jobs`` fresh actors of the cluster joined, at once, each call timed from here (dispatch, the
+    actor's start on the first, the way back) and inside. With ``gpu``, each actor holds its share of the cluster's
+    GPUs, where it has any."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import ray
 
-    grading, seen = ray.remote(num_cpus=1)(Grading).remote(corpus), []
-    for cid in ids:
-        started = time.monotonic()
-        ray.get(grading.grade.remote(cid))
-        seen.append(round(time.monotonic() - started, 2))
-    found = ray.get(grading.close.remote())
-    ray.kill(grading)
-    return {**found, "seen_s": seen}
+    share = ray.cluster_resources().get("GPU", 0) / jobs if gpu else 0
+    actors = [ray.remote(num_cpus=1, num_gpus=share)(Grading).remote(corpus, gpu, jobs, bool(share))
+              for _ in range(jobs)]
+
+    def one_job(grading) -> dict:
+        seen = []
+        for cid in ids:
+            started = time.monotonic()
+            ray.get(grading.grade.remote(cid))
+            seen.append(round(time.monotonic() - started, 2))
+        return {**ray.get(grading.close.remote()), "seen_s": seen}
+
+    try:
+        with ThreadPoolExecutor(jobs) as pool:
+            return list(pool.map(one_job, actors))
+    finally:
+        for grading in actors:
+            ray.kill(grading)
 
 
 @contextlib.contextmanager
-def joined_cluster():
-    """A running one-CPU cluster (``bench/ray_cluster.py``), joined by this process for the whole bench: Ray reads
-    the cluster's token once, when it is first imported."""
+def joined_cluster(cpus: int):
+    """A running cluster of ``cpus`` CPUs (``bench/ray_cluster.py``), joined by this process for the whole bench: Ray
+    reads the cluster's token once, when it is first imported."""
     from ray_cluster import running_cluster
 
     from grader import ray_backend
 
-    with running_cluster(1, dict(os.environ), Path(os.environ.get("TMPDIR", "/tmp")) / "ray-actor-cost.txt") \
+    with running_cluster(cpus, dict(os.environ), Path(os.environ.get("TMPDIR", "/tmp")) / "ray-actor-cost.txt") \
             as (address, join_env, _):
         os.environ.update(join_env)
         ray_backend.connect(address)  # as grade --address joins it
@@ -136,22 +176,25 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", choices=("process", "actor"), default=["process", "actor"],
                         help="the modes, in this order each round (default: process actor); one alone, on a "
                              "fresh cache, shows what that mode makes for itself")
+    parser.add_argument("--jobs", type=int, default=1, help="this many jobs at once, each grading every candidate")
+    parser.add_argument("--gpu", action="store_true", help="GPU evidence (default: CPU evidence, --gpu off)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
     from grader.ingest import ingest
 
     ids = args.ids or sorted(c.id for c in ingest([args.corpus]))
     measured = []
-    with joined_cluster():
+    with joined_cluster(args.jobs):
         for round_ in range(1, args.repeat + 1):
             for mode in args.modes:
-                grade = in_process if mode == "process" else in_actor
-                found = grade(str(args.corpus), ids)
-                measured.append({"mode": mode, "round": round_, **found})
-                print(f"round {round_} {mode:7s}: calls seen {found['seen_s']} s, inside {found['inside_s']} s",
-                      flush=True)
-                for cid, setup in zip(ids, found["setup_s"]):
-                    print(f"    {cid}: " + ", ".join(f"{k} {v:.2f} s" for k, v in setup.items()), flush=True)
+                grade = in_processes if mode == "process" else in_actors
+                for job, found in enumerate(grade(str(args.corpus), ids, args.gpu, args.jobs), 1):
+                    measured.append({"mode": mode, "round": round_, "job": job, **found})
+                    print(f"round {round_} {mode:7s} job {job}: calls seen {found['seen_s']} s, "
+                          f"inside {found['inside_s']} s", flush=True)
+                    for cid, setup, costliest in zip(ids, found["setup_s"], found["costliest"]):
+                        print(f"    {cid}: " + ", ".join(f"{k} {v:.2f} s" for k, v in setup.items())
+                              + f"; costliest check {costliest}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"ids": ids, "runs": measured}, indent=1) + "\n")
     return 0

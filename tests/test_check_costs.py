@@ -1,4 +1,4 @@
-"""bench/check_costs.py: where a candidate's test seconds go, over the candidates asked for."""
+"""bench/check_costs.py and bench/ray_actor_cost.py: where a candidate's test seconds go, check by check."""
 
 from __future__ import annotations
 
@@ -29,3 +29,11 @@ def test_only_the_candidates_asked_for_and_their_copies_are_counted(tmp_path):
     asked = report(results, 1, ("t/first",))
     assert "t: 2 candidate(s), tests 11.0 s, checks summed 10.0 s" in asked
     assert asked[-1] == "      9.00 s    82%  starts_subject"
+
+
+def test_the_actor_cost_bench_names_each_calls_costliest_check():
+    from ray_actor_cost import costliest_check
+
+    result = candidate("t/first", 10.0, {"starts_subject": 8.0, "quick": 1.0})
+    assert costliest_check(result) == "starts_subject 8.00 s"
+    assert costliest_check(candidate("t/none", 0.0, {})) == "no check ran"
