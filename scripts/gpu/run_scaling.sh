@@ -15,7 +15,7 @@
 # SCALING_STEPS (phase local; default "cpu gpu") picks the CPU-evidence runs, the GPU-evidence runs or both, and
 # "whole": the whole corpus (SCALING_SIZE, default 1000) at SCALING_WHOLE_JOBS (default 16) jobs, CPU evidence.
 # SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
-# SCALING_REPEAT times (default 1; bench/scaling.py --repeat). SCALING_RAY_STEPS (phase ray; default "cpu") picks
+# SCALING_REPEAT times (default 1; bench/scaling.py --repeat; the Ray phase's GPU runs too). SCALING_RAY_STEPS (phase ray; default "cpu") picks
 # the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's `gpu` step. A step not asked for
 # is noted as not run. SCALING_RAY_BACKENDS (default "ray-cluster") says how Ray runs: "ray-cluster", grade joining
 # a cluster of --jobs CPUs that is up (and idle) before the clock starts, as where grading at scale runs on Ray;
@@ -130,7 +130,7 @@ else
   # records under /tmp/scaling/gpu; what it lacks is measured here). Ray's GPU actors share the one GPU, --jobs of
   # them (grader.ray_backend.gpu_actors), as the local runs' subjects do.
   step "gpu ray" "$RAY_STEPS" gpu scaling-ray-gpu "${SCALING_RAY_GPU_LIMIT:-300}" --size "${SCALING_SIZE:-200}" \
-    --per-job "$GPU_PER_JOB" --repeat "$REPEAT" --jobs $GPU_JOBS --backends local $RAY_BACKENDS --gpu on --tasks $GPU_TASKS \
-    --budget "${SCALING_GPU_BUDGET:-0}"
+    --per-job "$GPU_PER_JOB" --repeat "$REPEAT" --jobs $GPU_JOBS --backends local $RAY_BACKENDS --gpu on \
+    --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}"
 fi
 exit 0
