@@ -17,9 +17,10 @@
 # SCALING_PER_JOB (default 2) candidates are graded once per job in the CPU-evidence runs of either phase, each run
 # SCALING_REPEAT times (default 1; bench/scaling.py --repeat; the Ray phase's GPU runs too). SCALING_RAY_STEPS
 # (phase ray; default "cpu") picks the Ray runs: "cpu", and "gpu" for GPU evidence on Ray beside the local phase's
-# `gpu` step. A step not asked for is noted as not run. SCALING_RAY_BACKENDS (default "ray-cluster") says how Ray runs: "ray-cluster", grade joining
-# a cluster of --jobs CPUs that is up (and idle) before the clock starts, as where grading at scale runs on Ray;
-# "ray", grade starting a local cluster inside each run (bench/ray_cluster.py says what the difference is).
+# `gpu` step. A step not asked for is noted as not run. SCALING_RAY_BACKENDS (default "ray-cluster") says how Ray
+# runs: "ray-cluster", grade joining a cluster of --jobs CPUs that is up (and idle) before the clock starts, as where
+# grading at scale runs on Ray; "ray", grade starting a local cluster inside each run (bench/ray_cluster.py says what
+# the difference is).
 # Budget the calls from what they cost on the lent machine (2026-12-04): before its first run a step makes the
 # installation's one-time records for its tasks and evidence, 170-270 s with GPU evidence; the Ray phase makes
 # them again, since the environment with Ray's packages installed is another identity; a GPU run at 4, 2 or 1
