@@ -19,15 +19,19 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def check_seconds(candidate: dict) -> dict[str, float]:
+    """Each check of ``candidate`` (its JSON result), by its name in its file, with the seconds it took."""
+    return {e["test"].split("::", 1)[-1]: e.get("duration_s") or 0.0
+            for criterion in candidate.get("criteria", {}).values() for e in criterion["evidence"] if e.get("test")}
+
+
 def per_task(document: dict, prefixes: tuple[str, ...] = ("",)) -> dict[str, list[dict]]:
     tasks: dict[str, list[dict]] = defaultdict(list)
     for candidate in document.get("candidates", []):
         timings = candidate.get("timings") or {}
         if not timings.get("tests_s") or not candidate["id"].startswith(prefixes):
             continue
-        checks = {e["test"].split("::", 1)[-1]: e.get("duration_s") or 0.0
-                  for criterion in candidate["criteria"].values() for e in criterion["evidence"]}
-        tasks[candidate["task"]].append({"tests_s": timings["tests_s"], "checks": checks})
+        tasks[candidate["task"]].append({"tests_s": timings["tests_s"], "checks": check_seconds(candidate)})
     return tasks
 
 
