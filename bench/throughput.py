@@ -55,16 +55,20 @@ def timed(argv: list[str], cache: Path, repo: Path = REPO, ok: tuple[int, ...] =
           log: Path | None = None, extra_env: dict[str, str] | None = None) -> float:
     """Seconds ``grade.py argv`` took (wall clock), with ``cache`` as its GRADER_CACHE (and ``extra_env``). With
     ``log``, its output is kept there, each line after the seconds since the start at which it came (its progress
-    lines then say when each phase ended and each candidate was graded)."""
+    lines then say when each phase ended and each candidate was graded). Each line is written as it comes: a run
+    that its caller's time limit cuts still leaves how far it got."""
     env = dict(os.environ, GRADER_CACHE=str(cache), **(extra_env or {}))
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(repo / "grade.py"), *argv], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=repo)
-    lines = [f"{time.monotonic() - started:9.2f} {line}" for line in proc.stdout]
+    lines = []
+    with open(log if log is not None else os.devnull, "w") as kept:
+        for line in proc.stdout:
+            lines.append(f"{time.monotonic() - started:9.2f} {line}")
+            kept.write(lines[-1])
+            kept.flush()
     returncode = proc.wait()
     elapsed = time.monotonic() - started
-    if log is not None:
-        log.write_text("".join(lines))
     if returncode not in ok:
         sys.stderr.write("".join(lines)[-3000:])
         raise SystemExit(f"grade.py {' '.join(argv[:3])}... exited with {returncode}")

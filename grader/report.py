@@ -78,7 +78,20 @@ def differences(a, b, where: str = "") -> list[str]:
         return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
-    return [] if a == b else [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
+    if a == b:
+        return []
+    if isinstance(a, str) and isinstance(b, str):
+        return [f"{where}: {parting(a, b)}"]
+    return [f"{where}: {str(a)[:100]!r} != {str(b)[:100]!r}"]
+
+
+def parting(a: str, b: str, before: int = 30, after: int = 70) -> str:
+    """Where two different strings part: each from a little before their first differing character. Two long
+    messages alike in their first hundred characters would otherwise print as equal."""
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, at - before)
+    lead = f"from char {start}: " if start else ""
+    return f"{lead}{a[start:at + after]!r} != {b[start:at + after]!r}"
 
 
 def results_document(results: list[CandidateResult], run: RunInfo) -> dict:

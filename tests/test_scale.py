@@ -393,3 +393,44 @@ def test_the_measurements_are_written_after_every_run(tmp_path):
     other = dict(run, jobs=2, results={"candidates": [dict(result, verdict="fail")]})
     assert write_measurements(args, [], [run, other], complete=True)[0] == ["t/a"]
     assert json.loads(out.read_text())["complete"] is True
+
+
+def test_two_long_messages_that_part_late_are_shown_where_they_part():
+    from grader.report import differences
+
+    head = "Traceback (most recent call last):\n" + "x" * 200
+    found = differences({"m": head + " at 14:46:49 the subject died"}, {"m": head + " at 14:49:56 the subject died"})
+    assert len(found) == 1 and "14:46:49" in found[0] and "14:49:56" in found[0] and "from char" in found[0]
+    assert differences({"m": "abc"}, {"m": "abd"}) == [".m: 'abc' != 'abd'"]
+    assert differences({"m": "ab"}, {"m": "abc"}) == [".m: 'ab' != 'abc'"]
+
+
+def test_a_runs_log_is_written_as_its_lines_come(tmp_path):
+    """A bench run cut by its caller's time limit keeps the lines its grading printed so far."""
+    import threading
+
+    from throughput import timed
+
+    go_on = tmp_path / "go-on"
+    (tmp_path / "grade.py").write_text(
+        "import pathlib, sys, time\n"
+        "print('progress: 1/2 graded', flush=True)\n"
+        "deadline = time.monotonic() + 20\n"
+        f"while not pathlib.Path({str(go_on)!r}).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print('progress: 2/2 graded', flush=True)\n")
+    log = tmp_path / "log.txt"
+    seconds = []
+    run = threading.Thread(target=lambda: seconds.append(timed([], tmp_path / "cache", repo=tmp_path, log=log)))
+    run.start()
+    for _ in range(200):
+        if log.is_file() and "1/2 graded" in log.read_text():
+            break
+        run.join(0.05)
+    written_while_running = log.is_file() and "1/2 graded" in log.read_text() and run.is_alive()
+    go_on.touch()
+    run.join()
+    assert written_while_running
+    assert [line.split(None, 1)[1] for line in log.read_text().splitlines()] == [
+        "progress: 1/2 graded", "progress: 2/2 graded"]
+    assert seconds and seconds[0] < 20

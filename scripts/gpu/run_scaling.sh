@@ -29,6 +29,12 @@
 # job, more than 470 s on a slow machine (its 1-job run was cut). At 1e74742, in one warm machine: the local phase
 # at SCALING_JOBS="16 1", 4 per job, 166 s with its records; the Ray phase over them with SCALING_REPEAT=2 335 s;
 # SCALING_RAY_STEPS=gpu at 1 job 383 s (with the GPU records), then at "4 2 1" 324 s (reusing the 1-job runs).
+# At af07a15, on a machine 1.37x slower on the same GPU runs: the Ray phase's GPU step at 4 jobs, 3 rounds over
+# one earlier call's runs, 307 s; bench/ray_actor_cost.py --jobs 4 --gpu over one candidate 126-136 s; the whole
+# step made its CPU records in about 155 s and its limit of 545 s cut the run about 390 s in (289.6 s at
+# df1aad1 on a faster machine). So give the whole corpus a call of its own, its records made by the call before:
+# SCALING_STEPS=cpu SCALING_JOBS=1 SCALING_PER_JOB=1 makes them (the whole step copies them from the cpu step's
+# folder), then SCALING_STEPS=whole SCALING_WHOLE_LIMIT=570.
 # The machine is given back 30 s after a call ends: start the next one at once.
 # Carry: with the working tree at 19 MB, .whl, .gpu/cache and .gpu/bin together pass the 64 MiB limit. A warm
 # machine keeps the ignored paths an earlier call carried, so carry .gpu/cache and .gpu/bin/{git,patch}.gz in a
