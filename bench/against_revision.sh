@@ -38,15 +38,9 @@ for round in $(seq 1 "$ROUNDS"); do
     grep -E "^(local|ray|ray-cluster) +jobs" "$OUT/$who.txt" | tail -n 1
   done
 done
+# Each tree's last bench output lists every round's run with its stages (bench/scaling.py's stage_line); the
+# JSON has the same with more digits.
 for who in this "$REV"; do
   echo "== $who after $ROUNDS round(s)"
-  "$PY" - "$OUT/$who.json" <<'PY'
-import json, sys
-for run in json.load(open(sys.argv[1]))["runs"]:
-    stages = run["stages"]
-    print(f"  round {run['round']}: {run['backend']} {run['jobs']} jobs, {run['candidates']} candidates, "
-          f"{run['wall_s']} s, {run['machine']['cpu_s_per_candidate']} CPU s per candidate, "
-          f"grading {stages['grading_s']} s (tests {stages['tests_s']} s) per candidate")
-PY
-  grep -E "^identical|^decisions differ" "$OUT/$who.txt" || true
+  grep -E "^(local|ray|ray-cluster) +jobs|^ +(per candidate|machine):|^identical|^decisions differ" "$OUT/$who.txt" || true
 done
