@@ -294,7 +294,7 @@ def grade_or_raise(candidate: Candidate, bases: BaseCache, options: GradingOptio
         criteria = not_evaluated_all(task, f"timed out: the time limit ({options.timeout:g} s) was reached before "
                                            "any hidden test ran")
     verdict = verdict_for(task, apply, criteria, status, cut_input=cut)
-    result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria),
+    result = CandidateResult(candidate.id, task.id, candidate.source, verdict, overall_score(task, criteria, verdict),
                              criteria, apply, "", candidate.reference_summary,
                              diff_sha256=diff_sha256(candidate.diff), timings=timings, run_status=status,
                              error=run.environment_error if status == "environment_error" else

@@ -16,10 +16,18 @@ from grader.core.records import (ApplyReport, CriterionResult, CriterionStatus, 
                                  TestOutcome, Verdict)
 from grader.core.rubric import Task
 
-MET_AT = 0.75
+# A criterion is met only when every one of its evaluated checks passed (its weighted share is then exactly 1):
+# each check is a case the criterion's words name, so a failed case can never read as met, whatever its weight.
+# Weights order partial credit only. Unmet at or below a quarter; partial in between.
+MET_AT = 1.0
 UNMET_AT = 0.25
-FULL_AT = 0.9
+FULL_AT = MET_AT
 EVALUATED = ("passed", "failed", "error")
+# The candidate's score orders as its verdict does: every ``fail`` scores below every ``partial``, every
+# ``partial`` below ``full``. Within a band the score follows the weighted mean of the criteria's scores.
+FAIL_BAND = (0.0, 0.24)
+PARTIAL_BAND = (0.25, 0.99)
+SCORED_VERDICTS = ("full", "partial", "fail")
 
 
 def status_for(score: float) -> CriterionStatus:
@@ -122,18 +130,36 @@ def score_criteria(task: Task, run: RunReport) -> dict[str, CriterionResult]:
     return apply_conditions(task, results)
 
 
-def overall_score(task: Task, criteria: dict[str, CriterionResult]) -> float | None:
+def criteria_mean(task: Task, criteria: dict[str, CriterionResult]) -> float | None:
     """Weighted mean over the criteria that were evaluated."""
     weighted = [(task.criteria[cid].weight, r.score) for cid, r in criteria.items() if r.score is not None]
     total = sum(w for w, _ in weighted)
     return round(sum(w * s for w, s in weighted) / total, 4) if total else None
 
 
+def overall_score(task: Task, criteria: dict[str, CriterionResult], verdict: Verdict) -> float | None:
+    """The candidate's score, ordered as its verdict: ``full`` is 1.0 (every criterion met on every check),
+    ``partial`` lies in PARTIAL_BAND and ``fail`` in FAIL_BAND, each by the criteria's weighted mean. Any other
+    verdict (an incomplete run, an error, a cut input, no diff, no task) is unscored: None, never a number a
+    dashboard or a reward would sum."""
+    if verdict not in SCORED_VERDICTS:
+        return None
+    mean = criteria_mean(task, criteria)
+    if verdict == "full":
+        return 1.0
+    low, high = PARTIAL_BAND if verdict == "partial" else FAIL_BAND
+    if mean is None:
+        # Nothing was evaluated: a fail that never ran (a diff that did not apply) is the bottom of its band.
+        return low if verdict == "fail" else None
+    return round(low + (high - low) * mean, 4)
+
+
 def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionResult],
                 run_status: RunStatus, cut_input: bool = False) -> Verdict:
-    """``full`` needs every criterion evaluated on every one of its checks, at or above FULL_AT, in a complete
-    run; a core criterion below UNMET_AT is ``fail``; an incomplete run or a whole diff with a failed hunk is at
-    best ``partial``. A cut preview (``cut_input``) is ``input_truncated`` whatever its graded criteria say: the
+    """``full`` needs every criterion evaluated on every one of its checks, all passing, in a complete run; a core
+    criterion below UNMET_AT is ``fail``; a run that did not finish (``timed_out``, ``interrupted``) is
+    ``incomplete``, unscored whatever its finished checks say; a whole diff with a failed hunk is at best
+    ``partial``. A cut preview (``cut_input``) is ``input_truncated`` whatever its graded criteria say: the
     candidate was not seen whole, so it neither passes nor fails (an unsafe diff is still refused: ``fail``)."""
     if apply.status == "empty":
         return "no_diff"
@@ -145,6 +171,8 @@ def verdict_for(task: Task, apply: ApplyReport, criteria: dict[str, CriterionRes
         return "input_truncated"
     if apply.status == "failed":
         return "fail"
+    if run_status in ("timed_out", "interrupted"):
+        return "incomplete"
     if any(criteria[cid].score is not None and criteria[cid].score < UNMET_AT for cid in task.core_criteria):
         return "fail"
     if run_status == "complete" and all(r.score is not None and r.score >= FULL_AT and r.coverage >= 1.0

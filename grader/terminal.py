@@ -32,7 +32,8 @@ from grader.sandbox import protocol
 from grader.scorecard import reason
 from grader.wording import verdict_line
 
-VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "input_truncated": "magenta",
+VERDICT_STYLE = {"full": "green", "partial": "yellow", "fail": "red", "no_diff": "dim", "incomplete": "magenta",
+                 "input_truncated": "magenta",
                  "no_task": "magenta", "error": "bold red"}
 
 

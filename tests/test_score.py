@@ -9,7 +9,7 @@ import pytest
 from grader.core.records import ApplyReport, CriterionResult, RunReport
 from grader.core.records import TestOutcome as Outcome  # a name pytest does not collect
 from grader.core.rubric import RUBRICS_DIR, load_task
-from grader.score import (FULL_AT, MET_AT, UNMET_AT, apply_conditions, overall_score, score_criteria,
+from grader.score import (FULL_AT, MET_AT, UNMET_AT, apply_conditions, criteria_mean, overall_score, score_criteria,
                           score_from_outcomes, status_for, verdict_for)
 from grader.validate import check_rules
 
@@ -44,15 +44,17 @@ def results(task, **scores) -> dict[str, CriterionResult]:
 def test_weighted_share():
     outcomes = [out("a", "passed", c1=3), out("b", "failed", c1=1), out("c", "passed", c2=1)]
     r = score_from_outcomes("c1", "t", outcomes)
-    assert r.score == 0.75 and r.status == "met"
+    # A failed check is never met, whatever its weight: the share orders partial credit only.
+    assert r.score == 0.75 and r.status == "partial"
     assert [e.test for e in r.evidence] == ["tests/test_x.py::a", "tests/test_x.py::b"]
     assert r.evidence[0].claim == "claim of a" and r.evidence[0].weight == 3
     assert "3 of 4" in r.rationale and "b" in r.rationale
 
 
 @pytest.mark.parametrize("passed, failed, score, status", [
-    (3, 1, 0.75, "met"),      # the met threshold is inclusive
-    (1, 3, 0.25, "unmet"),    # and so is the unmet one
+    (3, 1, 0.75, "partial"),  # one failed case of four: not met
+    (99, 1, 0.99, "partial"),
+    (1, 3, 0.25, "unmet"),    # the unmet threshold is inclusive
     (1, 1, 0.5, "partial"),
     (2, 1, 0.6667, "partial"),
     (4, 0, 1.0, "met"),
@@ -66,9 +68,9 @@ def test_thresholds(passed, failed, score, status):
 
 
 def test_status_for_boundaries():
-    assert (MET_AT, UNMET_AT) == (0.75, 0.25)
-    assert status_for(0.7499) == "partial" and status_for(0.2501) == "partial"
-    assert status_for(0.75) == "met" and status_for(0.25) == "unmet"
+    assert (MET_AT, UNMET_AT) == (1.0, 0.25)
+    assert status_for(0.9999) == "partial" and status_for(0.2501) == "partial"
+    assert status_for(1.0) == "met" and status_for(0.25) == "unmet"
 
 
 def test_errors_count_as_failures():
@@ -127,7 +129,7 @@ def test_conditional_with_unmet_anchor_scores_zero(task):
 def test_conditional_with_partial_anchor_keeps_its_own_score(task):
     rs = results(task, c1=0.5, c2=0.8)
     rs = apply_conditions(task, rs)
-    assert (rs["c2"].score, rs["c2"].status) == (0.8, "met")
+    assert (rs["c2"].score, rs["c2"].status) == (0.8, "partial")
 
 
 def test_conditional_with_an_anchor_at_the_unmet_threshold_scores_zero(task):
@@ -199,15 +201,17 @@ def test_core_not_evaluated_is_not_fail(task):
 
 
 def test_verdict_full_needs_all_five(task):
-    assert FULL_AT == 0.9
-    assert verdict_for(task, APPLIED, results(task, c1=0.9, c2=0.95), "complete") == "full"
+    assert FULL_AT == 1.0
+    assert verdict_for(task, APPLIED, results(task), "complete") == "full"
+    assert verdict_for(task, APPLIED, results(task, c1=0.99), "complete") == "partial"
     assert verdict_for(task, ApplyReport("partial", "git apply", truncated=True), results(task), "complete") == "full"
     assert verdict_for(task, APPLIED, results(task, c5=0.89), "complete") == "partial"
     assert verdict_for(task, APPLIED, results(task, c4=None), "complete") == "partial"
 
 
 def test_full_needs_a_complete_run_and_full_coverage(task):
-    assert verdict_for(task, APPLIED, results(task), "timed_out") == "partial"
+    assert verdict_for(task, APPLIED, results(task), "timed_out") == "incomplete"
+    assert verdict_for(task, APPLIED, results(task, c1=0.0), "interrupted") == "incomplete"
     assert verdict_for(task, APPLIED, results(task), "apply_partial") == "partial"
     assert verdict_for(task, APPLIED, results(task), "environment_error") == "error"
     rs = results(task)
@@ -215,12 +219,26 @@ def test_full_needs_a_complete_run_and_full_coverage(task):
     assert verdict_for(task, APPLIED, rs, "complete") == "partial"
 
 
-def test_overall_score_weighted_mean_of_evaluated(task):
+def test_criteria_mean_weighted_over_evaluated(task):
     rs = results(task, c1=1.0, c2=None, c3=0.5, c4=0.0, c5=1.0)
     # weights: c1 2, c3 2, c4 1, c5 1 -> (2 + 1 + 0 + 1) / 6
-    assert overall_score(task, rs) == round(4 / 6, 4)
-    assert overall_score(task, results(task, c1=None, c2=None, c3=None, c4=None, c5=None)) is None
-    assert overall_score(task, results(task)) == 1.0
+    assert criteria_mean(task, rs) == round(4 / 6, 4)
+    assert criteria_mean(task, results(task, c1=None, c2=None, c3=None, c4=None, c5=None)) is None
+
+
+def test_overall_score_orders_as_the_verdict(task):
+    """Every fail scores below every partial, every partial below full, whatever the criteria's mean."""
+    best_fail = overall_score(task, results(task, c1=0.2), "fail")
+    worst_partial = overall_score(task, results(task, c1=0.3, c2=0.0, c3=0.3, c4=0.0, c5=0.0), "partial")
+    best_partial = overall_score(task, results(task, c5=0.99), "partial")
+    assert 0.0 <= best_fail < 0.25 <= worst_partial < best_partial < 1.0
+    assert overall_score(task, results(task), "full") == 1.0
+    assert overall_score(task, results(task, c1=None, c2=None, c3=None, c4=None, c5=None), "fail") == 0.0
+
+
+@pytest.mark.parametrize("verdict", ["incomplete", "error", "input_truncated", "no_diff", "no_task"])
+def test_unfinished_and_unjudged_verdicts_are_unscored(task, verdict):
+    assert overall_score(task, results(task), verdict) is None
 
 
 # --- validate-rubrics rules -------------------------------------------------------------------------------------------

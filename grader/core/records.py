@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "3.0"
 
 ApplyStatus = Literal["applied", "partial", "failed", "empty", "rejected"]
 HunkStatus = Literal["applied", "offset", "fuzz", "failed", "truncated"]
@@ -16,7 +16,8 @@ FileChange = Literal["modified", "added", "deleted", "renamed"]
 CriterionStatus = Literal["met", "partial", "unmet", "not_evaluated"]
 # ``input_truncated`` (a cut preview) and ``no_task`` (no task could be told) are neither pass nor fail: the
 # candidate was not seen whole, or not graded at all, and is counted apart like ``no_diff``.
-Verdict = Literal["full", "partial", "fail", "no_diff", "input_truncated", "no_task", "error"]
+# ``incomplete``: the run did not finish (timed out, interrupted); unscored, neither a pass nor a fail.
+Verdict = Literal["full", "partial", "fail", "incomplete", "no_diff", "input_truncated", "no_task", "error"]
 # "not_run": the judge ended before the test finished, for a reason not the candidate's (killed, out of memory).
 TestStatus = Literal["passed", "failed", "skipped", "error", "timeout", "not_run"]
 # What happened to a candidate's grading, beside its verdict: only "complete" results are stored and cached.
