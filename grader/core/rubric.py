@@ -38,6 +38,9 @@ class Criterion:
     core: bool
     kind: str
     anchor: str | None = None
+    # The case space the criterion's words imply: axis -> the values it names ([criteria.cN.cases]). Every value
+    # must be exercised by some check of the criterion (``check-task``); the criterion is met only when all pass.
+    cases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,8 @@ RUBRIC_SCHEMA: Schema = {"id": (str, True), "title": (str, True), "problem": (st
                          "criteria": (dict, True), "inference": (dict, False), "summary": (dict, False),
                          "platforms": (dict, False)}
 CRITERION_SCHEMA: Schema = {"title": (str, True), "requires": (str, True), "weight": (float, False),
-                            "core": (bool, False), "kind": (str, True), "anchor": (str, False)}
+                            "core": (bool, False), "kind": (str, True), "anchor": (str, False),
+                            "cases": (dict, False)}
 INFERENCE_SCHEMA: Schema = {"paths": (list, False)}
 PLATFORM_SCHEMA: Schema = {"unimportable": (list, False), "env": (dict, False), "unset": (list, False)}
 _PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -215,6 +219,18 @@ def _load_base(folder: Path) -> BaseRecipe:
     return BaseRecipe(data["sdist_version"], data["sdist_sha256"], overlay, dict(blobs), requires)
 
 
+def _load_cases(toml: TomlFile, table: tuple[str, ...], raw: dict) -> dict[str, tuple[str, ...]]:
+    """``[criteria.cN.cases]``: each axis a non-empty list of distinct strings."""
+    cases = {}
+    for axis, values in raw.items():
+        if not (isinstance(values, list) and values and all(isinstance(v, str) and v for v in values)
+                and len(set(values)) == len(values)):
+            toml.problem(table + ("cases",), axis, "must be a non-empty list of distinct, non-empty strings")
+            continue
+        cases[axis] = tuple(values)
+    return cases
+
+
 def _load_criteria(toml: TomlFile, raw: dict) -> dict[str, Criterion]:
     if tuple(sorted(raw)) != CRITERION_IDS:
         toml.problem(("criteria",), None, f"criteria must be exactly {', '.join(CRITERION_IDS)}, found {sorted(raw)}")
@@ -237,7 +253,7 @@ def _load_criteria(toml: TomlFile, raw: dict) -> dict[str, Criterion]:
         if c.get("weight", 1.0) <= 0:
             toml.problem(table, "weight", f"must be positive, got {c['weight']!r}")
         criteria[cid] = Criterion(cid, c.get("title", ""), c.get("requires", ""), float(c.get("weight", 1.0)),
-                                  c.get("core", False), kind or "", anchor)
+                                  c.get("core", False), kind or "", anchor, _load_cases(toml, table, c.get("cases", {})))
     for problem in criteria_problems(criteria):
         toml.problem(*problem)
     return criteria
