@@ -57,7 +57,6 @@ from grader.diffparse import HUNK_HEADER, parse_sections, split_lines
 from grader.core.records import (RUN_STATUSES, VERDICTS, ApplyReport, CandidateResult, CriterionResult, EvidenceEntry,
                                  FileReport, HunkReport)
 from grader.core.rubric import RubricError, Task, all_tasks
-from grader.score import FULL_AT
 from grader.summarize import assertion_line
 from grader.wording import DECIDING, all_met_where_evaluated, claim_of, deciding_failure, verdict_phrase
 
@@ -182,17 +181,14 @@ def reason(result: CandidateResult, core: set[str]) -> str:
 
 
 def short_of_full(criteria: dict[str, CriterionResult]) -> str:
-    """Why a partial with no failing criterion is not full: criteria not evaluated, checks that did not run
-    here, or a met criterion below the full threshold."""
+    """Why a partial with no failing criterion is not full: criteria not evaluated, or checks that did not run
+    here (a met criterion has every evaluated check passing, so nothing else can hold it back)."""
     ordered = sorted(criteria.items())
     unevaluated = [cid for cid, c in ordered if c.status == "not_evaluated"]
     thin = [f"{cid} ({', '.join(f'{n} {why}' for why, n in sorted(c.not_run.items()))})"
             for cid, c in ordered if c.status != "not_evaluated" and c.not_run]
-    low = [f"{cid} {c.score:.2f}" for cid, c in ordered
-           if c.status == "met" and c.score is not None and c.score < FULL_AT]
     parts = [("not evaluated: " + ", ".join(unevaluated)) if unevaluated else "",
-             ("checks not run: " + ", ".join(thin)) if thin else "",
-             (f"below {FULL_AT}: " + ", ".join(low)) if low else ""]
+             ("checks not run: " + ", ".join(thin)) if thin else ""]
     return "; ".join(p for p in parts if p)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from grader.core.records import CandidateResult, CriterionResult, EvidenceEntry
-from grader.score import EVALUATED, FULL_AT, not_run_reason
+from grader.score import EVALUATED, not_run_reason
 
 DECIDING = ("failed", "error")
 NOT_RUN_WORDS = {"gpu": ("GPU check", "not run"), "timeout": ("check", "timed out"),
@@ -86,10 +86,6 @@ def short_of_full_otherwise(result: CandidateResult) -> str:
     """What else keeps a result whose every criterion is met and ran from full."""
     if result.run_status == "apply_partial":
         return "but the patch applied only in part"
-    low = [f"{cid} {c.score:.2f}" for cid, c in sorted(result.criteria.items())
-           if c.score is not None and c.score < FULL_AT]
-    if low:
-        return f"below full ({FULL_AT}) on {', '.join(low)}"
     return "the run did not complete" if result.run_status != "complete" else "not full"
 
 

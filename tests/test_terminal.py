@@ -65,10 +65,11 @@ def test_closing_table_counts_verdicts_per_task_and_says_why():
     print_closing(records, "2: grading broke or met an environment fault for 1 candidate(s): c", stream)
     lines = stream.getvalue().splitlines()
     header = lines[0].split()
-    assert header == ["task", "full", "partial", "fail", "no_diff", "input_truncated", "no_task", "error", "total"]
+    assert header == ["task", "full", "partial", "fail", "incomplete", "no_diff", "input_truncated", "no_task",
+                      "error", "total"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:3]}
-    assert rows[TASK] == ["1", "0", "1", "0", "0", "0", "1", "3"]
-    assert rows["(none)"] == ["0", "0", "0", "1", "0", "0", "0", "1"]
+    assert rows[TASK] == ["1", "0", "1", "0", "0", "0", "0", "1", "3"]
+    assert rows["(none)"] == ["0", "0", "0", "0", "1", "0", "0", "0", "1"]
     assert "fail b: c1: \u201cKeys are rounded to nearest\u201d does not hold" in lines
     assert "error c: error: grader failure:" in lines
     assert lines[-1] == "exit 2: grading broke or met an environment fault for 1 candidate(s): c"
