@@ -17,7 +17,8 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from grader.core.paths import cache_dir, scratch_root
-from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
+from grader.diffparse import (FileSection, ParsedDiff, is_header_only_change, parse_diff, render, restripped,
+                              strip_depth)
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
 from grader.sandbox.tooling import failed_copy_error, run_tool
@@ -84,6 +85,24 @@ def _named_paths(section: FileSection) -> list[str]:
     """Every path a section names, decoded (tools differ in which lines they use, so all of them must be safe)."""
     paths = [section.old_path, section.new_path, *section.named]
     return [p for p in dict.fromkeys(paths) if p not in (None, "", "/dev/null")]
+
+
+def stripped_to_tree(sections: list[FileSection], tree: Path) -> list[FileSection]:
+    """The sections with their names stripped to the tree's paths (``strip_depth``: a ``diff -ru`` between
+    release folders, a diff without ``a/``), in git's form, so that every method applies them alike. What could
+    escape the tree is judged by ``check_safety`` on these names, and on the names as written before."""
+    def inside(rel: str) -> Path | None:
+        path = tree / rel
+        return None if _escapes_tree(tree, rel) else path
+
+    def is_file(rel: str) -> bool:
+        return bool((path := inside(rel)) and path.is_file())
+
+    def is_dir(rel: str) -> bool:
+        return bool((path := inside(rel)) and path.is_dir())
+
+    depth = strip_depth(sections, is_file, is_dir)
+    return [restripped(section, depth) for section in sections]
 
 
 def is_cut_header(section: FileSection) -> bool:
@@ -268,6 +287,8 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True, cut_p
     if not sections:
         return ApplyReport("failed", message="no file sections found: not a unified diff")
     try:
+        check_safety(diff, sections)
+        sections = stripped_to_tree(sections, tree)
         check_safety(diff, sections)
     except UnsafeDiff as exc:
         return ApplyReport("rejected", message=str(exc))
