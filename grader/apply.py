@@ -39,7 +39,12 @@ METHODS = (
 HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)"
                          r"(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
 # git's identity of the applied tree is computed with stat checks that survive a copy (mtime and size only).
-GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false"]
+GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false",
+                "-c", "core.attributesFile=/dev/null", "-c", "core.hooksPath=/dev/null"]
+# Identity is the bytes that run: every attribute that would let git read or write a file other than byte for byte
+# (end-of-line conversion, ident, filters, a working-tree encoding), unset for every path. Written into a tree's
+# own .git/info/attributes, which outranks any .gitattributes a candidate writes into the tree.
+RAW_BYTES_ATTRIBUTES = "* -text -crlf -ident -filter -eol -working-tree-encoding -export-subst\n"
 
 
 class UnsafeDiff(Exception):
@@ -142,7 +147,8 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
 
     Its repository of its own keeps git apply from resolving paths against an enclosing one; it borrows the
     base's objects (alternates) and index, and its HEAD is the base's commit, so what was applied can be
-    listed and identified in milliseconds (``applied_tree``)."""
+    listed and identified in milliseconds (``applied_tree``). Its attributes make git read and write every file
+    as raw bytes, whatever .gitattributes the diff adds (``RAW_BYTES_ATTRIBUTES``)."""
     tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
     os.chmod(tree, 0o755)
     entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
@@ -150,6 +156,9 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
     if copied.returncode != 0:
         raise failed_copy_error(copied.stderr, tree)
     subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
+    info = tree / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "attributes").write_text(RAW_BYTES_ATTRIBUTES)
     base_git = base.path / ".git"
     if (base_git / "objects").is_dir() and (base_git / "index").is_file():
         (tree / ".git" / "objects" / "info" / "alternates").write_text(str(base_git / "objects") + "\n")

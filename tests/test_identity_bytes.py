@@ -1,0 +1,79 @@
+"""Identity is the bytes that run: a tree's key comes from its files' bytes as the diff writes them, whatever
+``.gitattributes`` the candidate adds (ident, end-of-line conversion, filters, a working-tree encoding), and the
+apply writes those bytes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader.apply import apply_diff, make_tree
+from grader.core.records import BuiltBase
+
+
+@pytest.fixture
+def base(tmp_path) -> BuiltBase:
+    root = tmp_path / "base"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "core.py").write_text("X = 1\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "b"],
+                   check=True)
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    return BuiltBase("fake-task", root, commit, "key")
+
+
+def adding(files: dict[str, bytes]) -> str:
+    """A git diff adding each file (its lines as they are, so a "\\r" stays in the line)."""
+    out = []
+    for path, data in files.items():
+        lines = data.decode().split("\n")[:-1]
+        body = "".join(f"+{line}\n" for line in lines)
+        out.append(f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+                   f"@@ -0,0 +1,{len(lines)} @@\n{body}")
+    return "".join(out)
+
+
+def applied_id(base: BuiltBase, tmp_path: Path, name: str, diff: str) -> tuple[str, Path]:
+    parent = tmp_path / name
+    parent.mkdir()
+    tree = make_tree(base, parent)
+    report = apply_diff(diff, tree, cut_preview=False)
+    assert report.status == "applied", report
+    return report.tree_id, tree
+
+
+@pytest.mark.parametrize("attributes,first,second", [
+    (b"*.py ident\n", b"ID = '$Id: aaaa $'\n", b"ID = '$Id: bbbb $'\n"),
+    (b"*.py text eol=lf\n", b"Y = 1\r\n", b"Y = 1\n"),
+    (b"*.py text=auto\n", b"Y = 2\r\n", b"Y = 2\n"),
+    (b"*.py filter=undefined\n", b"Y = 3\n", b"Y = 4\n"),
+])
+def test_trees_that_differ_in_bytes_never_share_a_key_whatever_the_attributes(base, tmp_path, attributes, first,
+                                                                               second):
+    one, tree_one = applied_id(base, tmp_path, "one", adding({".gitattributes": attributes, "vllm/new.py": first}))
+    two, tree_two = applied_id(base, tmp_path, "two", adding({".gitattributes": attributes, "vllm/new.py": second}))
+    assert (tree_one / "vllm" / "new.py").read_bytes() == first
+    assert (tree_two / "vllm" / "new.py").read_bytes() == second
+    assert one != two
+
+
+def test_attributes_do_not_change_what_git_apply_writes(base, tmp_path):
+    # eol=crlf would make git write CRLF into the working tree on its own; the diff says LF.
+    diff = adding({".gitattributes": b"* text eol=crlf\n"}) + \
+        "diff --git a/vllm/core.py b/vllm/core.py\n--- a/vllm/core.py\n+++ b/vllm/core.py\n@@ -1 +1,2 @@\n X = 1\n+Z = 2\n"
+    _, tree = applied_id(base, tmp_path, "crlf", diff)
+    assert (tree / "vllm" / "core.py").read_bytes() == b"X = 1\nZ = 2\n"
+
+
+def test_a_non_utf8_quoted_name_is_written_byte_for_byte(base, tmp_path):
+    diff = ('diff --git "a/vllm/\\377x.py" "b/vllm/\\377x.py"\nnew file mode 100644\n--- /dev/null\n'
+            '+++ "b/vllm/\\377x.py"\n@@ -0,0 +1 @@\n+Y = 2\n')
+    _, tree = applied_id(base, tmp_path, "quoted", diff)
+    assert sorted(p.name.encode("utf-8", "surrogateescape") for p in (tree / "vllm").iterdir()) == \
+        [b"core.py", b"\xffx.py"]
+    assert (tree / "vllm" / b"\xffx.py".decode("utf-8", "surrogateescape")).read_bytes() == b"Y = 2\n"
