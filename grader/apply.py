@@ -8,15 +8,19 @@ every hunk ends early is not applied at all.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from grader.core.paths import cache_dir, scratch_root
+from grader.checkout import MANIFEST, is_whole, tree_manifest
+from grader.core.paths import cache_dir, remove_tree, scratch_root
 from grader.diffparse import (FileSection, ParsedDiff, is_header_only_change, parse_diff, render, restripped,
                               strip_depth)
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
@@ -49,6 +53,20 @@ RAW_BYTES_ATTRIBUTES = "* -text -crlf -ident -filter -eol -working-tree-encoding
 
 class UnsafeDiff(Exception):
     """The diff must not be applied at all."""
+
+
+class UnsoundGround(OSError):
+    """What an apply stood on was not sound: the base changed or vanished, the tree was not a whole copy of it, an
+    apply tool was killed, or the same tools failed the task's reference fix on the same base. No verdict can be
+    told from it; as an OSError it is the candidate's ``environment_error``, never stored and never replayed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(errno.EIO, reason)
+
+
+# A tool ended by a signal gave no answer about the diff; SIGXCPU is its CPU limit, the time the diff cost.
+SIGNAL_EXITS = {128 + n for n in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGABRT, signal.SIGSEGV,
+                                  signal.SIGBUS, signal.SIGHUP)}
 
 
 def hidden_roots() -> list[Path]:
@@ -163,7 +181,11 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
     if (base_git / "objects").is_dir() and (base_git / "index").is_file():
         (tree / ".git" / "objects" / "info" / "alternates").write_text(str(base_git / "objects") + "\n")
         (tree / ".git" / "index").write_bytes((base_git / "index").read_bytes())
-        subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], check=True, capture_output=True)
+        linked = subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], capture_output=True,
+                                text=True)
+        if linked.returncode != 0:  # the base's commit is not among its objects any more
+            raise UnsoundGround(f"the base of {base.task} at {base.path} has lost its commit {base.commit[:12]}: "
+                                f"{linked.stderr.strip()[-300:]}")
     return tree
 
 
@@ -172,6 +194,9 @@ def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool,
     """One apply tool over the tree, as an unprivileged user that sees only the tree and may write only the
     files the diff names (and the folders they are in)."""
     code, output = run_tool(argv, tree, patch_text, hidden_roots(), contained=contained, touched=touched)
+    if code is not None and ((code < 0 and -code != signal.SIGXCPU) or code in SIGNAL_EXITS):
+        raise UnsoundGround(f"the apply tool {argv[0]} was ended by a signal (exit {code}): it gave no answer "
+                            "about the diff")
     return code == 0, output
 
 
@@ -365,6 +390,73 @@ def _identified(report: ApplyReport, tree: Path, named: set[str]) -> ApplyReport
     if problem:
         return ApplyReport("rejected", report.method, report.files, report.truncated, problem, report.neutralized)
     return replace(report, tree_id=identity)
+
+
+def reference_diff(task_id: str) -> str | None:
+    """The task's reference fix (``reference_impl/<task>.diff``), None where the task has none."""
+    try:
+        return (REPO_ROOT / "reference_impl" / f"{task_id}.diff").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def copy_problem(base: BuiltBase, tree: Path) -> str | None:
+    """Why ``tree`` (made by ``make_tree``) is not a whole copy of the base as it was built, or None: every file of
+    the build's manifest there with its size and time, nothing more."""
+    try:
+        built = json.loads((base.path / ".git" / MANIFEST).read_text())
+        copied = tree_manifest(tree)
+    except (OSError, ValueError) as exc:
+        return f"the base of {base.task} at {base.path} cannot be read ({exc})"
+    if {rel: entry[:2] for rel, entry in built.items()} != {rel: entry[:2] for rel, entry in copied.items()}:
+        missing = sorted(set(built) - set(copied))
+        return (f"the tree made from the base of {base.task} is not a whole copy of it"
+                + (f" ({missing[0]} is missing)" if missing else "") + ": the base changed or vanished meanwhile")
+    return None
+
+
+def base_problem(base: BuiltBase) -> str | None:
+    """Why the base is not the tree its build recorded now (a file changed or removed, its git objects gone)."""
+    if not is_whole(base.path) or not (base.path / ".git" / "objects").is_dir():
+        return f"the base of {base.task} at {base.path} changed or vanished during grading"
+    return None
+
+
+def sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str | None, contained: bool = True,
+                cut_preview: bool = True) -> ApplyReport:
+    """``apply_diff`` over ``tree`` (a fresh ``make_tree`` of ``base``), its report only when what it stood on
+    was sound; else ``UnsoundGround``. The tree must be a whole copy of the base, and the base whole after the
+    apply; an apply that failed (or a tree rejected after applying) is the candidate's only when the task's
+    reference fix, applied by the same tools to a fresh tree of the same base in this run, applies."""
+    try:
+        return _sound_apply(base, diff, tree, reference, contained, cut_preview)
+    except subprocess.CalledProcessError as exc:  # git could not read the tree's objects: were they the base's?
+        problem = base_problem(base)
+        if problem:
+            raise UnsoundGround(problem) from None
+        raise
+
+
+def _sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str | None, contained: bool,
+                 cut_preview: bool) -> ApplyReport:
+    problem = copy_problem(base, tree)
+    if problem:
+        raise UnsoundGround(problem)
+    report = apply_diff(diff, tree, contained, cut_preview)
+    if reference is not None and (report.status == "failed" or report.status == "rejected" and report.method):
+        check = make_tree(base, tree.parent)
+        try:
+            control = apply_diff(reference, check, contained, cut_preview=False)
+        finally:
+            remove_tree(check)
+        if control.status != "applied":
+            raise UnsoundGround(f"the diff did not apply ({report.message}), and the task's reference fix does "
+                                f"not apply to the same base here either ({control.status}: {control.message}): "
+                                "the base or the tools are not sound")
+    problem = base_problem(base)
+    if problem:
+        raise UnsoundGround(problem)
+    return report
 
 
 def _first_error(output: str) -> str:
