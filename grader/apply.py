@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 
 from grader.checkout import MANIFEST, is_whole, tree_manifest
 from grader.core.paths import cache_dir, remove_tree, scratch_root
-from grader.diffparse import (FileSection, ParsedDiff, is_header_only_change, parse_diff, render, restripped,
-                              strip_depth)
+from grader.diffparse import (BadPath, FileSection, ParsedDiff, is_header_only_change, parse_diff, render,
+                              restripped, strip_depth, unquote_c)
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
 from grader.sandbox.tooling import failed_copy_error, run_tool
@@ -267,7 +267,12 @@ def _reported_name(name: str) -> str:
     """The path a tool's progress line names: git's ``old => new...``, patch's ``new (renamed from old)``."""
     name = name.strip().removesuffix("...")
     name = re.sub(r" \((?:renamed|copied) from .*\)$", "", name).split(" => ")[-1].strip()
-    return name[1:-1] if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"" else name
+    if len(name) > 1 and name[0] == name[-1] == '"':  # git's C quoting (a byte that is not UTF-8, a quote)
+        try:
+            return unquote_c(name)[0]
+        except BadPath:
+            return name[1:-1]
+    return name[1:-1] if len(name) > 1 and name[0] == name[-1] == "'" else name
 
 
 def _file_reports(sections: list[FileSection], output: str, applied: bool) -> list[FileReport]:

@@ -77,3 +77,18 @@ def test_a_non_utf8_quoted_name_is_written_byte_for_byte(base, tmp_path):
     assert sorted(p.name.encode("utf-8", "surrogateescape") for p in (tree / "vllm").iterdir()) == \
         [b"core.py", b"\xffx.py"]
     assert (tree / "vllm" / b"\xffx.py".decode("utf-8", "surrogateescape")).read_bytes() == b"Y = 2\n"
+
+
+def test_a_non_utf8_quoted_name_is_reported_as_applied_as_it_was(base, tmp_path):
+    """git's progress lines name such a file C-quoted; the report reads them decoded, so the file that was
+    written is not reported "not applied" beside a verdict that graded it."""
+    diff = ('diff --git "a/vllm/\\377x.py" "b/vllm/\\377x.py"\nnew file mode 100644\n--- /dev/null\n'
+            '+++ "b/vllm/\\377x.py"\n@@ -0,0 +1 @@\n+Y = 2\n'
+            "diff --git a/vllm/core.py b/vllm/core.py\n--- a/vllm/core.py\n+++ b/vllm/core.py\n@@ -1 +1 @@\n-X = 1\n"
+            "+X = 3\n")
+    parent = tmp_path / "report"
+    parent.mkdir()
+    report = apply_diff(diff, make_tree(base, parent), cut_preview=False)
+    assert report.status == "applied"
+    assert {f.path: [h.status for h in f.hunks] for f in report.files} == {
+        b"vllm/\xffx.py".decode("utf-8", "surrogateescape"): ["applied"], "vllm/core.py": ["applied"]}
