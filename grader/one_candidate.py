@@ -15,7 +15,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from grader.apply import applied_tree, make_tree, reference_diff, sound_apply
+from grader.apply import UnsoundGround, applied_tree, base_problem, make_tree, reference_diff, sound_apply
 from grader.checkout import BaseBuildError, build_base
 from grader.core.paths import make_import_root, remove_tree, scratch_root
 from grader.describe import describe_tree
@@ -164,9 +164,13 @@ def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path,
         nonlocal budgets
         budgets = budgets or ensure_call_times(task, base, options.gpu, launcher, options.contained,
                                                options.memory_bytes, options.also_pass)
-        return run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
-                                options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
-                                call_budgets=budgets, **traced)
+        run = run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
+                               options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
+                               call_budgets=budgets, **traced)
+        # The base's own behaviour is part of the evidence: one that vanished meanwhile leaves none to keep.
+        if problem := base_problem(base):
+            raise UnsoundGround(problem)
+        return run
 
     if first is None:
         first = run_tests(scratch)

@@ -162,3 +162,39 @@ def test_any_fault_at_any_step_leaves_the_true_result_or_a_named_fault(template,
             assert outcome == truth[name], f"seed {seed}: {kind} at step {faults.at} of {name} gave {outcome}"
             seen["true"] += 1
     assert seen["true"] and seen["fault"]  # both ends were reached
+
+
+def test_a_base_that_loses_a_file_while_its_tree_is_made_is_an_unstored_environment_error(tmp_path, monkeypatch):
+    """Through the real pipeline, on a copy of a built base (the shared cache is never touched): the file the
+    diff changes vanishes from the base while the candidate's tree is made. Before, the apply failed on it and the
+    candidate was stored as ``fail``; now it is ``environment_error``, which no store keeps."""
+    from grader import one_candidate
+    from grader.checkout import is_built
+    from grader.core.records import Candidate, GradingOptions
+    from grader.core.rubric import all_tasks
+    from grader.store import is_final
+
+    task = all_tasks()["int8-kv-rounding"]
+    if not is_built(task.id, task.base):
+        pytest.skip("the base of int8-kv-rounding is not built in this cache")
+    shared = one_candidate.BaseCache().get(task)
+    subprocess.run(["cp", "-a", "--reflink=auto", str(shared.path), str(tmp_path / "base")], check=True)
+    (tmp_path / "base" / ".git" / MANIFEST).write_text(json.dumps(tree_manifest(tmp_path / "base")))
+    copy = BuiltBase(task.id, tmp_path / "base", shared.commit, shared.key)
+    monkeypatch.setattr(one_candidate.BaseCache, "build", lambda self, t: copy)
+    reference = (Path(apply.REPO_ROOT) / "reference_impl" / f"{task.id}.diff").read_text()
+    target = parse_diff(reference).sections[-1].path
+    real_make_tree = one_candidate.make_tree
+
+    def losing_make_tree(base, parent):
+        (base.path / target).unlink()
+        return real_make_tree(base, parent)
+
+    monkeypatch.setattr(one_candidate, "make_tree", losing_make_tree)
+    monkeypatch.setenv("GRADER_SCRATCH", str(tmp_path))
+    result, _ = one_candidate.grade_candidate(Candidate("c", "c.diff", reference, task.id),
+                                              one_candidate.BaseCache(),
+                                              GradingOptions(use_evidence_cache=False, contained=False))
+    assert (result.verdict, result.run_status) == ("error", "environment_error"), result.summary
+    assert "not a whole copy" in result.error and target in result.error
+    assert not is_final(result)
