@@ -102,3 +102,18 @@ def test_a_page_copied_into_a_filling_output_is_whole_or_absent(tmp_path, monkey
     monkeypatch.undo()
     atomic_copy(page, dest / "candidates" / page_name("cand"))
     assert (dest / "candidates" / page_name("cand")).read_bytes() == page.read_bytes()
+
+
+def test_a_failure_in_the_launchers_cleanup_costs_no_result(monkeypatch, capsys):
+    from grader.core.records import Candidate, GradingOptions
+    from grader.many_candidates import grade_many
+    from grader.sandbox.launch import ColdLauncher
+
+    def failing_close(self):
+        raise OSError(errno.EBUSY, "Device or resource busy", "/dev/shm/worker-home")
+
+    monkeypatch.setattr(ColdLauncher, "close", failing_close)
+    candidates = [Candidate("unreadable", "x.diff", "", ingest_error="cannot read x.diff: a FIFO")]
+    run = grade_many(candidates, GradingOptions(use_evidence_cache=False))
+    assert [r.id for r in run.results] == ["unreadable"]
+    assert "cleaning up the judges' workers failed" in capsys.readouterr().err
