@@ -275,14 +275,16 @@ def _reported_name(name: str) -> str:
     return name[1:-1] if len(name) > 1 and name[0] == name[-1] == "'" else name
 
 
-def _file_reports(sections: list[FileSection], output: str, applied: bool) -> list[FileReport]:
-    """Per-hunk outcome; ``applied`` says how hunks the tool did not mention ended (git is silent on clean ones)."""
+def _file_reports(sections: list[FileSection], output: str, applied: bool, whole: bool = False) -> list[FileReport]:
+    """Per-hunk outcome; ``applied`` says how hunks the tool did not mention ended (git is silent on clean ones);
+    ``whole``: the tool applies all or nothing (git apply), so a success applied every file, however its progress
+    lines name them."""
     results = _hunk_results(output)
     reports = []
     for section in sections:
         complete = [h for h in section.hunks if h.complete]
         per_hunk = results.get(section.path, {})
-        file_applied = applied and (section.path in results or not output)
+        file_applied = applied and (whole or section.path in results or not output)
         hunks = []
         for number, hunk in enumerate(complete, start=1):
             found = per_hunk.get(number)
@@ -373,7 +375,7 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
     for name, argv in METHODS:
         ok, output = _run_method(argv, patch_text, tree, contained, sorted(named))
         if ok:
-            files = _file_reports(sections, output, True)
+            files = _file_reports(sections, output, True, whole=argv[0] == "git")
             status = "partial" if truncated else "applied"
             dropped = ("truncated hunks were dropped" if cut_preview else
                        "hunks that end early (a corrupt diff, which git apply refuses) were dropped")
