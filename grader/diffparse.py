@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]+))?$")
@@ -258,9 +259,9 @@ def is_header_only_change(section: FileSection) -> bool:
     return any(line.startswith(keys) for line in section.header)
 
 
-# How well a strip depth explains one name: a file that is there, a file whose folder is there, a new file at the
-# top.
-FOUND_FILE, FOUND_FOLDER, AT_TOP = 3, 2, 1
+# How well a strip depth explains one name: a file that is there, a file whose folder is there, a new file one of
+# whose enclosing folders is there.
+FOUND_FILE, FOUND_FOLDER, FOUND_ANCESTOR = 3, 2, 1
 
 
 def without_components(path: str, depth: int) -> str | None:
@@ -272,33 +273,33 @@ def without_components(path: str, depth: int) -> str | None:
 def strip_depth(sections: list[FileSection], is_file, is_dir) -> int:
     """The ``-p`` depth that makes the diff's names the paths of the tree ``is_file``/``is_dir`` describe, as
     ``patch -p`` or ``git apply -p`` would be told by a person who looked: ``diff -ru`` between release folders
-    (``vllm-0.25.0/vllm/...``) is 1, a diff written with no ``a/`` prefix is 0, git's own diffs are 1. Each depth is
-    scored by how well it explains every name (a file that is there, else its folder); git's 1 wins a tie, and
-    a diff whose names the tree explains at no depth keeps it."""
+    (``vllm-0.25.0/vllm/...``) is 1, a diff written with no ``a/`` prefix is 0, git's own diffs are 1. Each depth
+    that leaves every name a name is scored by how well it explains them (a file that is there, else a folder of
+    it); git's 1 wins a tie, and a diff that no depth explains keeps it where it can."""
     names = [(s.raw_old, s.raw_new) for s in sections if s.raw_old or s.raw_new]
     paths = [p for pair in names for p in pair if p and p != "/dev/null"]
     if not paths:
         return 1
+    deepest = min(len([part for part in p.split("/") if part]) for p in paths) - 1
 
-    def explains(path: str | None, depth: int, existing: bool) -> int:
-        rel = without_components(path, depth) if path and path != "/dev/null" else None
+    def explains(path: str, depth: int, existing: bool) -> int:
+        rel = without_components(path, depth)
         if rel is None:
             return 0
-        folder = rel.rpartition("/")[0]
         if existing and is_file(rel):
             return FOUND_FILE
-        if folder:
-            return FOUND_FOLDER if is_dir(folder) else 0
-        return 0 if existing else AT_TOP  # a new file at the top; a changed one there would have been found
+        folders = [str(folder) for folder in PurePosixPath(rel).parents][:-1]  # without the top, "."
+        if folders and is_dir(folders[0]):
+            return FOUND_FOLDER
+        return FOUND_ANCESTOR if any(is_dir(folder) for folder in folders[1:]) else 0
 
     def score(depth: int) -> int:
         return sum(explains(old, depth, True) if old and old != "/dev/null" else explains(new, depth, False)
-                   for old, new in names)
+                   for old, new in names if (old and old != "/dev/null") or (new and new != "/dev/null"))
 
-    deepest = max(p.count("/") for p in paths)
-    scores = {depth: score(depth) for depth in (1, 0, *range(2, deepest + 1))}
+    scores = {depth: score(depth) for depth in (1, 0, *range(2, deepest + 1)) if depth <= deepest}
     best = max(scores.values())
-    return next(depth for depth, value in scores.items() if value == best) if best else 1
+    return next(depth for depth, value in scores.items() if value == best) if best else min(1, deepest)
 
 
 def quote_c(name: str) -> str:

@@ -170,3 +170,18 @@ def test_a_linked_folder_loop_is_walked_once(tmp_path):
     (root / "sub" / "one.diff").write_text(GIT_DIFF)
     os.symlink(root, root / "sub" / "back")
     assert [c.id for c in scan_directory(root, task="t")] == ["sub/one"]
+
+
+@pytest.mark.parametrize("names,depth", [
+    (("/dev/null", "b/pkg/x.py"), 1),                           # a new file in a new folder: git's depth
+    (("/dev/null", "vllm-0.26.0/vllm/newpkg/x.py"), 1),          # ... between release folders
+    (("/dev/null", "vllm/newpkg/x.py"), 0),                      # ... without a/
+    (("/dev/null", "new.py"), 0),                                # one component: nothing to strip
+    (("vllm/lora/peft_helper.py", "vllm/lora/peft_helper.py"), 0),
+    (("x/y/vllm/lora/peft_helper.py", "x/z/vllm/lora/peft_helper.py"), 2),
+])
+def test_the_strip_depth_of_new_and_changed_files(names, depth):
+    sections = parse_sections(f"--- {names[0]}\n+++ {names[1]}\n@@ -0,0 +1 @@\n+y\n")
+    files = {"vllm/lora/peft_helper.py", "vllm/__init__.py"}
+    folders = {"vllm", "vllm/lora"}
+    assert strip_depth(sections, files.__contains__, folders.__contains__) == depth
