@@ -432,9 +432,10 @@ def base_problem(base: BuiltBase) -> str | None:
 def sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str | None, contained: bool = True,
                 cut_preview: bool = True) -> ApplyReport:
     """``apply_diff`` over ``tree`` (a fresh ``make_tree`` of ``base``), its report only when what it stood on
-    was sound; else ``UnsoundGround``. The tree must be a whole copy of the base, and the base whole after the
-    apply; an apply that failed (or a tree rejected after applying) is the candidate's only when the task's
-    reference fix, applied by the same tools to a fresh tree of the same base in this run, applies."""
+    was sound; else ``UnsoundGround``. The tree must be a whole copy of the base, and the base's objects (which
+    the tree borrows) there after the apply; an apply that failed (or a tree rejected after applying) is the
+    candidate's only when the task's reference fix, applied by the same tools to a fresh tree of the same base in
+    this run, applies, and the base is whole afterwards."""
     try:
         return _sound_apply(base, diff, tree, reference, contained, cut_preview)
     except subprocess.CalledProcessError as exc:  # git could not read the tree's objects: were they the base's?
@@ -460,7 +461,10 @@ def _sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str |
             raise UnsoundGround(f"the diff did not apply ({report.message}), and the task's reference fix does "
                                 f"not apply to the same base here either ({control.status}: {control.message}): "
                                 "the base or the tools are not sound")
-    problem = base_problem(base)
+        problem = base_problem(base)
+    else:  # the tree was proven a whole copy before the apply; what it still borrows from the base is its objects
+        problem = None if (base.path / ".git" / "objects").is_dir() else \
+            f"the base of {base.task} at {base.path} lost its git objects during the apply"
     if problem:
         raise UnsoundGround(problem)
     return report
