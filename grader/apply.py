@@ -44,7 +44,9 @@ HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)"
                          r"(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
 # git's identity of the applied tree is computed with stat checks that survive a copy (mtime and size only).
 GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false",
-                "-c", "core.attributesFile=/dev/null", "-c", "core.hooksPath=/dev/null"]
+                "-c", "core.attributesFile=/dev/null", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+# No machine-wide or user git configuration (a filter driver, an fsmonitor program) takes part in identifying a tree.
+GIT_IDENTITY_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1"}
 # Identity is the bytes that run: every attribute that would let git read or write a file other than byte for byte
 # (end-of-line conversion, ident, filters, a working-tree encoding), unset for every path. Written into a tree's
 # own .git/info/attributes, which outranks any .gitattributes a candidate writes into the tree.
@@ -206,7 +208,7 @@ def applied_tree(tree: Path) -> tuple[str, list[tuple[int, str, str]]]:
     def git(*args: str) -> str:
         # Paths are git's bytes; one that is not UTF-8 reads as the diff parser decoded it (surrogateescape).
         return subprocess.run([*GIT_IDENTITY, *args], cwd=tree, check=True, capture_output=True,
-                              text=True, errors="surrogateescape").stdout
+                              text=True, errors="surrogateescape", env={**os.environ, **GIT_IDENTITY_ENV}).stdout
 
     git("add", "-A", "-f", ".")
     identity = git("write-tree").strip()

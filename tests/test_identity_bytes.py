@@ -92,3 +92,17 @@ def test_a_non_utf8_quoted_name_is_reported_as_applied_as_it_was(base, tmp_path)
     assert report.status == "applied"
     assert {f.path: [h.status for h in f.hunks] for f in report.files} == {
         b"vllm/\xffx.py".decode("utf-8", "surrogateescape"): ["applied"], "vllm/core.py": ["applied"]}
+
+
+def test_a_machine_wide_filter_takes_no_part_in_a_trees_key(base, tmp_path, monkeypatch):
+    """A user's git configuration with a clean filter for every file (what git-lfs installs) and its own
+    attributes file: the tree's key is still that of the bytes."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[filter \"squash\"]\n\tclean = sed s/.*/same/\n[core]\n"
+                                     f"\tattributesFile = {home / 'attributes'}\n")
+    (home / "attributes").write_text("* filter=squash\n")
+    monkeypatch.setenv("HOME", str(home))
+    one, _ = applied_id(base, tmp_path, "one", adding({"vllm/new.py": b"Y = 1\n"}))
+    two, _ = applied_id(base, tmp_path, "two", adding({"vllm/new.py": b"Y = 2\n"}))
+    assert one != two
