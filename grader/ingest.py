@@ -124,7 +124,7 @@ def is_bundle(path: Path) -> bool:
         head = f.read(8192)
     head = head[:len(head) // 4 * 4] if len(head) >= 4 else head  # whole UTF-16 and UTF-32 units
     try:
-        first = decode_input(head, "replace").lstrip("\ufeff").split("\n", 1)[0].strip()
+        first = decode_input(head, "replace").split("\n", 1)[0].strip()
     except UnreadableEncoding:
         return False
     return bool(re.match(r"^https?://\S+$", first))
@@ -222,9 +222,7 @@ def _read_diff(path: Path, cid: str, task: str | None) -> Candidate:
         # Bytes as they are: text mode would turn the "\r\n" of a CRLF file's lines into "\n". A byte that is not
         # UTF-8 (a raw file name) is data, kept for git by surrogateescape.
         diff = decode_input(path.read_bytes())
-    except OSError as exc:
-        return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
-    except UnreadableEncoding as exc:
+    except (OSError, UnreadableEncoding) as exc:
         return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
     return _candidate(cid, str(path), diff, task)
 
