@@ -15,7 +15,7 @@ import pytest
 from conftest import lines_file
 from grader.apply import apply_diff
 from grader.core.rubric import all_base_recipes
-from grader.diffparse import parse_sections, strip_depth
+from grader.diffparse import header_path, parse_sections, quote_c, restripped, strip_depth, unquote_c
 from grader.ingest import IngestError, infer_task, ingest, scan_directory
 
 A = lines_file(40)
@@ -185,3 +185,14 @@ def test_the_strip_depth_of_new_and_changed_files(names, depth):
     files = {"vllm/lora/peft_helper.py", "vllm/__init__.py"}
     folders = {"vllm", "vllm/lora"}
     assert strip_depth(sections, files.__contains__, folders.__contains__) == depth
+
+
+@pytest.mark.parametrize("name", ["vllm/plain.py", 'vllm/a"b.py', "vllm/back\\slash.py", "vllm/tab\there.py",
+                                  b"vllm/\xffx.py".decode("utf-8", "surrogateescape"), "vllm/caf\u00e9.py"])
+def test_a_restripped_name_reads_back_as_itself(name):
+    assert header_path(quote_c(name)) == name
+    quoted = quote_c(f"vllm-0.25.0/{name}")
+    [section] = parse_sections(f"--- {quoted}\n+++ {quoted}\n@@ -1 +1 @@\n-a\n+b\n")
+    again = restripped(section, 1)
+    assert (again.old_path, again.new_path) == (name, name)
+    assert unquote_c(quote_c(name))[0] == name
