@@ -278,7 +278,7 @@ def strip_depth(sections: list[FileSection], is_file, is_dir) -> int:
     it); git's 1 wins a tie, and a diff that no depth explains keeps it where it can."""
     names = [(s.raw_old, s.raw_new) for s in sections if s.raw_old or s.raw_new]
     paths = [p for pair in names for p in pair if p and p != "/dev/null"]
-    if not paths:
+    if not paths or all(is_git_prefixed(s) for s in sections):
         return 1
     deepest = min(len([part for part in p.split("/") if part]) for p in paths) - 1
 
@@ -312,6 +312,12 @@ def quote_c(name: str) -> str:
     names = {value: key for key, value in C_ESCAPES.items()}
     return '"' + "".join(f"\\{names[b]}" if b in names else chr(b) if 32 <= b < 127 else f"\\{b:03o}"
                          for b in raw) + '"'
+
+
+def is_git_prefixed(section: FileSection) -> bool:
+    """A section git wrote with its own prefixes: a ``diff --git`` line, every name under ``a/``/``b/``."""
+    return bool(section.header) and section.header[0].startswith("diff --git ") and all(
+        p in (None, "/dev/null") or p.startswith(("a/", "b/")) for p in (section.raw_old, section.raw_new))
 
 
 def restripped(section: FileSection, depth: int) -> FileSection:

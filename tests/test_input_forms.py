@@ -196,3 +196,9 @@ def test_a_restripped_name_reads_back_as_itself(name):
     again = restripped(section, 1)
     assert (again.old_path, again.new_path) == (name, name)
     assert unquote_c(quote_c(name))[0] == name
+
+
+def test_a_git_diff_keeps_depth_one_even_where_a_deeper_one_names_known_files():
+    sections = parse_sections("diff --git a/tests/vllm/x.py b/tests/vllm/x.py\n--- a/tests/vllm/x.py\n"
+                              "+++ b/tests/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    assert strip_depth(sections, {"vllm/x.py"}.__contains__, {"vllm", "tests"}.__contains__) == 1
