@@ -377,6 +377,8 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
     for name, argv in METHODS:
         ok, output = _run_method(argv, patch_text, tree, contained, sorted(named))
         if ok:
+            if argv[0] == "git" and (problem := added_bytes_problem(sections, tree)):
+                raise UnsoundGround(f"{name} reported success but {problem}")
             files = _file_reports(sections, output, True, whole=argv[0] == "git")
             status = "partial" if truncated else "applied"
             dropped = ("truncated hunks were dropped" if cut_preview else
@@ -390,6 +392,30 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
         return ApplyReport("failed", None, files, truncated, _first_error(output), neutralized)
     return _identified(ApplyReport("partial", METHODS[-1][0], files, truncated, "some hunks failed to apply",
                                    neutralized), tree, named)
+
+
+def added_bytes_problem(sections: list[FileSection], tree: Path) -> str | None:
+    """Where a file the diff adds whole (one section, only added lines) is not in the tree byte for byte as the
+    diff writes it, what differs; None when every such file is. (A tool that wrote another name or other bytes
+    leaves a tree whose key is not the diff's.)"""
+    counts: dict[str, int] = {}
+    for section in sections:
+        counts[section.path] = counts.get(section.path, 0) + 1
+    for section in sections:
+        lines = [line for hunk in section.hunks for line in hunk.lines]
+        if _change_of(section) != "added" or counts[section.path] != 1 or not section.hunks or \
+                not all(h.complete for h in section.hunks) or not all(line[:1] in "+\\" for line in lines):
+            continue
+        expected = "".join(line[1:] + "\n" for line in lines if line.startswith("+"))
+        if lines and lines[-1].startswith("\\"):
+            expected = expected[:-1]
+        try:
+            written = (tree / section.path).read_bytes()
+        except OSError as exc:
+            return f"{section.path!r}, which the diff adds, cannot be read in the tree ({exc.strerror or exc})"
+        if written != expected.encode("utf-8", "surrogateescape"):
+            return f"{section.path!r}, which the diff adds, holds other bytes than the diff writes"
+    return None
 
 
 def _identified(report: ApplyReport, tree: Path, named: set[str]) -> ApplyReport:

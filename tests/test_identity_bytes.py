@@ -106,3 +106,38 @@ def test_a_machine_wide_filter_takes_no_part_in_a_trees_key(base, tmp_path, monk
     one, _ = applied_id(base, tmp_path, "one", adding({"vllm/new.py": b"Y = 1\n"}))
     two, _ = applied_id(base, tmp_path, "two", adding({"vllm/new.py": b"Y = 2\n"}))
     assert one != two
+
+
+def test_a_tool_that_writes_an_added_file_otherwise_than_the_diff_is_a_named_fault(base, tmp_path, monkeypatch):
+    """An apply tool that says it succeeded but wrote another name or other bytes (a decoding slip, a filter):
+    the tree is not the diff's, and no verdict is told from it."""
+    from grader import apply as apply_module
+    from grader.apply import UnsoundGround
+
+    real = apply_module.run_tool
+
+    def misdecoding_tool(argv, tree, stdin_text, *args, **kwargs):
+        code, output = real(argv, tree, stdin_text, *args, **kwargs)
+        written = tree / "vllm" / b"\xffx.py".decode("utf-8", "surrogateescape")
+        if written.is_file():
+            written.rename(tree / "vllm" / "\ufffdx.py")
+            (tree / "vllm" / b"\xffx.py".decode("utf-8", "surrogateescape")).write_bytes(b"Y = 3\n")
+        return code, output
+
+    monkeypatch.setattr(apply_module, "run_tool", misdecoding_tool)
+    diff = ('diff --git "a/vllm/\\377x.py" "b/vllm/\\377x.py"\nnew file mode 100644\n--- /dev/null\n'
+            '+++ "b/vllm/\\377x.py"\n@@ -0,0 +1 @@\n+Y = 2\n')
+    parent = tmp_path / "mis"
+    parent.mkdir()
+    with pytest.raises(UnsoundGround, match="holds other bytes"):
+        apply_diff(diff, make_tree(base, parent), cut_preview=False)
+
+
+@pytest.mark.parametrize("body,data", [("+a\n+b\n", b"a\nb\n"), ("+a\n+b\n\\ No newline at end of file\n", b"a\nb"),
+                                       ("+caf\u00e9\n", "caf\u00e9\n".encode())])
+def test_added_files_are_checked_against_the_bytes_the_diff_writes(base, tmp_path, body, data):
+    lines = body.count("\n+") + body.startswith("+")
+    diff = (f"diff --git a/vllm/n.py b/vllm/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/vllm/n.py\n"
+            f"@@ -0,0 +1,{lines} @@\n{body}")
+    _, tree = applied_id(base, tmp_path, "n", diff)
+    assert (tree / "vllm" / "n.py").read_bytes() == data
