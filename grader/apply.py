@@ -8,16 +8,21 @@ every hunk ends early is not applied at all.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from grader.core.paths import cache_dir, scratch_root
-from grader.diffparse import FileSection, ParsedDiff, is_header_only_change, parse_diff, render
+from grader.checkout import MANIFEST, is_whole, tree_manifest
+from grader.core.paths import cache_dir, remove_tree, scratch_root
+from grader.diffparse import (BadPath, FileSection, ParsedDiff, is_header_only_change, parse_diff, render,
+                              restripped, strip_depth, unquote_c)
 from grader.core.records import ApplyReport, BuiltBase, FileChange, FileReport, HunkReport
 from grader.core.rubric import REPO_ROOT
 from grader.sandbox.tooling import failed_copy_error, run_tool
@@ -38,11 +43,32 @@ METHODS = (
 HUNK_RESULT = re.compile(r"^Hunk #(\d+) (succeeded|FAILED) at (\d+)"
                          r"(?: with fuzz (\d+))?(?: \(offset (-?\d+) lines?\))?")
 # git's identity of the applied tree is computed with stat checks that survive a copy (mtime and size only).
-GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false"]
+GIT_IDENTITY = ["git", "-c", "core.checkStat=minimal", "-c", "core.trustctime=false", "-c", "core.autocrlf=false",
+                "-c", "core.attributesFile=/dev/null", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+# No machine-wide or user git configuration (a filter driver, an fsmonitor program) takes part in identifying a tree.
+GIT_IDENTITY_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1"}
+# Identity is the bytes that run: every attribute that would let git read or write a file other than byte for byte
+# (end-of-line conversion, ident, filters, a working-tree encoding), unset for every path. Written into a tree's
+# own .git/info/attributes, which outranks any .gitattributes a candidate writes into the tree.
+RAW_BYTES_ATTRIBUTES = "* -text -crlf -ident -filter -eol -working-tree-encoding -export-subst\n"
 
 
 class UnsafeDiff(Exception):
     """The diff must not be applied at all."""
+
+
+class UnsoundGround(OSError):
+    """What an apply stood on was not sound: the base changed or vanished, the tree was not a whole copy of it, an
+    apply tool was killed, or the same tools failed the task's reference fix on the same base. No verdict can be
+    told from it; as an OSError it is the candidate's ``environment_error``, never stored and never replayed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(errno.EIO, reason)
+
+
+# A tool ended by a signal gave no answer about the diff; SIGXCPU is its CPU limit, the time the diff cost.
+SIGNAL_EXITS = {128 + n for n in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGABRT, signal.SIGSEGV,
+                                  signal.SIGBUS, signal.SIGHUP)}
 
 
 def hidden_roots() -> list[Path]:
@@ -86,6 +112,24 @@ def _named_paths(section: FileSection) -> list[str]:
     return [p for p in dict.fromkeys(paths) if p not in (None, "", "/dev/null")]
 
 
+def stripped_to_tree(sections: list[FileSection], tree: Path) -> list[FileSection]:
+    """The sections with their names stripped to the tree's paths (``strip_depth``: a ``diff -ru`` between
+    release folders, a diff without ``a/``), in git's form, so that every method applies them alike. What could
+    escape the tree is judged by ``check_safety`` on these names, and on the names as written before."""
+    def inside(rel: str) -> Path | None:
+        path = tree / rel
+        return None if _escapes_tree(tree, rel) else path
+
+    def is_file(rel: str) -> bool:
+        return bool((path := inside(rel)) and path.is_file())
+
+    def is_dir(rel: str) -> bool:
+        return bool((path := inside(rel)) and path.is_dir())
+
+    depth = strip_depth(sections, is_file, is_dir)
+    return [restripped(section, depth) for section in sections]
+
+
 def is_cut_header(section: FileSection) -> bool:
     """A preview cut inside a file header: no hunk and no header-only change (mode, rename, empty file)."""
     return not section.hunks and not is_header_only_change(section)
@@ -123,7 +167,8 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
 
     Its repository of its own keeps git apply from resolving paths against an enclosing one; it borrows the
     base's objects (alternates) and index, and its HEAD is the base's commit, so what was applied can be
-    listed and identified in milliseconds (``applied_tree``)."""
+    listed and identified in milliseconds (``applied_tree``). Its attributes make git read and write every file
+    as raw bytes, whatever .gitattributes the diff adds (``RAW_BYTES_ATTRIBUTES``)."""
     tree = Path(tempfile.mkdtemp(prefix="tree-", dir=parent))
     os.chmod(tree, 0o755)
     entries = [str(p) for p in base.path.iterdir() if p.name != ".git"]
@@ -131,11 +176,18 @@ def make_tree(base: BuiltBase, parent: Path) -> Path:
     if copied.returncode != 0:
         raise failed_copy_error(copied.stderr, tree)
     subprocess.run(["git", "init", "-q", str(tree)], check=True, capture_output=True)
+    info = tree / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "attributes").write_text(RAW_BYTES_ATTRIBUTES)
     base_git = base.path / ".git"
     if (base_git / "objects").is_dir() and (base_git / "index").is_file():
         (tree / ".git" / "objects" / "info" / "alternates").write_text(str(base_git / "objects") + "\n")
         (tree / ".git" / "index").write_bytes((base_git / "index").read_bytes())
-        subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], check=True, capture_output=True)
+        linked = subprocess.run(["git", "-C", str(tree), "update-ref", "HEAD", base.commit], capture_output=True,
+                                text=True)
+        if linked.returncode != 0:  # the base's commit is not among its objects any more
+            raise UnsoundGround(f"the base of {base.task} at {base.path} has lost its commit {base.commit[:12]}: "
+                                f"{linked.stderr.strip()[-300:]}")
     return tree
 
 
@@ -144,6 +196,9 @@ def _run_method(argv: list[str], patch_text: str, tree: Path, contained: bool,
     """One apply tool over the tree, as an unprivileged user that sees only the tree and may write only the
     files the diff names (and the folders they are in)."""
     code, output = run_tool(argv, tree, patch_text, hidden_roots(), contained=contained, touched=touched)
+    if code is not None and ((code < 0 and -code != signal.SIGXCPU) or code in SIGNAL_EXITS):
+        raise UnsoundGround(f"the apply tool {argv[0]} was ended by a signal (exit {code}): it gave no answer "
+                            "about the diff")
     return code == 0, output
 
 
@@ -153,7 +208,7 @@ def applied_tree(tree: Path) -> tuple[str, list[tuple[int, str, str]]]:
     def git(*args: str) -> str:
         # Paths are git's bytes; one that is not UTF-8 reads as the diff parser decoded it (surrogateescape).
         return subprocess.run([*GIT_IDENTITY, *args], cwd=tree, check=True, capture_output=True,
-                              text=True, errors="surrogateescape").stdout
+                              text=True, errors="surrogateescape", env={**os.environ, **GIT_IDENTITY_ENV}).stdout
 
     git("add", "-A", "-f", ".")
     identity = git("write-tree").strip()
@@ -214,17 +269,24 @@ def _reported_name(name: str) -> str:
     """The path a tool's progress line names: git's ``old => new...``, patch's ``new (renamed from old)``."""
     name = name.strip().removesuffix("...")
     name = re.sub(r" \((?:renamed|copied) from .*\)$", "", name).split(" => ")[-1].strip()
-    return name[1:-1] if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"" else name
+    if len(name) > 1 and name[0] == name[-1] == '"':  # git's C quoting (a byte that is not UTF-8, a quote)
+        try:
+            return unquote_c(name)[0]
+        except BadPath:
+            return name[1:-1]
+    return name[1:-1] if len(name) > 1 and name[0] == name[-1] == "'" else name
 
 
-def _file_reports(sections: list[FileSection], output: str, applied: bool) -> list[FileReport]:
-    """Per-hunk outcome; ``applied`` says how hunks the tool did not mention ended (git is silent on clean ones)."""
+def _file_reports(sections: list[FileSection], output: str, applied: bool, whole: bool = False) -> list[FileReport]:
+    """Per-hunk outcome; ``applied`` says how hunks the tool did not mention ended (git is silent on clean ones);
+    ``whole``: the tool applies all or nothing (git apply), so a success applied every file, however its progress
+    lines name them."""
     results = _hunk_results(output)
     reports = []
     for section in sections:
         complete = [h for h in section.hunks if h.complete]
         per_hunk = results.get(section.path, {})
-        file_applied = applied and (section.path in results or not output)
+        file_applied = applied and (whole or section.path in results or not output)
         hunks = []
         for number, hunk in enumerate(complete, start=1):
             found = per_hunk.get(number)
@@ -268,6 +330,8 @@ def apply_diff(diff: ParsedDiff | str, tree: Path, contained: bool = True, cut_p
     if not sections:
         return ApplyReport("failed", message="no file sections found: not a unified diff")
     try:
+        check_safety(diff, sections)
+        sections = stripped_to_tree(sections, tree)
         check_safety(diff, sections)
     except UnsafeDiff as exc:
         return ApplyReport("rejected", message=str(exc))
@@ -313,7 +377,9 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
     for name, argv in METHODS:
         ok, output = _run_method(argv, patch_text, tree, contained, sorted(named))
         if ok:
-            files = _file_reports(sections, output, True)
+            if argv[0] == "git" and (problem := added_bytes_problem(sections, tree)):
+                raise UnsoundGround(f"{name} reported success but {problem}")
+            files = _file_reports(sections, output, True, whole=argv[0] == "git")
             status = "partial" if truncated else "applied"
             dropped = ("truncated hunks were dropped" if cut_preview else
                        "hunks that end early (a corrupt diff, which git apply refuses) were dropped")
@@ -328,6 +394,30 @@ def apply_text(sections: list[FileSection], neutralized: list[str], tree: Path, 
                                    neutralized), tree, named)
 
 
+def added_bytes_problem(sections: list[FileSection], tree: Path) -> str | None:
+    """Where a file the diff adds whole (one section, only added lines) is not in the tree byte for byte as the
+    diff writes it, what differs; None when every such file is. (A tool that wrote another name or other bytes
+    leaves a tree whose key is not the diff's.)"""
+    counts: dict[str, int] = {}
+    for section in sections:
+        counts[section.path] = counts.get(section.path, 0) + 1
+    for section in sections:
+        lines = [line for hunk in section.hunks for line in hunk.lines]
+        if _change_of(section) != "added" or counts[section.path] != 1 or not section.hunks or \
+                not all(h.complete for h in section.hunks) or not all(line[:1] in "+\\" for line in lines):
+            continue
+        expected = "".join(line[1:] + "\n" for line in lines if line.startswith("+"))
+        if lines and lines[-1].startswith("\\"):
+            expected = expected[:-1]
+        try:
+            written = (tree / section.path).read_bytes()
+        except OSError as exc:
+            return f"{section.path!r}, which the diff adds, cannot be read in the tree ({exc.strerror or exc})"
+        if written != expected.encode("utf-8", "surrogateescape"):
+            return f"{section.path!r}, which the diff adds, holds other bytes than the diff writes"
+    return None
+
+
 def _identified(report: ApplyReport, tree: Path, named: set[str]) -> ApplyReport:
     """The report with the applied tree's identity, or a rejection when the tree holds what the diff did not say."""
     identity, changes = applied_tree(tree)
@@ -335,6 +425,77 @@ def _identified(report: ApplyReport, tree: Path, named: set[str]) -> ApplyReport
     if problem:
         return ApplyReport("rejected", report.method, report.files, report.truncated, problem, report.neutralized)
     return replace(report, tree_id=identity)
+
+
+def reference_diff(task_id: str) -> str | None:
+    """The task's reference fix (``reference_impl/<task>.diff``), None where the task has none."""
+    try:
+        return (REPO_ROOT / "reference_impl" / f"{task_id}.diff").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def copy_problem(base: BuiltBase, tree: Path) -> str | None:
+    """Why ``tree`` (made by ``make_tree``) is not a whole copy of the base as it was built, or None: every file of
+    the build's manifest there with its size and time, nothing more."""
+    try:
+        built = json.loads((base.path / ".git" / MANIFEST).read_text())
+        copied = tree_manifest(tree)
+    except (OSError, ValueError) as exc:
+        return f"the base of {base.task} at {base.path} cannot be read ({exc})"
+    if {rel: entry[:2] for rel, entry in built.items()} != {rel: entry[:2] for rel, entry in copied.items()}:
+        missing = sorted(set(built) - set(copied))
+        return (f"the tree made from the base of {base.task} is not a whole copy of it"
+                + (f" ({missing[0]} is missing)" if missing else "") + ": the base changed or vanished meanwhile")
+    return None
+
+
+def base_problem(base: BuiltBase) -> str | None:
+    """Why the base is not the tree its build recorded now (a file changed or removed, its git objects gone)."""
+    if not is_whole(base.path) or not (base.path / ".git" / "objects").is_dir():
+        return f"the base of {base.task} at {base.path} changed or vanished during grading"
+    return None
+
+
+def sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str | None, contained: bool = True,
+                cut_preview: bool = True) -> ApplyReport:
+    """``apply_diff`` over ``tree`` (a fresh ``make_tree`` of ``base``), its report only when what it stood on
+    was sound; else ``UnsoundGround``. The tree must be a whole copy of the base, and the base's objects (which
+    the tree borrows) there after the apply; an apply that failed (or a tree rejected after applying) is the
+    candidate's only when the task's reference fix, applied by the same tools to a fresh tree of the same base in
+    this run, applies, and the base is whole afterwards."""
+    try:
+        return _sound_apply(base, diff, tree, reference, contained, cut_preview)
+    except subprocess.CalledProcessError as exc:  # git could not read the tree's objects: were they the base's?
+        problem = base_problem(base)
+        if problem:
+            raise UnsoundGround(problem) from None
+        raise
+
+
+def _sound_apply(base: BuiltBase, diff: ParsedDiff, tree: Path, reference: str | None, contained: bool,
+                 cut_preview: bool) -> ApplyReport:
+    problem = copy_problem(base, tree)
+    if problem:
+        raise UnsoundGround(problem)
+    report = apply_diff(diff, tree, contained, cut_preview)
+    if reference is not None and (report.status == "failed" or report.status == "rejected" and report.method):
+        check = make_tree(base, tree.parent)
+        try:
+            control = apply_diff(reference, check, contained, cut_preview=False)
+        finally:
+            remove_tree(check)
+        if control.status != "applied":
+            raise UnsoundGround(f"the diff did not apply ({report.message}), and the task's reference fix does "
+                                f"not apply to the same base here either ({control.status}: {control.message}): "
+                                "the base or the tools are not sound")
+        problem = base_problem(base)
+    else:  # the tree was proven a whole copy before the apply; what it still borrows from the base is its objects
+        problem = None if (base.path / ".git" / "objects").is_dir() else \
+            f"the base of {base.task} at {base.path} lost its git objects during the apply"
+    if problem:
+        raise UnsoundGround(problem)
+    return report
 
 
 def _first_error(output: str) -> str:

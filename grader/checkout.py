@@ -24,7 +24,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from grader.core.identity import recipe_key
-from grader.core.paths import cache_dir
+from grader.core.paths import cache_dir, cache_lock
 from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
 from grader.sandbox.leftovers import owned_name
@@ -257,23 +257,39 @@ def is_built(task: str, recipe: BaseRecipe) -> bool:
 
 
 def build_base(task: str, recipe: BaseRecipe) -> BuiltBase:
-    """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs."""
+    """Build (or reuse from the cache) the pinned base of ``task`` and prove it against its blobs.
+
+    A base is built once per machine: the build runs under a lock of its own across every grader process using
+    this cache, and a process that waited for another's build finds that base and reuses it rather than removing
+    it (which would pull it from under the other process's copies)."""
     key = recipe_key(recipe)
     bases = cache_dir() / "bases"
     bases.mkdir(parents=True, exist_ok=True)
     # Resolved: the sandbox binds real paths, so a cache reached through a symlink must be named by its real one.
     dest = bases.resolve() / task
-    stamp = dest / ".git" / STAMP
-    if stamp.is_file():
-        try:
-            recorded = json.loads(stamp.read_text())
-        except ValueError:
-            recorded = {}
-        # A reused base must be whole: a file deleted or changed since the build (its manifest) rebuilds it.
-        if recorded.get("key") == key and is_whole(dest) and not verify_blobs(dest, recipe.blobs):
-            return BuiltBase(task, dest, recorded["commit"], key)
-    commit = _build(task, recipe, dest)
-    (dest / ".git" / MANIFEST).write_text(json.dumps(tree_manifest(dest)))
-    tree = git(dest, "rev-parse", "HEAD^{tree}").strip()
-    stamp.write_text(json.dumps({"key": key, "commit": commit, "tree": tree}))
-    return BuiltBase(task, dest, commit, key)
+    found = reusable_base(task, recipe, dest, key)
+    if found is not None:
+        return found
+    with cache_lock(f"base-build-{task}"):
+        found = reusable_base(task, recipe, dest, key)
+        if found is not None:
+            return found
+        commit = _build(task, recipe, dest)
+        (dest / ".git" / MANIFEST).write_text(json.dumps(tree_manifest(dest)))
+        tree = git(dest, "rev-parse", "HEAD^{tree}").strip()
+        (dest / ".git" / STAMP).write_text(json.dumps({"key": key, "commit": commit, "tree": tree}))
+        return BuiltBase(task, dest, commit, key)
+
+
+def reusable_base(task: str, recipe: BaseRecipe, dest: Path, key: str) -> BuiltBase | None:
+    """The base at ``dest`` when it was built from this recipe and is whole (its manifest) with every expected
+    blob; else None (a file deleted or changed since the build: it is built anew)."""
+    try:
+        recorded = json.loads((dest / ".git" / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or recorded.get("key") != key or "commit" not in recorded:
+        return None
+    if is_whole(dest) and not verify_blobs(dest, recipe.blobs):
+        return BuiltBase(task, dest, recorded["commit"], key)
+    return None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader.core.records import CandidateResult, GradingOptions, Incomplete, RunInfo
-from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
+from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, read_labels, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
@@ -289,7 +289,7 @@ def judge_for(labels: Path | None, paths: list[Path]) -> dict[str, str] | None:
     """The judge's verdict per candidate of the bundles among ``paths``, from ``--labels``."""
     if labels is None:
         return None
-    document = json.loads(labels.read_text(encoding="utf-8"))
+    document = read_labels(labels)
     found: dict[str, str] = {}
     for path in paths:
         if path.is_file() and is_bundle(path):

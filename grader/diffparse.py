@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]+))?$")
@@ -99,6 +100,9 @@ class FileSection:
     modes: list[str] = field(default_factory=list)
     copies_from: list[str] = field(default_factory=list)
     header_error: str | None = None
+    # The old and new names as the header writes them, before any prefix is stripped (decoded).
+    raw_old: str | None = None
+    raw_new: str | None = None
 
     @property
     def path(self) -> str:
@@ -117,13 +121,16 @@ def _read_header_line(section: FileSection, line: str) -> None:
     try:
         if line.startswith("diff --git "):
             old, new = git_pair(line[len("diff --git "):])
+            section.raw_old, section.raw_new = old, new or None
             section.old_path, section.new_path = strip_prefix(old), strip_prefix(new) if new else None
             section.named += [section.old_path] + ([section.new_path] if new else [])
         elif line.startswith("--- "):
-            section.old_path = strip_prefix(header_path(line[4:]))
+            section.raw_old = header_path(line[4:])
+            section.old_path = strip_prefix(section.raw_old)
             section.named.append(section.old_path)
         elif line.startswith("+++ "):
-            section.new_path = strip_prefix(header_path(line[4:]))
+            section.raw_new = header_path(line[4:])
+            section.new_path = strip_prefix(section.raw_new)
             section.named.append(section.new_path)
         elif line.startswith(PATH_KEYS):
             key = next(k for k in PATH_KEYS if line.startswith(k))
@@ -250,3 +257,93 @@ def is_header_only_change(section: FileSection) -> bool:
     keys = ("old mode", "new mode", "rename from", "rename to", "copy from", "copy to", "new file mode",
             "deleted file mode")
     return any(line.startswith(keys) for line in section.header)
+
+
+# How well a strip depth explains one name: a file that is there, a file whose folder is there, a new file one of
+# whose enclosing folders is there.
+FOUND_FILE, FOUND_FOLDER, FOUND_ANCESTOR = 3, 2, 1
+
+
+def without_components(path: str, depth: int) -> str | None:
+    """``path`` with its first ``depth`` components removed (``patch -p``), None when it has no more than that."""
+    parts = [p for p in path.split("/") if p]
+    return "/".join(parts[depth:]) if len(parts) > depth else None
+
+
+def strip_depth(sections: list[FileSection], is_file, is_dir) -> int:
+    """The ``-p`` depth that makes the diff's names the paths of the tree ``is_file``/``is_dir`` describe, as
+    ``patch -p`` or ``git apply -p`` would be told by a person who looked: ``diff -ru`` between release folders
+    (``vllm-0.25.0/vllm/...``) is 1, a diff written with no ``a/`` prefix is 0, git's own diffs are 1. Each depth
+    that leaves every name a name is scored by how well it explains them (a file that is there, else a folder of
+    it); git's 1 wins a tie, and a diff that no depth explains keeps it where it can."""
+    names = [(s.raw_old, s.raw_new) for s in sections if s.raw_old or s.raw_new]
+    paths = [p for pair in names for p in pair if p and p != "/dev/null"]
+    if not paths or all(is_git_prefixed(s) for s in sections):
+        return 1
+    deepest = min(len([part for part in p.split("/") if part]) for p in paths) - 1
+
+    def explains(path: str, depth: int, existing: bool) -> int:
+        rel = without_components(path, depth)
+        if rel is None:
+            return 0
+        if existing and is_file(rel):
+            return FOUND_FILE
+        folders = [str(folder) for folder in PurePosixPath(rel).parents][:-1]  # without the top, "."
+        if folders and is_dir(folders[0]):
+            return FOUND_FOLDER
+        return FOUND_ANCESTOR if any(is_dir(folder) for folder in folders[1:]) else 0
+
+    def score(depth: int) -> int:
+        return sum(explains(old, depth, True) if old and old != "/dev/null" else explains(new, depth, False)
+                   for old, new in names if (old and old != "/dev/null") or (new and new != "/dev/null"))
+
+    scores = {depth: score(depth) for depth in (1, 0, *range(2, deepest + 1)) if depth <= deepest}
+    best = max(scores.values())
+    return next(depth for depth, value in scores.items() if value == best) if best else min(1, deepest)
+
+
+def quote_c(name: str) -> str:
+    """A path as git writes it in a header: C-quoted when it holds a quote, a backslash, a control character, a
+    byte that is not UTF-8 or edge spaces; else as it is."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not any(b < 32 or b in (34, 92, 127) for b in raw) and name == name.strip() and \
+            raw.decode("utf-8", "replace") == name:
+        return name
+    names = {value: key for key, value in C_ESCAPES.items()}
+    return '"' + "".join(f"\\{names[b]}" if b in names else chr(b) if 32 <= b < 127 else f"\\{b:03o}"
+                         for b in raw) + '"'
+
+
+def is_git_prefixed(section: FileSection) -> bool:
+    """A section git wrote with its own prefixes: a ``diff --git`` line, every name under ``a/``/``b/``."""
+    return bool(section.header) and section.header[0].startswith("diff --git ") and all(
+        p in (None, "/dev/null") or p.startswith(("a/", "b/")) for p in (section.raw_old, section.raw_new))
+
+
+def restripped(section: FileSection, depth: int) -> FileSection:
+    """``section`` with its names stripped of ``depth`` components and written as git writes them (``a/``,
+    ``b/``), so every tool reads them alike with ``-p1``; a section already in that form is returned as it is."""
+    prefixed = all(p in (None, "/dev/null") or p.startswith(("a/", "b/")) for p in (section.raw_old, section.raw_new))
+    if depth == 1 and prefixed or section.header_error:
+        return section
+
+    def name(path: str | None, prefix: str) -> str:
+        rel = without_components(path, depth) if path and path != "/dev/null" else None
+        return "/dev/null" if rel is None else quote_c(prefix + rel)
+
+    header = []
+    for line in section.header:
+        if line.startswith("diff --git "):
+            line = f"diff --git {name(section.raw_old, 'a/')} {name(section.raw_new or section.raw_old, 'b/')}"
+        elif line.startswith("--- "):
+            line = f"--- {name(section.raw_old, 'a/')}"
+        elif line.startswith("+++ "):
+            line = f"+++ {name(section.raw_new, 'b/')}"
+        elif line.startswith(PATH_KEYS) and depth > 1:
+            key = next(k for k in PATH_KEYS if line.startswith(k))
+            line = key + quote_c(without_components(header_path(line[len(key):]), depth - 1) or "")
+        header.append(line)
+    fresh = FileSection(header=header, hunks=section.hunks)
+    for line in header:
+        _read_header_line(fresh, line)
+    return fresh

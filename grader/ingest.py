@@ -6,14 +6,17 @@ line and the diff, or a single ``no diff captured (...)`` line.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 import tomllib
 from collections import Counter
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from grader.diffparse import parse_sections
+from grader.diffparse import FileSection, parse_sections, restripped, strip_depth
 from grader.core.records import Candidate
 from grader.core.rubric import RUBRICS_DIR, all_base_recipes
 from grader.core.sanitize import clean
@@ -66,11 +69,21 @@ def referenced_module_files(diff: str) -> set[str]:
     return files
 
 
+def stripped_to_known_paths(sections: list[FileSection]) -> list[FileSection]:
+    """The sections with their names stripped as the tasks' known files explain them best (``strip_depth``), so
+    a ``diff -ru`` between release folders or a diff without ``a/`` names the task's paths."""
+    known = set().union(*_path_hints().values())
+    folders = {str(parent) for path in known for parent in PurePosixPath(path).parents if str(parent) != "."}
+    depth = strip_depth(sections, known.__contains__, folders.__contains__)
+    return [restripped(section, depth) for section in sections]
+
+
 def infer_task(diff: str) -> tuple[str | None, str]:
     """Tell the task from the pre-image blobs a diff names, else the paths it touches, else the modules it uses."""
     sections = parse_sections(diff)
     if not sections:
         return None, "the diff names no file"
+    sections = stripped_to_known_paths(sections)
     recipes = all_base_recipes()
     blob_votes: Counter[str] = Counter()
     path_votes: Counter[str] = Counter()
@@ -107,8 +120,13 @@ def _candidate(cid: str, source: str, diff: str, task: str | None, **extra) -> C
 
 
 def is_bundle(path: Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    head = head[:len(head) // 4 * 4] if len(head) >= 4 else head  # whole UTF-16 and UTF-32 units
+    try:
+        first = decode_input(head, "replace").split("\n", 1)[0].strip()
+    except UnreadableEncoding:
+        return False
     return bool(re.match(r"^https?://\S+$", first))
 
 
@@ -124,7 +142,10 @@ def _last_hunk_needs(lines: list[str]) -> bool:
 
 def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
     """Read a bundle file into candidates ``<stem>-NNN`` keeping each verdict as ``reference_summary``."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    try:
+        lines = decode_input(path.read_bytes(), "replace").splitlines()
+    except UnreadableEncoding as exc:
+        raise IngestError(f"{path}: {exc}") from None
     entries: list[tuple[str | None, list[str]]] = []
     previous_blank = True
     for line in lines[1:]:
@@ -155,25 +176,118 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
     return candidates
 
 
+# Byte-order marks, longest first (UTF-32's little-endian mark begins with UTF-16's).
+BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32 (little-endian)"),
+        (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32 (big-endian)"),
+        (b"\xef\xbb\xbf", "utf-8", "UTF-8 with a byte-order mark"),
+        (b"\xff\xfe", "utf-16-le", "UTF-16 (little-endian)"),
+        (b"\xfe\xff", "utf-16-be", "UTF-16 (big-endian)"))
+
+
+class UnreadableEncoding(ValueError):
+    """An input is in an encoding that cannot be decoded as the one it shows; the message names it."""
+
+
+def text_encoding(data: bytes) -> tuple[str, str, int]:
+    """(codec, its name for people, bytes of mark to skip) of an input: a byte-order mark, else UTF-16 without
+    one when every other byte of its start is NUL (the ASCII of a diff written by an editor in UTF-16), else
+    UTF-8."""
+    for mark, codec, name in BOMS:
+        if data.startswith(mark):
+            return codec, name, len(mark)
+    head = data[:4096]
+    if len(head) >= 4 and len(head) % 2 == 0:
+        if not any(head[1::2]) and all(head[0::2]):
+            return "utf-16-le", "UTF-16 (little-endian, no byte-order mark)", 0
+        if not any(head[0::2]) and all(head[1::2]):
+            return "utf-16-be", "UTF-16 (big-endian, no byte-order mark)", 0
+    return "utf-8", "UTF-8", 0
+
+
+def decode_input(data: bytes, errors: str = "surrogateescape") -> str:
+    """An input's text, in the encoding its bytes show (``text_encoding``). UTF-8 keeps a byte that is not UTF-8
+    as data (``errors``); another encoding must decode whole, else ``UnreadableEncoding`` names it."""
+    codec, name, skip = text_encoding(data)
+    if codec == "utf-8":
+        return data[skip:].decode("utf-8", errors)
+    try:
+        return data[skip:].decode(codec)
+    except UnicodeDecodeError as exc:
+        raise UnreadableEncoding(f"the file is {name} but does not decode as it (byte {exc.start + skip}: "
+                                 f"{exc.reason}); save it as UTF-8") from None
+
+
 def _read_diff(path: Path, cid: str, task: str | None) -> Candidate:
     try:
         # Bytes as they are: text mode would turn the "\r\n" of a CRLF file's lines into "\n". A byte that is not
         # UTF-8 (a raw file name) is data, kept for git by surrogateescape.
-        diff = path.read_bytes().decode("utf-8", "surrogateescape")
-    except OSError as exc:
+        diff = decode_input(path.read_bytes())
+    except (OSError, UnreadableEncoding) as exc:
         return Candidate(cid, str(path), "", task=task, ingest_error=f"cannot read {path}: {exc}")
     return _candidate(cid, str(path), diff, task)
 
 
+def entry_problem(path: Path) -> str | None:
+    """Why a directory entry cannot be read as a diff (a FIFO, a socket, a device, a link to nothing or a loop of
+    links), or None for a regular file (or a link to one) or a folder."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if path.is_symlink():
+            if exc.errno == errno.ELOOP:
+                return "a loop of symbolic links"
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+        return None
+    kinds = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+             stat.S_IFBLK: "a block device"}
+    return f"{kinds.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a regular file"
+
+
+def directory_entries(root: Path) -> list[tuple[Path, str | None]]:
+    """Every entry under ``root`` that may be a candidate, in path order, with ``entry_problem``'s reason for one
+    that cannot be read: files with a diff suffix, and links that lead nowhere or in a loop (they might be either,
+    so they are named rather than dropped). Linked folders are followed once each."""
+    found: list[tuple[Path, str | None]] = []
+    seen: set[str] = set()
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError as exc:
+            found.append((folder, f"a folder that cannot be listed ({exc.strerror or exc})"))
+            continue
+        for name in names:
+            path = folder / name
+            problem = entry_problem(path)
+            if problem is None and path.is_dir():
+                pending.append(path)
+            elif path.suffix in DIFF_SUFFIXES or (problem and path.is_symlink()):
+                found.append((path, problem))
+    return sorted(found)
+
+
 def scan_directory(root: Path, task: str | None = None) -> list[Candidate]:
-    """Candidates under ``root``: ``<task-id>/<name>.diff`` takes its task from the folder, others are inferred."""
+    """Candidates under ``root``: ``<task-id>/<name>.diff`` takes its task from the folder, others are inferred.
+    An entry that cannot be read as a file (``directory_entries``) is a candidate with its reason as the ingest
+    error, so the report and the exit code name it."""
     known = set(all_base_recipes())
     candidates = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in DIFF_SUFFIXES):
+    for path, problem in directory_entries(root):
         rel = path.relative_to(root)
         folder_task = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in known else None
-        cid = rel.with_suffix("").as_posix()
-        candidates.append(_read_diff(path, cid, task or folder_task))
+        cid = (rel.with_suffix("") if path.suffix in DIFF_SUFFIXES else rel).as_posix()
+        if problem:
+            candidates.append(Candidate(cid, str(path), "", task=task or folder_task,
+                                        ingest_error=f"{path} is {problem}: it cannot be graded"))
+        else:
+            candidates.append(_read_diff(path, cid, task or folder_task))
     return candidates
 
 
@@ -187,6 +301,8 @@ def ingest(paths: list[Path], task: str | None = None) -> list[Candidate]:
             candidates.extend(parse_bundle(path, task))
         elif path.is_file():
             candidates.append(_read_diff(path, path.stem, task))
+        elif os.path.lexists(path):
+            raise IngestError(f"{path}: {entry_problem(path) or 'neither a file nor a folder'}")
         else:
             raise IngestError(f"{path}: no such file or directory")
     return unique_ids([cleaned(candidate) for candidate in candidates])

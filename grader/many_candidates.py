@@ -12,6 +12,7 @@ what is graded, where, and in what order.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from grader.core.rubric import Task, all_tasks
 from grader.checkout import is_built
 from grader.sandbox.launch import ColdLauncher, Launcher, preimport_known, start_warm_pool, warm_workers_serve
 from grader.sandbox.leftovers import reclaim as reclaim_leftovers
+from grader.sandbox.tooling import os_error_line
 from grader.store import ResultStore, cache_key, is_final
 
 
@@ -98,6 +100,16 @@ class Backend(Protocol):
 
     def grade(self, pending: Sequence[Candidate], options: GradingOptions, observer: Observer,
               deliver: Callable[[Graded], None]) -> None: ...
+
+
+def close_launcher(launcher: Launcher) -> None:
+    """Close the run's launcher. A failure of that cleanup (an OSError removing its workers' folders) is said on
+    stderr and costs nothing else: every candidate was graded and stored, and the reports are still written."""
+    try:
+        launcher.close()
+    except OSError as exc:
+        print(f"warning: cleaning up the judges' workers failed ({os_error_line(exc)}); every result stands",
+              file=sys.stderr, flush=True)
 
 
 def grade_many(candidates: Sequence[Candidate], options: GradingOptions, observer: Observer | None = None,
@@ -239,7 +251,7 @@ class LocalBackend:
             raise
         finally:
             pool.shutdown(wait=not interrupted)
-            launcher.close()
+            close_launcher(launcher)
 
     def launcher(self, needing: list[Candidate], tasks: dict[str, Task], options: GradingOptions,
                  observer: Observer) -> Launcher:

@@ -10,11 +10,10 @@ candidate.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.core.paths import output_folder, page_name
+from grader.core.paths import atomic_copy, output_folder, page_name
 from grader.core.records import CandidateResult, Incomplete, MergedOutput, RecordError, RunInfo
 from grader.outcome import exit_code, exit_reason
 from grader.report import comparable, results_of, run_of
@@ -125,10 +124,10 @@ def merge_outputs(outs: list[Path], fail_under: float | None = None) -> Merged:
 
 def copy_pages(merged: Merged, dest: Path) -> None:
     """Each candidate's page from the output that graded it (pages are rendered with their diff, which
-    results.json does not hold)."""
+    results.json does not hold), each copied whole or not at all (a filling disk leaves no page cut off)."""
     pages = output_folder(dest / "candidates")
     for result in merged.results:
         name = page_name(result.id)
         source = merged.origin[result.id] / "candidates" / name
         if source.is_file():
-            shutil.copyfile(source, pages / name)
+            atomic_copy(source, pages / name)

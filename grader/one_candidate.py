@@ -15,7 +15,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from grader.apply import applied_tree, apply_diff, make_tree
+from grader.apply import UnsoundGround, applied_tree, base_problem, make_tree, reference_diff, sound_apply
 from grader.checkout import BaseBuildError, build_base
 from grader.core.paths import make_import_root, remove_tree, scratch_root
 from grader.describe import describe_tree
@@ -111,7 +111,8 @@ def evaluate(task: Task, diff: str, bases: BaseCache, options: GradingOptions, l
         started = time.monotonic()
         tree = make_tree(base, scratch)
         try:
-            apply = apply_diff(parse_diff(diff), tree, options.contained, cut_preview) if diff.strip() else \
+            apply = sound_apply(base, parse_diff(diff), tree, reference_diff(task.id), options.contained,
+                                cut_preview) if diff.strip() else \
                 ApplyReport("empty", message="no diff: the base itself", tree_id=applied_tree(tree)[0])
         except ToolMissing as exc:
             # The candidate's diff needs a tool this machine lacks: the environment's state, not its failure.
@@ -163,9 +164,13 @@ def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path,
         nonlocal budgets
         budgets = budgets or ensure_call_times(task, base, options.gpu, launcher, options.contained,
                                                options.memory_bytes, options.also_pass)
-        return run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
-                                options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
-                                call_budgets=budgets, **traced)
+        run = run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
+                               options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
+                               call_budgets=budgets, **traced)
+        # The base's own behaviour is part of the evidence: one that vanished meanwhile leaves none to keep.
+        if problem := base_problem(base):
+            raise UnsoundGround(problem)
+        return run
 
     if first is None:
         first = run_tests(scratch)

@@ -122,3 +122,50 @@ def test_a_ray_actor_refuses_a_candidate_whose_control_fails_on_its_node(monkeyp
     assert result["run_status"] == "environment_error" and result["verdict"] == "error"
     assert "the control of int8-kv-rounding failed here" in result["error"]
     assert graded == []
+
+
+def tiny_sdist(cache: Path, version: str = "9.9.9") -> tuple[str, dict[str, str]]:
+    """A small sdist of ``version`` in the cache's sdists folder (as fetch_sdist keeps it): its sha256 and blobs."""
+    import hashlib
+    import io
+    import tarfile
+
+    folder = cache / "sdists"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"vllm/__init__.py": b"VERSION = 1\n", "vllm/lora/peft_helper.py": b"def f():\n    return 1\n"}
+    tarball = folder / f"vllm-{version}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        for rel, data in files.items():
+            info = tarfile.TarInfo(f"vllm-{version}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    blobs = {rel: hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() for rel, data in files.items()}
+    return hashlib.sha256(tarball.read_bytes()).hexdigest(), blobs
+
+
+def test_two_processes_on_an_empty_cache_build_a_base_once_and_both_use_it(own_cache, tmp_path):
+    """Two graders start on one empty cache at once: one builds the base, the other waits and reuses it (no
+    second build removes the base from under the first)."""
+    sha, blobs = tiny_sdist(own_cache)
+    log = tmp_path / "builds"
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from grader import checkout
+        from grader.core.rubric import BaseRecipe
+        real_build = checkout._build
+        def slow_build(*args):
+            with open({str(log)!r}, "a") as f:
+                f.write("built\\n")
+            time.sleep(1.0)
+            return real_build(*args)
+        checkout._build = slow_build
+        base = checkout.build_base("tiny", BaseRecipe("9.9.9", {sha!r}, None, {blobs!r}))
+        print(base.commit, (base.path / "vllm" / "lora" / "peft_helper.py").read_text().strip().splitlines()[0])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert log.read_text() == "built\n"
+    assert outputs[0] == outputs[1] and outputs[0].split()[1] == "def"

@@ -46,6 +46,7 @@ def entry(position: int, task: str, overall: str, **labels) -> dict:
             **{c: labels.get(c) for c in ("c1", "c2", "c3", "c4", "c5")}}
 
 
+# Scoring's rule (MET_AT 1.0): met only when every evaluated check passes.
 @pytest.mark.parametrize("score,expected", [(1.0, "met"), (0.9999, "partial"), (0.75, "partial"), (0.5, "partial"),
                                             (0.2501, "partial"), (0.25, "unmet"), (0.0, "unmet")])
 def test_grader_class_thresholds(score, expected):

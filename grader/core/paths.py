@@ -70,14 +70,19 @@ def output_folder(path: Path) -> Path:
     return path
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_copy(source: Path, path: Path) -> None:
+    """Copy ``source`` to ``path`` as ``atomic_write`` writes: whole or not at all, even on a filling disk."""
+    atomic_write(path, source.read_bytes())
+
+
+def atomic_write(path: Path, text: str | bytes) -> None:
     """Write via a temporary file and rename, so a killed run never leaves a half-written file; a write that
     fails (disk full) removes its temporary file and raises."""
     output_folder(path.parent)
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with open(handle, "w", encoding="utf-8") as tmp:
-            tmp.write(text)
+        with open(handle, "wb") as tmp:
+            tmp.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.chmod(name, FILE_MODE)
         os.replace(name, path)
     except BaseException as exc:
