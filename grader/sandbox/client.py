@@ -54,10 +54,21 @@ class ProbeOverBudget(ProbeTimeout):
     call well within it: a failed check."""
 
 
+# The judge's start on its monotonic clock (this module is imported as the hidden tests are collected).
+JUDGE_STARTED = time.monotonic()
+
+
 def deadline_left() -> float:
-    """Seconds until the candidate's time limit (``GRADER_DEADLINE``, epoch seconds); infinite when unset."""
+    """Seconds until the candidate's time limit (``GRADER_DEADLINE``: seconds from the judge's start), on the
+    monotonic clock, which no step of the wall clock moves; infinite when unset."""
     deadline = os.environ.get(protocol.DEADLINE)
-    return float("inf") if not deadline else float(deadline) - time.time()
+    return float("inf") if not deadline else float(deadline) - (time.monotonic() - JUDGE_STARTED)
+
+
+def deadline_charged() -> bool:
+    """Whether the time limit is the candidate's own budget, from the controls' times on this machine: then a
+    call it cuts short, where a control finished the call, is the candidate's failure."""
+    return os.environ.get(protocol.DEADLINE_CHARGED) == "1"
 
 
 class Subject:
@@ -96,10 +107,17 @@ class Subject:
                     budget: Budget | None):
         limit = min(timeout or DEFAULT_PROBE_S, budget.seconds) if budget else (timeout or DEFAULT_PROBE_S)
         left = deadline_left()
+        # Over budget is the candidate's failure only where a control answered within the limit that applied: the
+        # call's budget, or the candidate's whole time where that is its own budget (time it burned before this
+        # call, answering late inside each earlier call's budget or sleeping between calls, is charged to it).
+        controls_finished = budget is not None and min(budget.controls.values()) <= limit
+        held_to_budget = controls_finished and (limit <= left or deadline_charged())
         if min(limit, left) <= 0:
+            if held_to_budget:
+                raise ProbeOverBudget(f"probe {probe} not started: the candidate had used its whole time budget, "
+                                      f"where {budget.explain()} on this machine")
             raise ProbeTimeout(f"probe {probe} not started: the candidate's time limit was reached")
-        # Over budget is the candidate's failure only where a control answered within the limit that applied.
-        held_to_budget = budget is not None and limit <= left and min(budget.controls.values()) <= limit
+        cut_by_deadline = left < limit
         limit = min(limit, left)
         fresh = self.sock is None
         sock = self._channel()
@@ -122,7 +140,8 @@ class Subject:
         except ChannelTimeout:
             self.kill()
             if held_to_budget:
-                why = (f"probe {probe} gave no answer within its budget of {limit:.1f} s, where "
+                spent = "the rest of the candidate's whole time budget" if cut_by_deadline else "its budget"
+                why = (f"probe {probe} gave no answer within {spent} ({limit:.1f} s), where "
                        f"{budget.explain()} on this machine")
                 if fresh and not self.answered:
                     self.not_ready = f"the candidate's subject never got ready: {why}"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,7 +32,9 @@ BASE_TREE = "GRADER_BASE_TREE"  # the unpatched base
 EVIDENCE_OUT = "GRADER_EVIDENCE_OUT"  # the evidence plugin's output file, in the judge's folder
 SUBJECTS = "GRADER_SUBJECTS"  # the subjects' specs (JSON, by name)
 GPU = "GRADER_GPU"  # "1": GPU evidence was asked for (a subject sees it too)
-DEADLINE = "GRADER_DEADLINE"  # the candidate's time limit, epoch seconds
+DEADLINE = "GRADER_DEADLINE"  # the candidate's time limit: seconds from the judge's start, on its monotonic clock
+# "1": that limit is the candidate's own budget, from the controls' times (a call it cuts is the candidate's failure)
+DEADLINE_CHARGED = "GRADER_DEADLINE_CHARGED"
 SECRET = "GRADER_SECRET"  # the installation's secret from which judges draw deciding inputs
 JUDGE_PYCACHE = "GRADER_JUDGE_PYCACHE"  # where the judge keeps the modules it compiles
 # Set for some runs:
@@ -48,6 +49,7 @@ PLATFORM_ZYGOTES = "GRADER_PLATFORM_ZYGOTES"  # its sockets to the zygotes of it
 BUDGET_FACTOR = "GRADER_BUDGET_FACTOR"
 BUDGET_FLOOR_S = "GRADER_BUDGET_FLOOR_S"
 BUDGET_START_FLOOR_S = "GRADER_BUDGET_START_FLOOR_S"
+BUDGET_WHOLE_FLOOR_S = "GRADER_BUDGET_WHOLE_FLOOR_S"  # read by the grader process (the whole budget's floor)
 # The operator's settings of the grader process:
 CACHE = CACHE_VARIABLE
 SCRATCH = SCRATCH_VARIABLE
@@ -55,9 +57,10 @@ UID_LOCKS = UID_LOCKS_VARIABLE
 PROGRESS_EVERY = "GRADER_PROGRESS_EVERY"  # seconds between two progress lines in a log
 
 PREFIX = "GRADER_"
-VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
+JUDGE_GRACE_S = 20.0
+VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, DEADLINE_CHARGED, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
              CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, PLATFORM_ZYGOTES, BUDGET_FACTOR, BUDGET_FLOOR_S,
-             BUDGET_START_FLOOR_S, CACHE, SCRATCH, UID_LOCKS, PROGRESS_EVERY)
+             BUDGET_START_FLOOR_S, BUDGET_WHOLE_FLOOR_S, CACHE, SCRATCH, UID_LOCKS, PROGRESS_EVERY)
 
 # --- what every judge and subject inherits ----------------------------------------------------------------------------
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
@@ -260,7 +263,8 @@ def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeo
         "PYTHONPATH": str(REPO_ROOT),
         VLLM_TREE: str(tree), BASE_TREE: str(base_tree),
         EVIDENCE_OUT: str(judge / "evidence.jsonl"), SUBJECTS: str(judge / "subjects.json"),
-        GPU: gpu_flag(gpu), DEADLINE: f"{time.time() + timeout:.3f}",
+        # A duration, not a point on the wall clock: a clock step (NTP, a VM resumed) never turns into time-outs.
+        GPU: gpu_flag(gpu), DEADLINE: f"{timeout:.3f}", DEADLINE_CHARGED: "0",
         SECRET: secret_seed(),
         # Only the plugins the grader names load: an installed pytest plugin neither shapes the judge's run nor
         # costs it start-up time (one imported hypothesis at every session's end).
@@ -292,4 +296,6 @@ def set_up_judge(judge: Path, argv: list[str], cwd: str, tree: Path, base_tree: 
     evidence = Path(env[EVIDENCE_OUT])
     evidence.write_text("")
     log = judge / "pytest.log"
-    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout, platforms), evidence, log)
+    # The judge ends its own checks at ``timeout`` (each call is cut there); the grace lets it report them before
+    # whoever runs it gives up on it.
+    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout + JUDGE_GRACE_S, platforms), evidence, log)
