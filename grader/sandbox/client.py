@@ -83,6 +83,8 @@ class Subject:
         # Why this subject is taken as never getting ready (a fresh start over its budget before it ever answered).
         self.not_ready: str | None = None
         self.watch = None
+        # The subject's private log, held open by the judge: readable after the subject (and its home) is gone.
+        self.log_fd: int | None = None
 
     def call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """Run ``probe`` (``module.function`` of the staged probes) in the subject with ``args``; its value."""
@@ -149,8 +151,9 @@ class Subject:
             raise ProbeTimeout(f"probe {probe} gave no answer within {limit:.0f} s") from None
         except (ChannelError, OSError) as exc:
             over_bound = self.watch.reason if self.watch is not None else None
+            tail = self._log_tail()  # before the kill, which closes the judge's hold on the private log
             self.kill()
-            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{self._log_tail()}") from None
+            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{tail}") from None
 
     def outcome(self, probe: str, /, **args) -> dict:
         """``{"returned": value}``, or ``{"raised": type name, "message": text}`` when the probe raised."""
@@ -166,16 +169,40 @@ class Subject:
             self.starts += 1
             self.pid, self.sock = zygote.spawn(self.control, self.spec)
             self.watch = watch_for(self.pid, self.box, protocol.gpu_asked())
+            self.log_fd = self._open_private_log()
         return self.sock
 
+    def _open_private_log(self, wait_s: float = 5.0) -> int | None:
+        """The subject's private log (``zygote.private_log``), opened through its mount namespace as soon as it
+        has contained itself and made it; None where it has none or it did not appear in time."""
+        inside = zygote.private_log(self.box)
+        if not inside or self.pid is None:
+            return None
+        path, until = f"/proc/{self.pid}/root{inside}", time.monotonic() + wait_s
+        while True:
+            try:
+                return os.open(path, os.O_RDONLY)
+            except OSError:
+                if time.monotonic() > until:
+                    return None
+                time.sleep(0.01)
+
     def _log_tail(self) -> str:
-        try:
-            with open(self.spec.log, "rb") as log:
-                log.seek(max(0, os.path.getsize(self.spec.log) - 600))
-                tail = log.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
-        return f" (subject log ends: {tail[-600:]})" if tail else ""
+        """The end of what the subject wrote: its private log (read through its mount namespace while it lives),
+        else the start-up log in the judge's folder."""
+        for source in [self.log_fd, self.spec.log]:
+            if source is None:
+                continue
+            try:
+                with open(os.dup(source) if isinstance(source, int) else source, "rb") as log:
+                    size = os.fstat(log.fileno()).st_size
+                    log.seek(max(0, size - 600))
+                    tail = log.read(600).decode("utf-8", "replace").strip()
+            except OSError:
+                continue
+            if tail:
+                return f" (subject log ends: {tail[-600:]})"
+        return ""
 
     def kill(self) -> None:
         """End this subject and everything it started; the next call starts a fresh one."""
@@ -188,6 +215,9 @@ class Subject:
         if self.pid is not None:
             end_subject(self.pid, self.box)
             self.pid = None
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
 
 
 # The patch's added lines that ran in the candidate's subject since the current test started (path -> lines),

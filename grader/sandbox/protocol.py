@@ -152,6 +152,7 @@ class SandboxSpec:
     scratch: ScratchSpec | None = None
     cgroup: str | None = None
     memory_cgroup: str | None = None
+    cpu_cgroup: str | None = None
     # A GPU run's bound on the subject's device memory (``grader.sandbox.watchdog``).
     gpu_memory_bytes: int | None = None
 
