@@ -72,3 +72,28 @@ def test_a_flood_a_fill_and_spinners_stay_in_the_subjects_own_space_and_share(tm
         assert "grader-pid" in next(line for line in report["cgroups"].splitlines()
                                     if "cpu" in line.split(":")[1].split(",") or line.startswith("0::"))
     assert not list(tmp_path.rglob("z1")), "the fill reached the shared scratch area"
+
+
+DYING_PROBE = """
+import os, sys
+
+
+def say_and_die():
+    sys.stderr.write("the-last-words-of-this-subject\\n")
+    sys.stderr.flush()
+    os._exit(3)
+"""
+DYING_TEST = """
+from grader.sandbox.client import subject
+
+
+def test_dies():
+    subject("candidate").call("dying.say_and_die", timeout=60)
+"""
+
+
+def test_the_judge_still_quotes_the_private_log_of_a_subject_that_died(tmp_path, contained):
+    tree = tree_with(tmp_path / "tree", toylib="")
+    seen = run_judge(tmp_path / "run", tree, tree, DYING_TEST, {"dying": DYING_PROBE}, contained=True)
+    outcome = seen["test_dies"]
+    assert outcome.status == "failed" and "the-last-words-of-this-subject" in outcome.message, outcome.message[-800:]
