@@ -60,3 +60,20 @@ def test_a_file_over_the_size_budget_fails_its_reader(tmp_path, monkeypatch):
         (root / "vllm" / "huge.py").read_text()
     with pytest.raises(AssertionError, match="analysis budget"):
         next(p for p in (root / "vllm").glob("huge.py")).read_bytes()
+
+
+def test_time_waiting_on_a_subject_is_not_the_judges_analysis(monkeypatch):
+    """A static check that also calls probes: the calls are held to their own budgets, the analysis clock stops."""
+    from grader.sandbox.client import analysis_clock_paused
+
+    conftest = rubric_conftest(monkeypatch)
+    monkeypatch.setattr(conftest, "ANALYSIS_SECONDS", 1.0)
+    with conftest.analysis_time_budget("a static check with probe calls"):
+        with analysis_clock_paused():
+            time.sleep(1.5)  # a probe call longer than the whole analysis budget
+        time.sleep(0.3)
+    with pytest.raises(AssertionError, match="analysis budget"):
+        with conftest.analysis_time_budget("the same check, its own work too long"):
+            with analysis_clock_paused():
+                time.sleep(0.2)
+            time.sleep(1.5)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
+from contextlib import contextmanager
 from functools import cache
 
 from grader.sandbox import protocol, zygote
@@ -52,6 +54,18 @@ class ProbeTimeout(Exception):
 class ProbeOverBudget(ProbeTimeout):
     """The candidate did not answer within the call's budget, and the base or the reference fix answered the same
     call well within it: a failed check."""
+
+
+@contextmanager
+def analysis_clock_paused():
+    """The judge's analysis budget (an ITIMER_REAL of ``rubrics/conftest.py``) stopped while the judge waits on a
+    subject: a probe call is held to its own budget, and is not the judge's analysis of the candidate's text."""
+    remaining, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if remaining > 0:
+            signal.setitimer(signal.ITIMER_REAL, remaining, interval)
 
 
 # The judge's start on its monotonic clock (this module is imported as the hidden tests are collected).
@@ -94,6 +108,10 @@ class Subject:
     def timed_call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """As ``call``, and the wall-clock seconds the call took as the judge measured them. The candidate's calls
         are held to their budgets; in a calibration run they are timed, and timed again on the base."""
+        with analysis_clock_paused():
+            return self._held_call(probe, timeout, max_bytes, args)
+
+    def _held_call(self, probe: str, timeout: float | None, max_bytes: int | None, args: dict):
         if self.name != "candidate":
             return self._timed_call(probe, timeout, max_bytes, args, None)
         key = _COUNTER.next_key(probe)
