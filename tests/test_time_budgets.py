@@ -198,3 +198,5 @@ def test_the_deadline_is_a_duration_on_the_monotonic_clock(monkeypatch):
     before = client.deadline_left()
     monkeypatch.setattr(clock, "time", lambda: 1e12)  # the wall clock jumps far ahead
     assert abs(client.deadline_left() - before) < 5
+    monkeypatch.setenv("GRADER_JUDGE_STARTED", repr(clock.monotonic() - 60))  # the judge started a minute ago
+    assert 35 < client.deadline_left() <= 40

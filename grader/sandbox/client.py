@@ -68,15 +68,19 @@ def analysis_clock_paused():
             signal.setitimer(signal.ITIMER_REAL, remaining, interval)
 
 
-# The judge's start on its monotonic clock (this module is imported as the hidden tests are collected).
-JUDGE_STARTED = time.monotonic()
+# Where the deadline counts from when no judge set its start (a test calling the client directly): this import.
+IMPORTED_AT = time.monotonic()
 
 
 def deadline_left() -> float:
-    """Seconds until the candidate's time limit (``GRADER_DEADLINE``: seconds from the judge's start), on the
-    monotonic clock, which no step of the wall clock moves; infinite when unset."""
+    """Seconds until the candidate's time limit (``GRADER_DEADLINE``: seconds from the judge's start, which the
+    judge notes on its monotonic clock as ``GRADER_JUDGE_STARTED``), on that clock, which no step of the wall clock
+    moves; infinite when unset."""
     deadline = os.environ.get(protocol.DEADLINE)
-    return float("inf") if not deadline else float(deadline) - (time.monotonic() - JUDGE_STARTED)
+    if not deadline:
+        return float("inf")
+    started = float(os.environ.get(protocol.JUDGE_STARTED) or IMPORTED_AT)
+    return float(deadline) - (time.monotonic() - started)
 
 
 def deadline_charged() -> bool:

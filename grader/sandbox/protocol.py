@@ -44,6 +44,7 @@ ADDED_LINES = "GRADER_ADDED_LINES"  # the patch's added lines the candidate's su
 ONLY_TESTS = "GRADER_ONLY_TESTS"  # a re-run of some checks: the node ids it runs (the others are deselected)
 # Set by the judge itself for its client:
 ZYGOTE_FD = "GRADER_ZYGOTE_FD"  # the judge's socket to its zygote
+JUDGE_STARTED = "GRADER_JUDGE_STARTED"  # its start on its monotonic clock: where the DEADLINE duration counts from
 PLATFORM_ZYGOTES = "GRADER_PLATFORM_ZYGOTES"  # its sockets to the zygotes of its task's platforms (JSON, by name)
 # Read only when the grader's own tests set them (a subject never sees a judge's environment):
 BUDGET_FACTOR = "GRADER_BUDGET_FACTOR"
@@ -58,9 +59,10 @@ PROGRESS_EVERY = "GRADER_PROGRESS_EVERY"  # seconds between two progress lines i
 
 PREFIX = "GRADER_"
 JUDGE_GRACE_S = 20.0
-VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, DEADLINE_CHARGED, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
-             CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, PLATFORM_ZYGOTES, BUDGET_FACTOR, BUDGET_FLOOR_S,
-             BUDGET_START_FLOOR_S, BUDGET_WHOLE_FLOOR_S, CACHE, SCRATCH, UID_LOCKS, PROGRESS_EVERY)
+VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, DEADLINE_CHARGED, SECRET, JUDGE_PYCACHE,
+             CALL_BUDGETS, CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, JUDGE_STARTED, PLATFORM_ZYGOTES,
+             BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S, BUDGET_WHOLE_FLOOR_S, CACHE, SCRATCH, UID_LOCKS,
+             PROGRESS_EVERY)
 
 # --- what every judge and subject inherits ----------------------------------------------------------------------------
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
