@@ -115,7 +115,7 @@ IMPORT_RULES = {"ctypes": {"ctypes", "_ctypes"}, "socket": {"socket", "_socket"}
                 "harness-import": {"pytest", "_pytest", "pluggy", "grader"}}
 IMPORTERS = {"importlib.import_module", "__import__", "builtins.__import__", "importlib.__import__"}
 # A constant string, as folded.
-TEXT_RULES = {"grader-environment": re.compile(r"GRADER_[A-Z0-9_]*"), "proc-filesystem": re.compile(r"/proc/")}
+TEXT_RULES = {"grader-environment": re.compile(r"\bGRADER_[A-Z0-9_]*"), "proc-filesystem": re.compile(r"/proc/")}
 HARNESS = re.compile(HARNESS_NAMES)
 # The budget of the syntax-tree scan of one diff: past it the rest is read by the line rules only, and a flag says
 # so (a crafted diff cannot make the scan spin or hold the run).
