@@ -200,3 +200,15 @@ def test_the_deadline_is_a_duration_on_the_monotonic_clock(monkeypatch):
     assert abs(client.deadline_left() - before) < 5
     monkeypatch.setenv("GRADER_JUDGE_STARTED", repr(clock.monotonic() - 60))  # the judge started a minute ago
     assert 35 < client.deadline_left() <= 40
+
+
+def test_evidence_with_a_check_failed_on_time_is_not_cached(tmp_path):
+    from grader.core.records import RunReport, TestOutcome
+    from grader.evidence_cache import EvidenceCache
+
+    cache = EvidenceCache(tmp_path / "evidence")
+    on_time = RunReport([TestOutcome("t::a", "failed", {}, message="timeout: over its budget")], 0, False, "", 1.0)
+    plain = RunReport([TestOutcome("t::a", "failed", {}, message="assert 7 == 6")], 0, False, "", 1.0)
+    cache.save("k1", on_time)
+    cache.save("k2", plain)
+    assert cache.load("k1") is None and cache.load("k2") is not None
