@@ -125,6 +125,23 @@ def test_run_tests_counts_outcomes_as_grading_scores_them():
 
 # Answers every call right, a little late: inside each call's floor, so no single call is over its budget.
 LATE_BUT_RIGHT = "import time\n\ndef double(x):\n    time.sleep(1.5)\n    return 2 * x\n"
+# Answers at once, then sleeps between calls (a thread holds what the next call needs for 1.5 s).
+SLEEPS_BETWEEN_CALLS = """
+import threading, time
+
+busy = threading.Lock()
+
+
+def _rest():
+    time.sleep(1.5)
+    busy.release()
+
+
+def double(x):
+    busy.acquire()
+    threading.Thread(target=_rest, daemon=True).start()
+    return 2 * x
+"""
 MANY_CALLS = """
 import pytest
 from grader.sandbox.client import subject
@@ -137,7 +154,8 @@ def test_double(x):
 """
 
 
-def test_time_burned_inside_each_calls_floor_is_charged_to_the_candidate(tmp_path, own_cache):
+@pytest.mark.parametrize("candidate", [LATE_BUT_RIGHT, SLEEPS_BETWEEN_CALLS], ids=["late", "between-calls"])
+def test_time_burned_inside_each_calls_floor_is_charged_to_the_candidate(tmp_path, own_cache, candidate):
     """Issue 49: late answers inside every call's floor ran the candidate into its own time limit, and the checks
     it had not reached were left out of the score. With the limit charged (the whole budget from the controls'
     times), each check it did not reach fails, ``timeout: ...``, where the controls finished it."""
@@ -145,7 +163,7 @@ def test_time_burned_inside_each_calls_floor_is_charged_to_the_candidate(tmp_pat
     record = tmp_path / "call-times.json"
     run_judge(tmp_path / "calibration", reference, base, MANY_CALLS, {"toy_probe": PROBE},
               {"GRADER_CALL_TIMES_OUT": str(record)})
-    seen = run_judge(tmp_path / "graded", tree_with(tmp_path / "late", LATE_BUT_RIGHT), base, MANY_CALLS,
+    seen = run_judge(tmp_path / "graded", tree_with(tmp_path / "late", candidate), base, MANY_CALLS,
                      {"toy_probe": PROBE}, {"GRADER_CALL_BUDGETS": str(record), "GRADER_DEADLINE_CHARGED": "1",
                                             **QUICK}, timeout=6)
     statuses = [seen[f"test_double[{x}]"].status for x in range(12)]
