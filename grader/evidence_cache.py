@@ -32,9 +32,12 @@ def diff_key(identity: Identity, diff: str) -> str:
 
 
 def _is_reproducible(run: RunReport) -> bool:
-    """Evidence a rerun would reproduce: no time-outs, no faults of the environment or the grader."""
+    """Evidence a rerun would reproduce: no time-outs, no check failed on time (``timeout: ...``, a candidate
+    over its budget: its verdict stands, but one slow moment of the machine is not replayed to every later
+    grading of the same tree), no faults of the environment or the grader."""
     return not (run.timed_out or run.environment_error or run.grader_error
-                or any(o.status in ("timeout", "not_run") for o in run.outcomes))
+                or any(o.status in ("timeout", "not_run") or o.message.startswith("timeout:")
+                       for o in run.outcomes))
 
 
 class EvidenceCache:

@@ -32,7 +32,8 @@ from grader.core.rubric import Task, all_tasks, rubric_fingerprint
 from grader.sandbox.leftovers import owned_name
 from grader.core.sanitize import clean, clean_apply_report
 from grader.sandbox.tooling import ToolMissing, os_error_line
-from grader.run import added_lines, ensure_call_times, environment_problem, run_hidden_tests
+from grader.run import added_lines, candidate_time, charge_unreached, ensure_call_times, environment_problem, \
+    run_hidden_tests
 from grader.traced_rerun import rerun_finished, trace_failing_checks
 from grader.score import FULL_AT, MET_AT, UNMET_AT, not_evaluated_all, overall_score, score_criteria, verdict_for
 from grader.summarize import summarize
@@ -164,13 +165,15 @@ def hidden_test_evidence(task: Task, base: BuiltBase, tree: Path, scratch: Path,
         nonlocal budgets
         budgets = budgets or ensure_call_times(task, base, options.gpu, launcher, options.contained,
                                                options.memory_bytes, options.also_pass)
-        run = run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, options.timeout,
+        # The candidate's whole time comes from the controls' own time (``candidate_time``); what it burns is its.
+        limit, charged = candidate_time(options.timeout, budgets)
+        run = run_hidden_tests(task, tree, import_root, base.path, folder, options.gpu, launcher, limit,
                                options.contained, memory_bytes=options.memory_bytes, also_pass=options.also_pass,
-                               call_budgets=budgets, **traced)
+                               call_budgets=budgets, charged=charged, **traced)
         # The base's own behaviour is part of the evidence: one that vanished meanwhile leaves none to keep.
         if problem := base_problem(base):
             raise UnsoundGround(problem)
-        return run
+        return charge_unreached(run, budgets, limit) if charged and run.timed_out else run
 
     if first is None:
         first = run_tests(scratch)

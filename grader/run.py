@@ -33,6 +33,7 @@ from grader.core.rubric import REPO_ROOT, RUBRICS_DIR, SHARED_PROBES, Task
 from grader.core.sanitize import clean
 from grader.diffparse import parse_diff
 from grader.sandbox import contain, protocol
+from grader.sandbox.budget import CallTimes
 from grader.sandbox.launch import JudgeLost, Launcher, describe_exit
 from grader.sandbox.protocol import SandboxSpec, SubjectSpec, base_environment, set_up_judge, subject_environment
 from grader.sandbox.leftovers import owned_name
@@ -212,11 +213,12 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
                      select: str | None = None, memory_bytes: int | None = None,
                      also_pass: tuple[str, ...] = (), call_budgets: Path | None = None,
                      call_times_out: Path | None = None, traced: list[str] | None = None,
-                     only: list[str] | None = None) -> RunReport:
+                     only: list[str] | None = None, charged: bool = False) -> RunReport:
     """One judge run over ``tree``. ``call_budgets``: the controls' times its candidate calls are held to
     (``ensure_call_times``); ``call_times_out``: a calibration run over a control, whose calls' times are written
     there; ``traced`` (the diff's paths): each test also records which of the patch's added lines in them ran
-    (``TestOutcome.ran``); ``only``: the node ids of the tests to run, the others deselected (a re-run)."""
+    (``TestOutcome.ran``); ``only``: the node ids of the tests to run, the others deselected (a re-run);
+    ``charged``: ``timeout`` is the candidate's own budget from the controls' times (``candidate_time``)."""
     judge = scratch / "judge"
     judge.mkdir(mode=0o700)
     probes = stage_probes(task, scratch / "probes")
@@ -228,7 +230,7 @@ def run_hidden_tests(task: Task, tree: Path, import_root: Path, base_tree: Path,
                                  memory_bytes, also_pass)
         specs[name] = spec
         boxes += [box] if box else []
-    extra = {}
+    extra = {protocol.DEADLINE_CHARGED: "1"} if charged else {}
     if call_budgets is not None:
         extra[protocol.CALL_BUDGETS] = str(call_budgets)
     if call_times_out is not None:
@@ -523,9 +525,41 @@ def measure_call_times(task: Task, base: BuiltBase, gpu: bool, launcher: Launche
                                contained, memory_bytes=memory_bytes, also_pass=also_pass, call_times_out=draft)
         if run.timed_out or run.environment_error or not draft.is_file():
             return
+        times = CallTimes.load(draft)
+        times.note_run(run.duration, [o.nodeid for o in run.outcomes if o.status not in UNREACHED])
+        times.save(draft)
         path.parent.mkdir(parents=True, exist_ok=True)
         landing = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         shutil.copyfile(draft, landing)
         os.replace(landing, path)  # whole or absent for a reader in another grader
     finally:
         remove_tree(scratch)
+
+
+# ------------------------------------------------------------------ the candidate's whole time, charged to it
+UNREACHED = ("timeout", "not_run")
+
+
+def candidate_time(limit: float, call_budgets: Path | None) -> tuple[float, bool]:
+    """The candidate judge's time limit and whether it is charged: the whole budget the controls' times give
+    (``CallTimes.whole_budget``) where that is within the operator's ``limit``; else ``limit``, uncharged (a cut
+    the operator chose, or no calibration: a time-out there is not the candidate's)."""
+    times = CallTimes.load(call_budgets)
+    whole = times.whole_budget() if times is not None else None
+    if whole is None or whole > limit:
+        return limit, False
+    return whole, True
+
+
+def charge_unreached(run: RunReport, call_budgets: Path | None, seconds: float) -> RunReport:
+    """A charged run that ran out of time: each check the controls finished and the candidate did not reach (or
+    did not finish) fails, ``timeout: ...``; the run stays ``timed_out`` only where a check is left that the
+    controls could not finish either."""
+    times = CallTimes.load(call_budgets)
+    finished = times.finished_checks() if times is not None else frozenset()
+    why = (f"timeout: the candidate used its whole time budget ({seconds:.0f} s, from the controls' own time on "
+           "this machine) before this check finished; the controls finished it")
+    outcomes = [replace(o, status="failed", message=f"{why} ({o.message})" if o.message else why)
+                if o.status == "timeout" and o.nodeid in finished else o for o in run.outcomes]
+    left = any(o.status == "timeout" for o in outcomes)
+    return replace(run, outcomes=outcomes, timed_out=left)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -64,13 +66,90 @@ def secret_generator(request):
     return torch.Generator().manual_seed(seed)
 
 
+# The budget of the judge's own analysis of the candidate's text (issue 49): a file read whole at most this large,
+# and at most this long for a static check or a fixture that reads the tree. Past either, the check it serves
+# fails: a crafted file (a huge one, an expression chain that makes an AST walk exponential) cannot spin the judge
+# until the run's limit, and never turns into a skip.
+ANALYSIS_BYTES = 8 * 1024 * 1024
+ANALYSIS_SECONDS = 60.0
+
+
+class AnalysisBudgetExceeded(AssertionError):
+    """The judge's analysis of the candidate's text went past its budget: the check it serves fails."""
+
+
+class BudgetedPath(type(Path())):
+    """A path of the patched tree whose whole-file reads hold to ``ANALYSIS_BYTES`` (paths made from it, by ``/``,
+    ``glob`` or ``iterdir``, are budgeted too)."""
+
+    def _checked_size(self) -> None:
+        size = self.stat().st_size
+        if size > ANALYSIS_BYTES:
+            raise AnalysisBudgetExceeded(f"{self.name} holds {size} bytes, over the judge's analysis budget of "
+                                         f"{ANALYSIS_BYTES} bytes: the check that reads it fails")
+
+    def read_text(self, *args, **kwargs) -> str:
+        self._checked_size()
+        return super().read_text(*args, **kwargs)
+
+    def read_bytes(self) -> bytes:
+        self._checked_size()
+        return super().read_bytes()
+
+
 @pytest.fixture(scope="session")
 def vllm_tree() -> Path:
-    """Root of the patched vLLM tree under grading, for static checks that read its files as text."""
+    """Root of the patched vLLM tree under grading, for static checks that read its files as text (whole-file
+    reads within the analysis budget)."""
     tree = os.environ.get("GRADER_VLLM_TREE")
     if not tree:
         pytest.skip("environment: GRADER_VLLM_TREE is not set")
-    return Path(tree)
+    return BudgetedPath(tree)
+
+
+class analysis_time_budget:
+    """``ANALYSIS_SECONDS`` of the judge's time for what it wraps (on the main thread, by SIGALRM): past it,
+    ``AnalysisBudgetExceeded`` is raised in the analysis, which fails its check."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.armed = threading.current_thread() is threading.main_thread()
+
+    def _over(self, signum, frame):
+        raise AnalysisBudgetExceeded(f"{self.what} ran past the judge's analysis budget of {ANALYSIS_SECONDS:g} s "
+                                     "on the candidate's text")
+
+    def __enter__(self):
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._over)
+            signal.setitimer(signal.ITIMER_REAL, ANALYSIS_SECONDS)
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture that reads the patched tree (one that asks for ``vllm_tree``) sets up within the time budget."""
+    if "vllm_tree" in fixturedef.argnames:
+        with analysis_time_budget(f"the fixture {fixturedef.argname}"):
+            yield
+    else:
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A ``static`` check (it decides from the patched source) runs within the time budget."""
+    if item.get_closest_marker("static"):
+        with analysis_time_budget(f"the static check {item.name}"):
+            yield
+    else:
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

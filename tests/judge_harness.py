@@ -22,12 +22,14 @@ def tree_with(folder: Path, **modules: str) -> Path:
 
 
 def run_judge(root: Path, candidate: Path, base: Path, hidden_tests: str, probes: dict[str, str],
-              extra_env: dict[str, str] | None = None, timeout: float = 300) -> dict[str, TestOutcome]:
-    """The hidden tests' outcomes as grading reads them, by test name."""
+              extra_env: dict[str, str] | None = None, timeout: float = 300,
+              contained: bool = False) -> dict[str, TestOutcome]:
+    """The hidden tests' outcomes as grading reads them, by test name (``contained``: subjects in their sandbox)."""
     probe_folder = tree_with(root / "probes", **probes)
-    specs = {side: subject_spec(side, root / f"subject-{side}", tree, tree, probe_folder, gpu=False,
-                                contained=False)[0]
-             for side, tree in (("candidate", candidate), ("base", base))}
+    made = {side: subject_spec(side, root / f"subject-{side}", tree, tree, probe_folder, gpu=False,
+                               contained=contained)
+            for side, tree in (("candidate", candidate), ("base", base))}
+    specs = {side: spec for side, (spec, _) in made.items()}
     judge = root / "judge"
     judge.mkdir()
     tests = root / "tests" / "test_toy.py"
@@ -37,7 +39,12 @@ def run_judge(root: Path, candidate: Path, base: Path, hidden_tests: str, probes
             str(tests.parent), str(tests)]
     folder = set_up_judge(judge, argv, str(tests.parent), candidate, base, False, timeout, specs,
                           extra_env=extra_env)
-    returncode, timed_out = ColdLauncher().run(folder.request)
+    try:
+        returncode, timed_out = ColdLauncher().run(folder.request)
+    finally:
+        for _, box in made.values():
+            if box is not None:
+                box.cleanup()
     assert returncode is not None, folder.log.read_text()[-3000:]
     outcomes, errors = parse_evidence(folder.evidence.read_text(), timed_out)
     assert not errors, errors

@@ -11,6 +11,13 @@ that starts the candidate's subject gets ``START_FLOOR_S`` more, since a subject
 worker's had already imported when the controls were timed. A candidate over that budget fails the check
 (``ProbeOverBudget``: it did not finish what a control finished); where no control finished the call, or none was
 measured, the call keeps its plain limit and a time-out there is the honest ``ProbeTimeout`` (not evaluated).
+
+The candidate's whole time is charged the same way: the calibration run also records its own seconds and the
+checks it finished, and a candidate's judge gets ``WHOLE_FLOOR_S + WHOLE_FACTOR * t`` (``t`` the calibration run's
+seconds; at most the operator's ``--timeout``). Time the candidate spends anywhere (late answers inside each call's
+budget, sleeping between calls, a spin at import) counts against it: a check it did not reach, or a call its
+whole budget cut short, is a failed check (``timeout: ...``) wherever the controls finished that check; only the
+checks the controls could not finish either leave the run ``timed_out`` (unscored).
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from grader.sandbox import protocol
 FACTOR = 10.0
 FLOOR_S = 30.0
 START_FLOOR_S = 120.0
+# The calibration run makes each call twice (reference, then base): half the per-call factor on its seconds.
+WHOLE_FACTOR = 5.0
+WHOLE_FLOOR_S = 120.0
 CONTROLS = ("reference", "base")
 RECORD_VERSION = 1
 
@@ -69,6 +79,9 @@ class CallTimes:
         record = record if isinstance(record, dict) and record.get("version") == RECORD_VERSION else {}
         self.calls: dict[str, dict] = dict(record.get("calls", {}))
         self.startup: dict[str, float] = dict(record.get("startup", {}))
+        # The calibration run as a whole: its seconds and the checks it finished.
+        judge = record.get("judge")
+        self.judge: dict = dict(judge) if isinstance(judge, dict) else {}
 
     @classmethod
     def load(cls, path: str | Path | None) -> CallTimes | None:
@@ -81,8 +94,8 @@ class CallTimes:
 
     def save(self, path: str | Path) -> None:
         draft = Path(f"{path}.draft")
-        draft.write_text(json.dumps({"version": RECORD_VERSION, "calls": self.calls, "startup": self.startup},
-                                    sort_keys=True))
+        draft.write_text(json.dumps({"version": RECORD_VERSION, "calls": self.calls, "startup": self.startup,
+                                     "judge": self.judge}, sort_keys=True))
         os.replace(draft, path)
 
     def note(self, key: str, control: str, seconds: float | None, fresh: bool) -> None:
@@ -104,3 +117,18 @@ class CallTimes:
         if not finished:
             return None
         return Budget(floor + (start_floor if fresh else 0.0) + factor * max(finished.values()), finished)
+
+    def note_run(self, seconds: float, finished: list[str]) -> None:
+        """The calibration run's own seconds and the checks it finished (passed, failed or skipped: reached)."""
+        self.judge = {"seconds": round(seconds, 3), "finished": sorted(set(finished))}
+
+    def whole_budget(self) -> float | None:
+        """The candidate's whole time on this task, from the calibration run's; None where none was recorded."""
+        seconds = self.judge.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            return None
+        return float(os.environ.get(protocol.BUDGET_WHOLE_FLOOR_S, WHOLE_FLOOR_S)) + WHOLE_FACTOR * float(seconds)
+
+    def finished_checks(self) -> frozenset[str]:
+        finished = self.judge.get("finished")
+        return frozenset(n for n in finished if isinstance(n, str)) if isinstance(finished, list) else frozenset()

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
+from contextlib import contextmanager
 from functools import cache
 
 from grader.sandbox import protocol, zygote
@@ -54,10 +56,37 @@ class ProbeOverBudget(ProbeTimeout):
     call well within it: a failed check."""
 
 
+@contextmanager
+def analysis_clock_paused():
+    """The judge's analysis budget (an ITIMER_REAL of ``rubrics/conftest.py``) stopped while the judge waits on a
+    subject: a probe call is held to its own budget, and is not the judge's analysis of the candidate's text."""
+    remaining, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if remaining > 0:
+            signal.setitimer(signal.ITIMER_REAL, remaining, interval)
+
+
+# Where the deadline counts from when no judge set its start (a test calling the client directly): this import.
+IMPORTED_AT = time.monotonic()
+
+
 def deadline_left() -> float:
-    """Seconds until the candidate's time limit (``GRADER_DEADLINE``, epoch seconds); infinite when unset."""
+    """Seconds until the candidate's time limit (``GRADER_DEADLINE``: seconds from the judge's start, which the
+    judge notes on its monotonic clock as ``GRADER_JUDGE_STARTED``), on that clock, which no step of the wall clock
+    moves; infinite when unset."""
     deadline = os.environ.get(protocol.DEADLINE)
-    return float("inf") if not deadline else float(deadline) - time.time()
+    if not deadline:
+        return float("inf")
+    started = float(os.environ.get(protocol.JUDGE_STARTED) or IMPORTED_AT)
+    return float(deadline) - (time.monotonic() - started)
+
+
+def deadline_charged() -> bool:
+    """Whether the time limit is the candidate's own budget, from the controls' times on this machine: then a
+    call it cuts short, where a control finished the call, is the candidate's failure."""
+    return os.environ.get(protocol.DEADLINE_CHARGED) == "1"
 
 
 class Subject:
@@ -72,6 +101,8 @@ class Subject:
         # Why this subject is taken as never getting ready (a fresh start over its budget before it ever answered).
         self.not_ready: str | None = None
         self.watch = None
+        # The subject's private log, held open by the judge: readable after the subject (and its home) is gone.
+        self.log_fd: int | None = None
 
     def call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """Run ``probe`` (``module.function`` of the staged probes) in the subject with ``args``; its value."""
@@ -81,6 +112,10 @@ class Subject:
     def timed_call(self, probe: str, /, *, timeout: float | None = None, max_bytes: int | None = None, **args):
         """As ``call``, and the wall-clock seconds the call took as the judge measured them. The candidate's calls
         are held to their budgets; in a calibration run they are timed, and timed again on the base."""
+        with analysis_clock_paused():
+            return self._held_call(probe, timeout, max_bytes, args)
+
+    def _held_call(self, probe: str, timeout: float | None, max_bytes: int | None, args: dict):
         if self.name != "candidate":
             return self._timed_call(probe, timeout, max_bytes, args, None)
         key = _COUNTER.next_key(probe)
@@ -96,10 +131,17 @@ class Subject:
                     budget: Budget | None):
         limit = min(timeout or DEFAULT_PROBE_S, budget.seconds) if budget else (timeout or DEFAULT_PROBE_S)
         left = deadline_left()
+        # Over budget is the candidate's failure only where a control answered within the limit that applied: the
+        # call's budget, or the candidate's whole time where that is its own budget (time it burned before this
+        # call, answering late inside each earlier call's budget or sleeping between calls, is charged to it).
+        controls_finished = budget is not None and min(budget.controls.values()) <= limit
+        held_to_budget = controls_finished and (limit <= left or deadline_charged())
         if min(limit, left) <= 0:
+            if held_to_budget:
+                raise ProbeOverBudget(f"probe {probe} not started: the candidate had used its whole time budget, "
+                                      f"where {budget.explain()} on this machine")
             raise ProbeTimeout(f"probe {probe} not started: the candidate's time limit was reached")
-        # Over budget is the candidate's failure only where a control answered within the limit that applied.
-        held_to_budget = budget is not None and limit <= left and min(budget.controls.values()) <= limit
+        cut_by_deadline = left < limit
         limit = min(limit, left)
         fresh = self.sock is None
         sock = self._channel()
@@ -122,7 +164,8 @@ class Subject:
         except ChannelTimeout:
             self.kill()
             if held_to_budget:
-                why = (f"probe {probe} gave no answer within its budget of {limit:.1f} s, where "
+                spent = "the rest of the candidate's whole time budget" if cut_by_deadline else "its budget"
+                why = (f"probe {probe} gave no answer within {spent} ({limit:.1f} s), where "
                        f"{budget.explain()} on this machine")
                 if fresh and not self.answered:
                     self.not_ready = f"the candidate's subject never got ready: {why}"
@@ -130,8 +173,9 @@ class Subject:
             raise ProbeTimeout(f"probe {probe} gave no answer within {limit:.0f} s") from None
         except (ChannelError, OSError) as exc:
             over_bound = self.watch.reason if self.watch is not None else None
+            tail = self._log_tail()  # before the kill, which closes the judge's hold on the private log
             self.kill()
-            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{self._log_tail()}") from None
+            raise SubjectBroken(f"probe {probe}: {over_bound or exc}{tail}") from None
 
     def outcome(self, probe: str, /, **args) -> dict:
         """``{"returned": value}``, or ``{"raised": type name, "message": text}`` when the probe raised."""
@@ -147,16 +191,40 @@ class Subject:
             self.starts += 1
             self.pid, self.sock = zygote.spawn(self.control, self.spec)
             self.watch = watch_for(self.pid, self.box, protocol.gpu_asked())
+            self.log_fd = self._open_private_log()
         return self.sock
 
+    def _open_private_log(self, wait_s: float = 5.0) -> int | None:
+        """The subject's private log (``zygote.private_log``), opened through its mount namespace as soon as it
+        has contained itself and made it; None where it has none or it did not appear in time."""
+        inside = zygote.private_log(self.box)
+        if not inside or self.pid is None:
+            return None
+        path, until = f"/proc/{self.pid}/root{inside}", time.monotonic() + wait_s
+        while True:
+            try:
+                return os.open(path, os.O_RDONLY)
+            except OSError:
+                if time.monotonic() > until:
+                    return None
+                time.sleep(0.01)
+
     def _log_tail(self) -> str:
-        try:
-            with open(self.spec.log, "rb") as log:
-                log.seek(max(0, os.path.getsize(self.spec.log) - 600))
-                tail = log.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
-        return f" (subject log ends: {tail[-600:]})" if tail else ""
+        """The end of what the subject wrote: its private log (read through its mount namespace while it lives),
+        else the start-up log in the judge's folder."""
+        for source in [self.log_fd, self.spec.log]:
+            if source is None:
+                continue
+            try:
+                with open(os.dup(source) if isinstance(source, int) else source, "rb") as log:
+                    size = os.fstat(log.fileno()).st_size
+                    log.seek(max(0, size - 600))
+                    tail = log.read(600).decode("utf-8", "replace").strip()
+            except OSError:
+                continue
+            if tail:
+                return f" (subject log ends: {tail[-600:]})"
+        return ""
 
     def kill(self) -> None:
         """End this subject and everything it started; the next call starts a fresh one."""
@@ -169,6 +237,9 @@ class Subject:
         if self.pid is not None:
             end_subject(self.pid, self.box)
             self.pid = None
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
 
 
 # The patch's added lines that ran in the candidate's subject since the current test started (path -> lines),

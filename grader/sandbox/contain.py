@@ -11,6 +11,9 @@ Mechanisms, each probed once and used only where this machine allows it (``descr
   grader processes on one machine never hand out the same uid;
 - a pids cgroup and a memory cgroup capping all tasks of one subject, and letting the grader kill every one of
   them, even those that left the process group with ``setsid``;
+- a CPU share: a cpu cgroup capping all tasks of one subject at ``SUBJECT_CPUS`` CPUs (v2 ``cpu.max``, v1
+  ``cpu.cfs_quota_us``) where this machine delegates one, and always a lower priority (``SUBJECT_NICE``), so a
+  subject that forks spinners takes its own share and not its neighbours' (nor its judge's);
 - its own network namespace (loopback only: no host socket, abstract unix sockets included), IPC namespace (no
   SysV object or POSIX queue outlives it or reaches another) and PID namespace (it sees only its own processes;
   killing its first process ends every one of them: that, and the cgroups, is how a subject is ended, never by
@@ -71,6 +74,12 @@ SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 CGROUP_V1_PIDS = Path("/sys/fs/cgroup/pids")
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+# One subject's CPU share: every task it starts together, at most this many CPUs; and its priority below the
+# judges' (calibration subjects get the same, so budgets measure what candidates get).
+SUBJECT_CPUS = 1
+CPU_PERIOD_US = 100_000
+SUBJECT_NICE = 5
 
 
 CLONE_NEWNS = 0x00020000
@@ -225,7 +234,8 @@ def enter(spec: dict) -> None:
     parent = os.getppid()
     resource_limits(spec["cpu_s"], spec["as_bytes"], spec["fsize_bytes"], spec.get("nproc"),
                     spec.get("nofile", OPEN_FILES))()
-    join_cgroup(spec.get("cgroup"), spec.get("memory_cgroup"))
+    join_cgroup(spec.get("cgroup"), spec.get("memory_cgroup"), spec.get("cpu_cgroup"))
+    os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), spec.get("nice", SUBJECT_NICE)))
     libc = _libc()
     private_view = bool(spec.get("private_tmp"))
     flags = ((CLONE_NEWNET if spec.get("net") else 0) | (CLONE_NEWNS if private_view else 0)
@@ -397,6 +407,8 @@ class Capabilities:
     ipc_pid_reason: str = ""
     memory_cgroup: str | None = None
     memory_reason: str = ""
+    cpu_cgroup: str | None = None
+    cpu_reason: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -476,6 +488,7 @@ def probe(refresh: bool = False) -> Capabilities:
         caps = Capabilities(is_root, drop, drop_reason, net, net_reason, tmp, tmp_reason, cgroup, cg_reason,
                             nproc_enforced=drop or not is_root, ipc_pid=ipc_pid, ipc_pid_reason=ipc_pid_reason)
         caps.memory_cgroup, caps.memory_reason = _probe_memory_cgroup()
+        caps.cpu_cgroup, caps.cpu_reason = _probe_cpu_cgroup()
         if is_root and not drop:
             caps.notes.append("running as root without a uid to drop to: RLIMIT_NPROC is not enforced")
         _PROBED = caps
@@ -498,6 +511,43 @@ def _probe_memory_cgroup() -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot make a memory cgroup under {parent}: {exc.strerror}"
     return str(parent), "memory cgroup (v1)"
+
+
+def _probe_cpu_cgroup() -> tuple[str | None, str]:
+    """A cpu group for subjects: v2 (``cpu.max``) under this process's own where the cpu controller is delegated,
+    else v1 (``cpu.cfs_quota_us``) under its own; None (priority alone) where neither can be made."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None, "no cgroup for this process: CPU share by priority only"
+    v1 = next((line.split(":", 2)[2] for line in lines if "cpu" in line.split(":")[1].split(",")), None)
+    v2 = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    candidates = []
+    if v2 is not None and (CGROUP_V2 / v2.lstrip("/") / "cgroup.controllers").is_file():
+        candidates.append((CGROUP_V2 / v2.lstrip("/"), "cpu.max", f"{SUBJECT_CPUS * CPU_PERIOD_US} {CPU_PERIOD_US}",
+                           "cpu cgroup (v2 cpu.max)"))
+    if v1 is not None:
+        candidates.append((CGROUP_V1_CPU / v1.lstrip("/"), "cpu.cfs_quota_us", str(SUBJECT_CPUS * CPU_PERIOD_US),
+                           "cpu cgroup (v1 cfs quota)"))
+    reason = "no cpu cgroup can be made: CPU share by priority only"
+    for parent, limit_file, limit, name in candidates:
+        trial = parent / f"grader-probe-cpu-{os.getpid()}"
+        try:
+            trial.mkdir(exist_ok=True)
+            (trial / limit_file).write_text(limit)
+            trial.rmdir()
+        except OSError as exc:
+            reason = f"cannot make a cpu cgroup under {parent}: {exc.strerror}; CPU share by priority only"
+            continue
+        return str(parent), name
+    return None, reason
+
+
+def cpu_limit(caps: Capabilities) -> tuple[str, str]:
+    """The file and value that cap one subject's CPU share in ``caps.cpu_cgroup``."""
+    if caps.cpu_reason.startswith("cpu cgroup (v2"):
+        return "cpu.max", f"{SUBJECT_CPUS * CPU_PERIOD_US} {CPU_PERIOD_US}"
+    return "cpu.cfs_quota_us", str(SUBJECT_CPUS * CPU_PERIOD_US)
 
 
 def interpreter_paths() -> list[str]:
@@ -542,6 +592,7 @@ class Sandbox:
     caps: Capabilities
     cgroup_path: Path | None = None
     memory_cgroup_path: Path | None = None
+    cpu_cgroup_path: Path | None = None
     uid_lease: UidLease | None = None
 
     def argv(self, command: list[str]) -> list[str]:
@@ -555,7 +606,7 @@ class Sandbox:
         """Kill everything the subject left (``pgid``: the process it was started as, see ``end_subject``), remove
         the cgroups, and give the uid back to the machine's pool."""
         end_subject(pgid, self.spec)
-        for group in (self.cgroup_path, self.memory_cgroup_path):
+        for group in (self.cgroup_path, self.memory_cgroup_path, self.cpu_cgroup_path):
             for _ in range(100 if group is not None else 0):
                 try:
                     group.rmdir()
@@ -618,6 +669,10 @@ def prepare(home: Path, visible: list[Path] = (), hidden: list[Path] = (), writa
                                              spec["memory_bytes"])
         if box.memory_cgroup_path is not None:
             spec["memory_cgroup"] = str(box.memory_cgroup_path)
+    if caps.cpu_cgroup:
+        box.cpu_cgroup_path = _new_cgroup(Path(caps.cpu_cgroup) / name, *cpu_limit(caps))
+        if box.cpu_cgroup_path is not None:
+            spec["cpu_cgroup"] = str(box.cpu_cgroup_path)
     return box
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import time
 
 from grader.sandbox import protocol, zygote
 from grader.sandbox.contain import die_with_parent
@@ -39,6 +40,7 @@ def run(request: JudgeRequest, control: socket.socket, zygote_pid: int,
     try:
         os.environ.clear()
         os.environ.update(request.env)
+        os.environ[protocol.JUDGE_STARTED] = repr(time.monotonic())
         keep_compiled_modules(request.env.get(protocol.JUDGE_PYCACHE))
         os.environ[protocol.ZYGOTE_FD] = str(control.fileno())
         os.environ[protocol.PLATFORM_ZYGOTES] = json.dumps({name: sock.fileno()

@@ -106,7 +106,7 @@ def reclaim(scratch: Path | None = None, cache: Path | None = None) -> list[Path
         removed += reclaim_folders(Path(tempfile.gettempdir()), TEMP_KINDS)
     removed += reclaim_folders((cache or cache_dir()) / "bases", (".",))
     caps = contain.probe()
-    for parent in (caps.cgroup, caps.memory_cgroup):
+    for parent in (caps.cgroup, caps.memory_cgroup, caps.cpu_cgroup):
         if parent:
             removed += reclaim_cgroups(Path(parent))
     return removed

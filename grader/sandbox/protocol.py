@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,7 +32,9 @@ BASE_TREE = "GRADER_BASE_TREE"  # the unpatched base
 EVIDENCE_OUT = "GRADER_EVIDENCE_OUT"  # the evidence plugin's output file, in the judge's folder
 SUBJECTS = "GRADER_SUBJECTS"  # the subjects' specs (JSON, by name)
 GPU = "GRADER_GPU"  # "1": GPU evidence was asked for (a subject sees it too)
-DEADLINE = "GRADER_DEADLINE"  # the candidate's time limit, epoch seconds
+DEADLINE = "GRADER_DEADLINE"  # the candidate's time limit: seconds from the judge's start, on its monotonic clock
+# "1": that limit is the candidate's own budget, from the controls' times (a call it cuts is the candidate's failure)
+DEADLINE_CHARGED = "GRADER_DEADLINE_CHARGED"
 SECRET = "GRADER_SECRET"  # the installation's secret from which judges draw deciding inputs
 JUDGE_PYCACHE = "GRADER_JUDGE_PYCACHE"  # where the judge keeps the modules it compiles
 # Set for some runs:
@@ -43,11 +44,13 @@ ADDED_LINES = "GRADER_ADDED_LINES"  # the patch's added lines the candidate's su
 ONLY_TESTS = "GRADER_ONLY_TESTS"  # a re-run of some checks: the node ids it runs (the others are deselected)
 # Set by the judge itself for its client:
 ZYGOTE_FD = "GRADER_ZYGOTE_FD"  # the judge's socket to its zygote
+JUDGE_STARTED = "GRADER_JUDGE_STARTED"  # its start on its monotonic clock: where the DEADLINE duration counts from
 PLATFORM_ZYGOTES = "GRADER_PLATFORM_ZYGOTES"  # its sockets to the zygotes of its task's platforms (JSON, by name)
 # Read only when the grader's own tests set them (a subject never sees a judge's environment):
 BUDGET_FACTOR = "GRADER_BUDGET_FACTOR"
 BUDGET_FLOOR_S = "GRADER_BUDGET_FLOOR_S"
 BUDGET_START_FLOOR_S = "GRADER_BUDGET_START_FLOOR_S"
+BUDGET_WHOLE_FLOOR_S = "GRADER_BUDGET_WHOLE_FLOOR_S"  # read by the grader process (the whole budget's floor)
 # The operator's settings of the grader process:
 CACHE = CACHE_VARIABLE
 SCRATCH = SCRATCH_VARIABLE
@@ -55,9 +58,11 @@ UID_LOCKS = UID_LOCKS_VARIABLE
 PROGRESS_EVERY = "GRADER_PROGRESS_EVERY"  # seconds between two progress lines in a log
 
 PREFIX = "GRADER_"
-VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, SECRET, JUDGE_PYCACHE, CALL_BUDGETS,
-             CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, PLATFORM_ZYGOTES, BUDGET_FACTOR, BUDGET_FLOOR_S,
-             BUDGET_START_FLOOR_S, CACHE, SCRATCH, UID_LOCKS, PROGRESS_EVERY)
+JUDGE_GRACE_S = 20.0
+VARIABLES = (VLLM_TREE, BASE_TREE, EVIDENCE_OUT, SUBJECTS, GPU, DEADLINE, DEADLINE_CHARGED, SECRET, JUDGE_PYCACHE,
+             CALL_BUDGETS, CALL_TIMES_OUT, ADDED_LINES, ONLY_TESTS, ZYGOTE_FD, JUDGE_STARTED, PLATFORM_ZYGOTES,
+             BUDGET_FACTOR, BUDGET_FLOOR_S, BUDGET_START_FLOOR_S, BUDGET_WHOLE_FLOOR_S, CACHE, SCRATCH, UID_LOCKS,
+             PROGRESS_EVERY)
 
 # --- what every judge and subject inherits ----------------------------------------------------------------------------
 PASSED_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NVIDIA_VISIBLE_DEVICES",
@@ -149,6 +154,7 @@ class SandboxSpec:
     scratch: ScratchSpec | None = None
     cgroup: str | None = None
     memory_cgroup: str | None = None
+    cpu_cgroup: str | None = None
     # A GPU run's bound on the subject's device memory (``grader.sandbox.watchdog``).
     gpu_memory_bytes: int | None = None
 
@@ -260,7 +266,8 @@ def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeo
         "PYTHONPATH": str(REPO_ROOT),
         VLLM_TREE: str(tree), BASE_TREE: str(base_tree),
         EVIDENCE_OUT: str(judge / "evidence.jsonl"), SUBJECTS: str(judge / "subjects.json"),
-        GPU: gpu_flag(gpu), DEADLINE: f"{time.time() + timeout:.3f}",
+        # A duration, not a point on the wall clock: a clock step (NTP, a VM resumed) never turns into time-outs.
+        GPU: gpu_flag(gpu), DEADLINE: f"{timeout:.3f}", DEADLINE_CHARGED: "0",
         SECRET: secret_seed(),
         # Only the plugins the grader names load: an installed pytest plugin neither shapes the judge's run nor
         # costs it start-up time (one imported hypothesis at every session's end).
@@ -292,4 +299,6 @@ def set_up_judge(judge: Path, argv: list[str], cwd: str, tree: Path, base_tree: 
     evidence = Path(env[EVIDENCE_OUT])
     evidence.write_text("")
     log = judge / "pytest.log"
-    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout, platforms), evidence, log)
+    # The judge ends its own checks at ``timeout`` (each call is cut there); the grace lets it report them before
+    # whoever runs it gives up on it.
+    return JudgeFolder(JudgeRequest(argv, env, [], cwd, str(log), timeout + JUDGE_GRACE_S, platforms), evidence, log)

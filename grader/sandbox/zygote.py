@@ -184,6 +184,29 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
 CHANNEL_FD = 3
 
 
+PRIVATE_LOG = "subject.log"
+
+
+def private_log(box: dict | None) -> str | None:
+    """Where a contained subject's log lives: in its own home, a tmpfs with a size and an inode limit mounted
+    after containment (``contain._private_home``); None where it has none."""
+    scratch = (box or {}).get("scratch")
+    return os.path.join(scratch["path"], PRIVATE_LOG) if scratch else None
+
+
+def move_log_inside(spec: SubjectSpec) -> None:
+    """Point stdout and stderr at the subject's private log, now that it is contained: everything it writes, its
+    log included, lands in its own bounded space; the log in the shared scratch area (opened before, for start-up
+    failures) is closed, so a flood of output cannot fill the space its neighbours share."""
+    path = private_log(spec.box.to_json())
+    if path is None:
+        return
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
 def _become_subject(message: dict, channel: socket.socket, zygote: int) -> None:
     """In the forked child: own session, only the channel and the log open, contained, then serve probes."""
     code = 0
@@ -208,6 +231,7 @@ def _become_subject(message: dict, channel: socket.socket, zygote: int) -> None:
         keep = [p for p in dict.fromkeys(resolved) if p.startswith(spec.interpreter_paths)]
         if spec.box is not None:
             contain.enter(spec.box.to_json())
+            move_log_inside(spec)
         os.environ.clear()
         os.environ.update(spec.env)
         platform_environment(os.environ, _PLATFORM)
