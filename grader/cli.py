@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader.core.records import CandidateResult, GradingOptions, Incomplete, RunInfo
-from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, run_calibrate
+from grader.calibrate import add_parser as add_calibrate_parser, bundle_ids, judge_verdicts, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
@@ -293,7 +293,7 @@ def judge_for(labels: Path | None, paths: list[Path]) -> dict[str, str] | None:
     found: dict[str, str] = {}
     for path in paths:
         if path.is_file() and is_bundle(path):
-            found |= judge_verdicts(document, path.stem)
+            found |= judge_verdicts(document, bundle_ids(path))
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.calibrate import candidate_id
+from grader.calibrate import bundle_ids
 from grader.core.records import (ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport,
                                  Incomplete)
 from grader.report import page_name, write_html, write_junit, write_results_json
@@ -187,11 +187,12 @@ def test_agreement_with_the_judge():
 @pytest.mark.skipif(not (SEED / "judge-labels.json").is_file(), reason="the seed's judge labels are not here")
 def test_judge_verdicts_from_the_seed_labels_meet_the_bundle_ids():
     labels = json.loads((SEED / "judge-labels.json").read_text())
-    judge = {candidate_id("graded-candidates", e["bundle_position"]): e["overall"] for e in labels["entries"]}
+    ids = bundle_ids(SEED / "graded-candidates.txt")
+    judge = {ids[e["bundle_position"]]: e["overall"] for e in labels["entries"]}
     first = labels["entries"][0]
-    cid = candidate_id("graded-candidates", first["bundle_position"])
+    cid = ids[first["bundle_position"]]
     other = "fail" if first["overall"] != "fail" else "full"
-    rows = build_index([result(cid, first["overall"]), result(candidate_id("graded-candidates", 1), other)],
+    rows = build_index([result(cid, first["overall"]), result(ids[1], other)],
                        page_name, judge).tables[0].rows
     assert rows[0].judge == first["overall"] and rows[0].agreement == "agree"
     assert rows[1].judge == labels["entries"][1]["overall"]
