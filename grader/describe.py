@@ -29,13 +29,16 @@ class FunctionChange:
     calls_removed: list[str] = field(default_factory=list)
     numbers: list[tuple[str, str]] = field(default_factory=list)
     strings: list[str] = field(default_factory=list)
+    # Assignments the function gained (``num_stages = 4``), each with the added condition it sits under, if any.
+    assignments: list[tuple[str, str]] = field(default_factory=list)
+    raises_added: list[str] = field(default_factory=list)
     lines: int = 0
     # What an added condition gates, where its branch says it plainly ("it can raise `ValueError`").
     gates: dict[str, str] = field(default_factory=dict)
 
     def weight(self) -> int:
-        return 3 * (len(self.conditions_added) + len(self.conditions_removed)) + 2 * len(self.numbers) + \
-            len(self.calls_added) + len(self.calls_removed)
+        return 3 * (len(self.conditions_added) + len(self.conditions_removed) + len(self.assignments)) + \
+            2 * (len(self.numbers) + len(self.raises_added)) + len(self.calls_added) + len(self.calls_removed)
 
 
 def code(text: str) -> str:
@@ -109,8 +112,44 @@ def _gates(node: ast.AST) -> dict[str, str]:
     return gated
 
 
+def _raised(node: ast.AST) -> set[str]:
+    """The exception classes ``node`` raises (``raise ValueError(...)`` -> ``ValueError``)."""
+    return {ast.unparse(sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc)
+            for sub in ast.walk(node) if isinstance(sub, ast.Raise) and sub.exc is not None}
+
+
+# Calls that say nothing of what a change does: logging, and the built-ins every function calls.
+QUIET_CALLS = re.compile(r"^(?:\w+\.)?(?:logger|logging|log)\.\w+$|^(?:len|str|int|float|bool|isinstance|getattr|"
+                         r"hasattr|print|repr|tuple|list|dict|set|range|min|max|type|super)$")
+
+
 def _calls(node: ast.AST) -> set[str]:
-    return {ast.unparse(sub.func) for sub in ast.walk(node) if isinstance(sub, ast.Call)}
+    """Functions ``node`` calls, leaving out the exceptions it raises (a raise is told as one) and QUIET_CALLS."""
+    raised = {id(sub.exc) for sub in ast.walk(node) if isinstance(sub, ast.Raise) and isinstance(sub.exc, ast.Call)}
+    return {ast.unparse(sub.func) for sub in ast.walk(node)
+            if isinstance(sub, ast.Call) and id(sub) not in raised and not QUIET_CALLS.match(ast.unparse(sub.func))}
+
+
+def _assignments(node: ast.AST) -> dict[str, str]:
+    """Simple assignments in ``node`` (``name = value``, ``obj.attr = value``, ``d[k] = value``) as written, each
+    with the test of the innermost ``if`` whose true branch holds it ("" at the function's own level)."""
+    found: dict[str, str] = {}
+
+    def visit(body: list[ast.stmt], under: str) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and getattr(stmt, "value", None):
+                found.setdefault(ast.unparse(stmt), under)
+            elif isinstance(stmt, ast.If):
+                visit(stmt.body, ast.unparse(stmt.test))
+                visit(stmt.orelse, under)
+            elif isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(stmt, block, []), under)
+                for handler in getattr(stmt, "handlers", []):
+                    visit(handler.body, under)
+
+    visit(getattr(node, "body", []), "")
+    return found
 
 
 def _numbers(node: ast.AST) -> list[str]:
@@ -152,6 +191,10 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
     if len(old_numbers) == len(new_numbers):
         change.numbers = [(a, b) for a, b in zip(old_numbers, new_numbers) if a != b]
     change.strings = sorted(_strings(new) - _strings(old))
+    before_assigned, after_assigned = _assignments(old), _assignments(new)
+    change.assignments = [(text, under) for text, under in after_assigned.items()
+                          if text not in before_assigned or before_assigned[text] != under]
+    change.raises_added = sorted(_raised(new) - _raised(old))
     old_lines, new_lines = ast.unparse(old).splitlines(), ast.unparse(new).splitlines()
     change.lines = sum(1 for line in difflib.ndiff(old_lines, new_lines) if line[:1] in "+-")
     return change
@@ -204,18 +247,78 @@ def _words(pieces: list[str]) -> list[str]:
     return kept
 
 
+def _atoms(condition: str) -> set[str]:
+    """What a condition tests, piece by piece: its calls (``current_platform.is_xpu()``), its comparisons
+    (``M <= 64``) and the names it reads, as written."""
+    try:
+        tree = ast.parse(condition, mode="eval")
+    except SyntaxError:
+        return set()
+    atoms = set()
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Call):
+            atoms.add(ast.unparse(sub))
+        elif isinstance(sub, ast.Compare):
+            atoms.add(ast.unparse(sub))
+    return {a for a in atoms if fits(a)}
+
+
+def _most_telling(atoms: set[str]) -> list[str]:
+    """Atoms that are not part of another atom of the same set (the comparison rather than the call inside it),
+    shortest first."""
+    outer = [a for a in atoms if not any(a != b and a in b for b in atoms)]
+    return sorted(outer, key=lambda a: (len(a), a))[:2]
+
+
+def tested_instead(added: list[str], removed: list[str]) -> str:
+    """Conditions too long to quote told by what they now test that they did not, and what they stopped testing:
+    "now tests `x.is_cuda()` where it tested `x.is_xpu()`"; empty when neither side names anything."""
+    before = set().union(*map(_atoms, removed)) if removed else set()
+    after = set().union(*map(_atoms, added)) if added else set()
+    gained, lost = _most_telling(after - before), _most_telling(before - after)
+    if gained and lost:
+        return f"now tests {_join_code(gained)} where it tested {_join_code(lost)}"
+    if gained:
+        return f"adds a test of {_join_code(gained)}"
+    if lost:
+        return f"stops testing {_join_code(lost)}"
+    return ""
+
+
+def assignment_phrase(assignments: list[tuple[str, str]]) -> str:
+    """``sets `num_stages = 4` when `M <= 64``` for the first short assignment the function gained."""
+    shown = [(text, under) for text, under in assignments if fits(text)]
+    if not shown:
+        return ""
+    text, under = shown[0]
+    when = f" when {code(under)}" if under and fits(under) else ""
+    more = f" (and {len(assignments) - 1} more assignment{'s' if len(assignments) > 2 else ''})" \
+        if len(assignments) > 1 else ""
+    return f"sets {code(text)}{when}{more}"
+
+
 def _sentence_for(change: FunctionChange) -> str:
     parts = []
-    if change.conditions_added and change.conditions_removed and len(change.conditions_added) == 1 \
-            and len(change.conditions_removed) == 1:
-        before, after = change.conditions_removed[0], change.conditions_added[0]
+    # What the function now does first (a value it sets under a condition), then the conditions themselves.
+    setting = assignment_phrase(change.assignments)
+    if setting:
+        parts.append(setting)
+    told_conditions = {under for _, under in change.assignments[:1]}
+    added = [c for c in change.conditions_added if c not in told_conditions]
+    removed = change.conditions_removed
+    if added and removed and len(added) == 1 and len(removed) == 1:
+        before, after = removed[0], added[0]
         parts.append(f"rewrites the condition {code(before)} as {code(after)}" if fits(before) and fits(after)
                      else rewritten_condition(before, after))
+    elif (added or removed) and not all(fits(c) for c in added + removed) and tested_instead(added, removed):
+        parts.append(tested_instead(added, removed))
     else:
-        if change.conditions_added:
-            parts.append(_conditions_phrase("adds", change.conditions_added))
-        if change.conditions_removed:
-            parts.append(_conditions_phrase("removes", change.conditions_removed))
+        if added:
+            parts.append(_conditions_phrase("adds", added))
+        if removed:
+            parts.append(_conditions_phrase("removes", removed))
+    if change.raises_added and len(parts) < 2 and not change.gates:
+        parts.append("now raises " + " or ".join(code(name) for name in change.raises_added[:2]))
     if change.numbers and len(change.numbers) <= 2:  # more is code moved around, not a constant changed
         parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in change.numbers))
     # A call that an added condition makes is told by the condition already.

@@ -180,3 +180,31 @@ def test_a_gate_is_not_told_where_the_sentence_names_other_changes_it_could_belo
     new = "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return h(x)\n"
     said = describe_file("vllm/f.py", old, new)
     assert len(said) == 1 and said[0].startswith("adds the condition `x < 0` and ") and ", under which" not in said[0]
+
+
+def test_conditions_too_long_to_quote_are_told_by_what_they_test_instead():
+    old = ("def pick(p, dtype):\n    if p.is_xpu() and dtype in ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bfloat16', 'float16'):\n"
+           "        return 1\n    if p.is_xpu() and dtype.startswith('fp8') and not p.has_native_fp8_support():\n"
+           "        return 2\n    return 0\n")
+    new = old.replace("p.is_xpu()", "p.is_cuda()")
+    (text,) = describe_file("vllm/pick.py", old, new)
+    assert text.startswith("now tests `p.is_cuda()` where it tested `p.is_xpu()`"), text
+    assert "condition" not in text
+
+
+def test_a_raise_is_told_as_a_raise_never_as_a_call_to_the_exception_class():
+    old = "def check(dtype):\n    return dtype\n"
+    new = "def check(dtype):\n    validate(dtype)\n    raise ValueError(f'unsupported {dtype}')\n"
+    (text,) = describe_file("vllm/check.py", old, new)
+    assert "ValueError()" not in text and "calls to `ValueError" not in text
+    assert "now raises `ValueError`" in text and "`validate()`" in text
+
+
+def test_a_value_set_under_a_new_condition_is_the_mechanism_told_first():
+    old = ("def config(M, is_hopper, is_rocm):\n    cfg = {'BLOCK_M': 64}\n    if is_rocm:\n        cfg['waves'] = 2\n"
+           "    return cfg\n")
+    new = ("def config(M, is_hopper, is_rocm):\n    cfg = {'BLOCK_M': 64}\n    if is_rocm:\n        cfg['waves'] = 2\n"
+           "    if is_hopper and M <= 64:\n        cfg['num_stages'] = 4\n    return cfg\n")
+    (text,) = describe_file("vllm/config.py", old, new)
+    assert text.startswith("sets `cfg['num_stages'] = 4` when `is_hopper and M <= 64`"), text
+    assert "is_rocm" not in text
