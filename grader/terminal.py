@@ -247,20 +247,29 @@ def verdict_table(results: list[CandidateResult], width: int) -> list[str]:
     return lines
 
 
-# Verdicts that get a reason line at the end, as pytest's short summary lists what did not pass.
-REASONED = ("fail", "partial", "error")
+# Verdicts that get a reason line each at the end, as pytest's short summary lists what did not pass, worst first.
+REASONED = ("error", "fail", "partial")
 
 
 def closing_reasons(results: list[CandidateResult]) -> list[tuple[str, str, str]]:
-    """(id, verdict, why) for every candidate that is a fail, a partial or an error, or was not graded completely,
-    cleaned for a terminal (they carry text the candidate chose), worst first. The reason is the index's
-    (``grader.scorecard.reason``)."""
+    """(id, verdict, why) for every candidate that is an error, a fail or a partial (worst first), then one line
+    per kind of unfinished grading (timed out, input cut off, no task) naming how many and the first few; cleaned
+    for a terminal (they carry text the candidate chose). A reason is the index's (``grader.scorecard.reason``)."""
     tasks = all_tasks()
     found = []
-    for result in sorted(results, key=lambda r: (-VERDICTS.index(r.verdict), r.id)):
-        if result.verdict in REASONED or unfinished(result):
+    for result in sorted(results, key=lambda r: (REASONED.index(r.verdict) if r.verdict in REASONED else 9, r.id)):
+        if result.verdict in REASONED:
             core = set(tasks[result.task].core_criteria) if result.task in tasks else set()
             found.append((clean(result.id), result.verdict, clean(reason(result, core))))
+    unfinished_by: dict[tuple[str, str], list[str]] = {}
+    for result in sorted(results, key=lambda r: r.id):
+        why = unfinished(result)
+        if why and result.verdict not in REASONED:
+            unfinished_by.setdefault((result.verdict, why), []).append(clean(result.id))
+    for (verdict, why), ids in unfinished_by.items():
+        named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        found.append((ids[0], verdict, why) if len(ids) == 1 else
+                     (f"{len(ids)} candidates", verdict, f"{why}: {named}"))
     return found
 
 

@@ -1,0 +1,57 @@
+"""The grader's summaries beside the judge's paragraphs of a graded bundle, for reading by hand, and their lengths.
+
+    .venv/bin/python scripts/summaries_vs_judge.py OUT/results.json [--all] [--pairs]
+
+For every candidate with a judge's paragraph (``reference_summary``) and a grading that ran (whole diffs; cut
+previews and candidates without a diff are left out unless ``--all``): its id, verdict, the two lengths in words
+and the cap (``grader.summarize.summary_cap``); ``--pairs`` prints both texts one under the other. The closing
+lines give the medians, the largest ratio and how many summaries are over their cap (a hard cap: should be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grader.report import results_of  # noqa: E402
+from grader.summarize import summary_cap  # noqa: E402
+
+GRADED = ("full", "partial", "fail")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--all", action="store_true", help="every candidate with a judge's paragraph")
+    parser.add_argument("--pairs", action="store_true", help="print both texts of each candidate")
+    args = parser.parse_args()
+    results = results_of(json.loads(args.results.read_text()))
+    chosen = [r for r in results if r.reference_summary and (args.all or r.verdict in GRADED)]
+    chosen.sort(key=lambda r: int(r.source.rsplit("#", 1)[-1]) if "#" in r.source else 0)
+    ours, theirs, over = [], [], []
+    for r in chosen:
+        mine, judge, cap = len(r.summary.split()), len(r.reference_summary.split()), summary_cap(r)
+        ours.append(mine)
+        theirs.append(judge)
+        if mine > cap:
+            over.append(r.id)
+        position = r.source.rsplit("#", 1)[-1]
+        print(f"#{position:>3} {r.id} {r.task} {r.verdict}: ours {mine} words, judge {judge}, cap {cap}")
+        if args.pairs:
+            print(f"  ours:  {r.summary}\n  judge: {r.reference_summary}\n")
+    if not chosen:
+        print("no candidate with a judge's paragraph")
+        return 1
+    ratio = max(m / j for m, j in zip(ours, theirs))
+    print(f"{len(chosen)} summaries; median {statistics.median(ours)} words (judge {statistics.median(theirs)}); "
+          f"largest ratio to the judge's {ratio:.2f}; over the cap: {len(over)} {over[:5]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
