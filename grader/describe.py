@@ -32,6 +32,7 @@ class FunctionChange:
     # Assignments the function gained (``num_stages = 4``), each with the added condition it sits under, if any.
     assignments: list[tuple[str, str]] = field(default_factory=list)
     raises_added: list[str] = field(default_factory=list)
+    strings_removed: list[str] = field(default_factory=list)
     lines: int = 0
     # What an added condition gates, where its branch says it plainly ("it can raise `ValueError`").
     gates: dict[str, str] = field(default_factory=dict)
@@ -191,6 +192,7 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
     if len(old_numbers) == len(new_numbers):
         change.numbers = [(a, b) for a, b in zip(old_numbers, new_numbers) if a != b]
     change.strings = sorted(_strings(new) - _strings(old))
+    change.strings_removed = sorted(_strings(old) - _strings(new))
     before_assigned, after_assigned = _assignments(old), _assignments(new)
     change.assignments = [(text, under) for text, under in after_assigned.items()
                           if text not in before_assigned or before_assigned[text] != under]
@@ -297,6 +299,22 @@ def assignment_phrase(assignments: list[tuple[str, str]]) -> str:
     return f"sets {code(text)}{when}{more}"
 
 
+def text_change(removed: list[str], added: list[str]) -> str:
+    """A message reworded, told by the words it lost and gained: "changes the text `90` to `100`"."""
+    if not removed or not added:
+        return ""
+    old, new = " ".join(removed).split(), " ".join(added).split()
+    lost, gained = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            lost.append(" ".join(old[i1:i2]))
+            gained.append(" ".join(new[j1:j2]))
+    pairs = [(a, b) for a, b in zip(lost, gained) if a and b]
+    if not pairs or len(pairs) > 2 or not all(fits(a) and fits(b) for a, b in pairs):
+        return ""
+    return "changes the text " + " and ".join(f"{code(a)} to {code(b)}" for a, b in pairs)
+
+
 def _sentence_for(change: FunctionChange) -> str:
     parts = []
     # What the function now does first (a value it sets under a condition), then the conditions themselves.
@@ -328,8 +346,12 @@ def _sentence_for(change: FunctionChange) -> str:
         parts.append("adds calls to " + _join_code([c + "()" for c in calls_added[:3]]))
     if calls_removed and len(parts) < 2:
         parts.append("removes calls to " + _join_code([c + "()" for c in calls_removed[:3]]))
-    if change.strings and not parts and fits(repr(change.strings[0])):
-        parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
+    if change.strings and not parts:
+        reworded = text_change(change.strings_removed, change.strings)
+        if reworded:
+            parts.append(reworded)
+        elif fits(repr(change.strings[0])):
+            parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
     if not parts:
         parts.append(f"edits {change.lines} line{'s' if change.lines != 1 else ''}")
     return " and ".join(parts) + f" in {code(change.name + '()')}" + _gate_clause(change, parts)

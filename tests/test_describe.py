@@ -208,3 +208,10 @@ def test_a_value_set_under_a_new_condition_is_the_mechanism_told_first():
     (text,) = describe_file("vllm/config.py", old, new)
     assert text.startswith("sets `cfg['num_stages'] = 4` when `is_hopper and M <= 64`"), text
     assert "is_rocm" not in text
+
+
+def test_a_reworded_message_is_told_by_the_words_it_changed():
+    old = "def check(cap):\n    if cap < 90:\n        raise ValueError('needs SM 90 or newer (Hopper)')\n"
+    new = "def check(cap):\n    if cap < 90:\n        raise ValueError('needs SM 100 or newer (Blackwell)')\n"
+    (text,) = describe_file("vllm/check.py", old, new)
+    assert text == "changes the text `90` to `100` and `(Hopper)` to `(Blackwell)` in `check()`", text
