@@ -131,15 +131,41 @@ def _calls(node: ast.AST) -> set[str]:
             if isinstance(sub, ast.Call) and id(sub) not in raised and not QUIET_CALLS.match(ast.unparse(sub.func))}
 
 
-def _assignments(node: ast.AST) -> dict[str, str]:
-    """Simple assignments in ``node`` (``name = value``, ``obj.attr = value``, ``d[k] = value``) as written, each
-    with the test of the innermost ``if`` whose true branch holds it ("" at the function's own level)."""
+def dict_pairs(node: ast.AST) -> set[tuple[str, str]]:
+    """The (key, value) pairs of the dict literals in ``node`` whose key and value are both constants."""
+    return {(ast.unparse(k), ast.unparse(v)) for sub in ast.walk(node) if isinstance(sub, ast.Dict)
+            for k, v in zip(sub.keys, sub.values) if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+
+
+def assignment_text(stmt: ast.stmt, old_pairs: set[tuple[str, str]]) -> str:
+    """An assignment as a reader needs it: as written, or for a dict literal too long to quote, its target and the
+    constant entries the old function had nowhere (``config = {'num_warps': 8, 'num_stages': 4, ...}``)."""
+    text = ast.unparse(stmt)
+    value = getattr(stmt, "value", None)
+    if fits(text) or not isinstance(value, ast.Dict):
+        return text
+    target = ast.unparse(stmt.targets[0]) if isinstance(stmt, ast.Assign) else ast.unparse(stmt.target)
+    new = [f"{k}: {v}" for k, v in ((ast.unparse(k), ast.unparse(v)) for k, v in zip(value.keys, value.values)
+                                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant))
+           if (k, v) not in old_pairs]
+    shown = []
+    for entry in new:
+        if not fits(f"{target} = {{{', '.join(shown + [entry])}, ...}}"):
+            break
+        shown.append(entry)
+    return f"{target} = {{{', '.join(shown)}, ...}}" if shown else text
+
+
+def _assignments(node: ast.AST, old_pairs: set[tuple[str, str]] = frozenset()) -> dict[str, str]:
+    """Simple assignments in ``node`` (``name = value``, ``obj.attr = value``, ``d[k] = value``) as
+    ``assignment_text`` writes them, each with the test of the innermost ``if`` whose true branch holds it (""
+    at the function's own level)."""
     found: dict[str, str] = {}
 
     def visit(body: list[ast.stmt], under: str) -> None:
         for stmt in body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and getattr(stmt, "value", None):
-                found.setdefault(ast.unparse(stmt), under)
+                found.setdefault(assignment_text(stmt, old_pairs), under)
             elif isinstance(stmt, ast.If):
                 visit(stmt.body, ast.unparse(stmt.test))
                 visit(stmt.orelse, under)
@@ -193,9 +219,10 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
         change.numbers = [(a, b) for a, b in zip(old_numbers, new_numbers) if a != b]
     change.strings = sorted(_strings(new) - _strings(old))
     change.strings_removed = sorted(_strings(old) - _strings(new))
-    before_assigned, after_assigned = _assignments(old), _assignments(new)
-    change.assignments = [(text, under) for text, under in after_assigned.items()
-                          if text not in before_assigned or before_assigned[text] != under]
+    # Only assignments the old function had nowhere: code moved under a new condition is told by the condition.
+    before_assigned, after_assigned = _assignments(old), _assignments(new, dict_pairs(old))
+    change.assignments = sorted(((text, under) for text, under in after_assigned.items()
+                                 if text not in before_assigned), key=lambda item: not is_constant_setting(item[0]))
     change.raises_added = sorted(_raised(new) - _raised(old))
     old_lines, new_lines = ast.unparse(old).splitlines(), ast.unparse(new).splitlines()
     change.lines = sum(1 for line in difflib.ndiff(old_lines, new_lines) if line[:1] in "+-")
@@ -274,17 +301,28 @@ def _most_telling(atoms: set[str]) -> list[str]:
 
 def tested_instead(added: list[str], removed: list[str]) -> str:
     """Conditions too long to quote told by what they now test that they did not, and what they stopped testing:
-    "now tests `x.is_cuda()` where it tested `x.is_xpu()`"; empty when neither side names anything."""
+    "now checks `x.is_cuda()` where it checked `x.is_xpu()`"; empty when neither side names anything."""
     before = set().union(*map(_atoms, removed)) if removed else set()
     after = set().union(*map(_atoms, added)) if added else set()
     gained, lost = _most_telling(after - before), _most_telling(before - after)
     if gained and lost:
-        return f"now tests {_join_code(gained)} where it tested {_join_code(lost)}"
+        return f"now checks {_join_code(gained)} where it checked {_join_code(lost)}"
     if gained:
-        return f"adds a test of {_join_code(gained)}"
+        return f"now also checks {_join_code(gained)}"
     if lost:
-        return f"stops testing {_join_code(lost)}"
+        return f"no longer checks {_join_code(lost)}"
     return ""
+
+
+def is_constant_setting(text: str) -> bool:
+    """Whether an assignment sets a constant (a number, a string, a dict of them): a tuning value, the likeliest
+    mechanism, rather than a computation."""
+    try:
+        value = ast.parse(text.replace(", ...}", "}")).body[0].value
+    except (SyntaxError, IndexError, AttributeError):
+        return False
+    return all(isinstance(sub, (ast.Constant, ast.Dict, ast.Tuple, ast.List, ast.UnaryOp, ast.USub, ast.Load))
+               for sub in ast.walk(value))
 
 
 def assignment_phrase(assignments: list[tuple[str, str]]) -> str:
@@ -337,8 +375,10 @@ def _sentence_for(change: FunctionChange) -> str:
             parts.append(_conditions_phrase("removes", removed))
     if change.raises_added and len(parts) < 2 and not change.gates:
         parts.append("now raises " + " or ".join(code(name) for name in change.raises_added[:2]))
-    if change.numbers and len(change.numbers) <= 2:  # more is code moved around, not a constant changed
-        parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in change.numbers))
+    told = " ".join(added + removed)
+    numbers = [(a, b) for a, b in change.numbers if not (a in told and b in told)]  # a rewrite already says them
+    if numbers and len(numbers) <= 2:  # more is code moved around, not a constant changed
+        parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in numbers))
     # A call that an added condition makes is told by the condition already.
     calls_added = [c for c in change.calls_added if fits(c) and not any(c in t for t in change.conditions_added)]
     calls_removed = [c for c in change.calls_removed if fits(c)]
@@ -432,6 +472,21 @@ def _describe_tests(path: str, before: dict, after: dict, new_file: bool) -> lis
     return [" and ".join(parts) + f" in {where}"]
 
 
+def telling_rank(phrase: str) -> int:
+    """How much a phrase says about what the change does, lower first: a changed function's conditions, values,
+    raises and numbers; a kernel added; a function added or removed, a file added; tests; a bare count of lines
+    edited."""
+    if re.match(r"edits \d+ lines? in |edits module-level code", phrase):
+        return 4
+    if re.match(r"(adds|edits) (\d+ tests?|the test file)", phrase):
+        return 3
+    if phrase.startswith(("adds `", "removes `")):
+        return 2
+    if phrase.startswith(("adds the Triton kernel", "deletes ", "changes the text ")):
+        return 1
+    return 0
+
+
 def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
     """One clause for the whole patch, e.g. "in `f()` it adds the condition `x.is_xpu()`; adds 2 tests ...";
     empty when no Python file changed."""
@@ -450,6 +505,8 @@ def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
         except Exception as exc:  # noqa: BLE001 - ast.parse can raise SystemError/RecursionError on odd input
             # A pathological file: say so rather than fail the grading.
             phrases.append(f"changes {code(Path(path).name)} (not described: {type(exc).__name__})")
+    # What tells the mechanism (a value set, a condition, a raise, a number) before what only says where.
+    phrases = sorted(phrases, key=telling_rank)
     more = len(phrases) - SHOWN_PHRASES
     return "; ".join(phrases[:SHOWN_PHRASES]) + \
         (f"; and makes {more} further change{'s' if more != 1 else ''}" if more > 0 else "")

@@ -289,22 +289,19 @@ def rubric_places(path: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in places.items()} if isinstance(places, dict) else {}
 
 
-def change_sentence(task, apply: ApplyReport | None, change: str) -> str:
-    """What the patch changes, in the task's words where its rubric has them, then how (``grader.describe``)."""
-    places = places_of(task)
+def change_sentence(task, apply: ApplyReport | None, change: str, with_places: bool = True) -> str:
+    """What the patch changes, in the task's words where its rubric has them, then how (``grader.describe``);
+    without ``with_places`` (a summary short of room), how alone."""
+    places = places_of(task) if with_places else {}
     paths = [f.path for f in (apply.files if apply else [])]
     if not any(p in places for p in paths):
         return f"The patch {change or describe_files(apply)}."
     ordered = sorted(dict.fromkeys(paths), key=lambda p: (p.startswith(("tests/", "docs/")), p))
     named = list(dict.fromkeys(places.get(p) or f"`{p.rsplit('/', 1)[-1]}`" for p in ordered))
-    where = _join(named[:3] + ([f"{len(named) - 3} other files"] if len(named) > 3 else []))
+    # Two places at most: the mechanism after the colon is what the sentence is for.
+    where = _join(named[:2] + ([f"{len(named) - 2} other file{'s' if len(named) > 3 else ''}"]
+                               if len(named) > 2 else []))
     return f"The patch changes {where}" + (f": it {change}." if change else ".")
-
-
-def terse_change(change: str) -> str:
-    """The description's first change only (``grader.describe`` parts them with "; "), the rest said to exist."""
-    parts = [i for i in clause_boundaries(change) if change.startswith("; ", i)]
-    return f"{change[:parts[0]]}, among other changes" if parts else change
 
 
 def graded_base(result: CandidateResult) -> bool:
@@ -326,6 +323,10 @@ def summarize(task, result: CandidateResult, run: RunReport | None, change: str 
     sentences = summary_sentences(task, result, run, change, terse=False)
     if words(sentences) > min(cap, SUMMARY_WORDS):
         sentences = summary_sentences(task, result, run, change, terse=True)
+    if words(sentences) > cap and max(len(s.split()) for s in sentences) > cap // 2:
+        # A sentence that would take half the room (the places a change is in, and the change): the mechanism is
+        # kept before the places it is in.
+        sentences = summary_sentences(task, result, run, change, terse=True, with_places=False)
     return " ".join(fit_words(sentences, cap))
 
 
@@ -351,32 +352,42 @@ def fit_words(sentences: list[str], cap: int) -> list[str]:
     room = cap - len(last.split())
     if room <= 0:
         return [shortened(last, cap)]
-    first = shortened(first, room)
+    # The first reason (an unmet criterion's evidence, where there is one) keeps its room beside the first sentence.
+    reason = next((len(s.split()) for s in middle if keeping_order(s) == 0), 0)
+    first = shortened(first, max(room - reason, room // 2))
     room -= len(first.split())
     kept: set[int] = set()
     shown = list(middle)
     for index in sorted(range(len(middle)), key=lambda i: (keeping_order(middle[i]), i)):
         size = len(middle[index].split())
-        if size > room and keeping_order(middle[index]) == 0 and room >= EVIDENCE_WORDS:
-            # The evidence of an unmet criterion is cut to the room left rather than left out for lesser text.
-            shown[index] = shortened(middle[index], room)
-            size = len(shown[index].split())
+        if size > room and room >= EVIDENCE_WORDS:
+            # A reason (the evidence of an unmet criterion first) is cut at a clause to the room left rather
+            # than left out; what was verified keeps the titles that fit.
+            shown[index] = shortened(middle[index], room, at_words=False)
+            size = len(shown[index].split()) if shown[index] else room + 1
         if size <= room:
             kept.add(index)
             room -= size
     return [first, *(s for i, s in enumerate(shown) if i in kept), last]
 
 
-def shortened(sentence: str, cap: int) -> str:
-    """``sentence`` in at most ``cap`` words: whole, else up to its last clause boundary that fits, else its first
-    words; either way it ends as a sentence."""
+def shortened(sentence: str, cap: int, at_words: bool = True) -> str:
+    """``sentence`` in at most ``cap`` words: whole, else up to its last clause boundary that fits, else (with
+    ``at_words``) its first words, an open quote or code span closed; either way it ends as a sentence. Empty
+    when it cannot be cut so."""
     if len(sentence.split()) <= cap:
         return sentence
     text = sentence.rstrip(".")
     fitting = [i for i in clause_boundaries(text) if len(text[:i].split()) <= cap]
-    cut = text[:fitting[-1]] if fitting and len(text[:fitting[-1]].split()) >= cap // 2 else \
-        " ".join(text.split()[:cap])
-    return cut.rstrip(".,;: ") + "."
+    if fitting and (not at_words or len(text[:fitting[-1]].split()) >= cap // 2):
+        return text[:fitting[-1]].rstrip(".,;: ") + "."
+    if not at_words:
+        return ""
+    cut = " ".join(text.split()[:max(cap - 1, 1)]).rstrip(".,;: ")
+    for mark in ("`", '"'):
+        if cut.count(mark) % 2:
+            cut += mark
+    return cut + "."
 
 
 def render_summary(task, result: CandidateResult, run: RunReport | None, change: str, terse: bool) -> str:
@@ -385,14 +396,13 @@ def render_summary(task, result: CandidateResult, run: RunReport | None, change:
 
 
 def summary_sentences(task, result: CandidateResult, run: RunReport | None, change: str,
-                      terse: bool) -> list[str]:
+                      terse: bool, with_places: bool = True) -> list[str]:
     """The paragraph's sentences (one per line of ``summary.txt.j2``)."""
     # An empty diff has criteria only where it was graded as the unpatched base (validation's control).
     graded = result.verdict != "no_diff" or graded_base(result)
-    change = terse_change(change) if terse else change
     text = _env.get_template("summary.txt.j2").render(
         result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
-        opening=change_sentence(task, result.apply, change),
+        opening=change_sentence(task, result.apply, change, with_places),
         lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
         reasons=reason_sentences(task, result, terse) if graded else [],
         closing=verdict_closing(result),

@@ -140,7 +140,7 @@ def test_descriptions_never_cut_a_fragment_or_leave_a_count_without_its_noun():
     (text,) = describe_file("vllm/g.py", "def g():\n    return 1\n",
                             f"def g():\n    if {long_condition}:\n        return 2\n    return 1\n")
     # A condition too long to quote is told by what it tests, never by a count of conditions.
-    assert text == "adds a test of `platform.check_0()` and `platform.check_1()` in `g()`" and "..." not in text
+    assert text == "now also checks `platform.check_0()` and `platform.check_1()` in `g()`" and "..." not in text
 
 
 def test_a_summary_over_its_length_keeps_every_unmet_claim_and_case_and_the_first_observation_only(monkeypatch):
