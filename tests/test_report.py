@@ -111,6 +111,12 @@ def test_markdown_summary_lists_every_candidate(results):
     text = markdown_summary(results)
     assert "| a-first | int8-kv-rounding | full | 0.57 | complete | met | partial | unmet | not_evaluated | met |" in text
     assert text.count("\n") == 4
+    # A reason column: the index's reason, on one line, with no column break from the text it quotes.
+    assert text.splitlines()[0].endswith("| reason |")
+    assert text.splitlines()[2].endswith("| met | c3: \u201cclaim c3\u201d does not hold |")
+    pipe = replace(results[0], id="p", error="a | b\nc", verdict="error")
+    row = markdown_summary([pipe]).splitlines()[2]
+    assert row.count(" | ") == 10 and "a \\| b" in row and "\n" not in row
 
 
 def test_exit_codes(results):
