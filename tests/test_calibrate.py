@@ -48,7 +48,8 @@ def entry(position: int, task: str, overall: str, **labels) -> dict:
             **{c: labels.get(c) for c in ("c1", "c2", "c3", "c4", "c5")}}
 
 
-@pytest.mark.parametrize("score,expected", [(1.0, "met"), (0.75, "met"), (0.7499, "partial"), (0.5, "partial"),
+# Met only when every evaluated check passes (grader.score.MET_AT, 1.0).
+@pytest.mark.parametrize("score,expected", [(1.0, "met"), (0.9999, "partial"), (0.75, "partial"), (0.5, "partial"),
                                             (0.2501, "partial"), (0.25, "unmet"), (0.0, "unmet")])
 def test_grader_class_thresholds(score, expected):
     assert grader_class(crit(score)) == expected
