@@ -355,11 +355,13 @@ def text_change(removed: list[str], added: list[str]) -> str:
 
 def _sentence_for(change: FunctionChange) -> str:
     parts = []
-    # What the function now does first (a value it sets under a condition), then the conditions themselves.
+    # What the function now does first (a constant it sets, under a condition), then the conditions themselves;
+    # a computed value is told by its calls, or last when nothing else says what changed.
     setting = assignment_phrase(change.assignments)
-    if setting:
+    constant = bool(setting) and is_constant_setting(change.assignments[0][0])
+    if constant:
         parts.append(setting)
-    told_conditions = {under for _, under in change.assignments[:1]}
+    told_conditions = {under for _, under in change.assignments[:1]} if constant else set()
     added = [c for c in change.conditions_added if c not in told_conditions]
     removed = change.conditions_removed
     if added and removed and len(added) == 1 and len(removed) == 1:
@@ -382,10 +384,15 @@ def _sentence_for(change: FunctionChange) -> str:
     # A call that an added condition makes is told by the condition already.
     calls_added = [c for c in change.calls_added if fits(c) and not any(c in t for t in change.conditions_added)]
     calls_removed = [c for c in change.calls_removed if fits(c)]
-    if calls_added and len(parts) < 2:
+    if calls_added and calls_removed and len(parts) < 2:
+        parts.append("replaces calls to " + _join_code([c + "()" for c in calls_removed[:2]]) + " with "
+                     + _join_code([c + "()" for c in calls_added[:2]]))
+    elif calls_added and len(parts) < 2:
         parts.append("adds calls to " + _join_code([c + "()" for c in calls_added[:3]]))
-    if calls_removed and len(parts) < 2:
+    elif calls_removed and len(parts) < 2:
         parts.append("removes calls to " + _join_code([c + "()" for c in calls_removed[:3]]))
+    if setting and not constant and not parts:
+        parts.append(setting)
     if change.strings and not parts:
         reworded = text_change(change.strings_removed, change.strings)
         if reworded:
