@@ -30,6 +30,8 @@ JUDGE_ALLOWANCE = 1.2
 FIXED_CAP = 60
 # The fewest words worth keeping of a reason cut to fit (below it the reason is left out whole).
 EVIDENCE_WORDS = 8
+# The fewest words of a clause a cut may leave.
+MIN_CLAUSE_WORDS = 4
 # The observation quoted for a criterion after the first one below met: shorter, so the paragraph stays short.
 SECONDARY_CAP = 90
 # pytest's own prefixes of an assertion message, not part of the claim.
@@ -354,7 +356,7 @@ def fit_words(sentences: list[str], cap: int) -> list[str]:
         return [shortened(last, cap)]
     # The first reason (an unmet criterion's evidence, where there is one) keeps its room beside the first sentence.
     reason = next((len(s.split()) for s in middle if keeping_order(s) == 0), 0)
-    first = shortened(first, max(room - reason, room // 2))
+    first = shortened(first, room - reason if reason <= room // 2 else room)
     room -= len(first.split())
     kept: set[int] = set()
     shown = list(middle)
@@ -378,7 +380,10 @@ def shortened(sentence: str, cap: int, at_words: bool = True) -> str:
     if len(sentence.split()) <= cap:
         return sentence
     text = sentence.rstrip(".")
-    fitting = [i for i in clause_boundaries(text) if len(text[:i].split()) <= cap]
+    # A reason is cut only where a clause ends (". ", "; ", ": "), never inside a list ("c2, c3, ..."); the
+    # opening sentence may also be cut at a comma.
+    fitting = [i for i in clause_boundaries(text) if len(text[:i].split()) <= cap
+               and (at_words or text[i] in ".;:") and len(text[:i].split()) >= MIN_CLAUSE_WORDS]
     if fitting and (not at_words or len(text[:fitting[-1]].split()) >= cap // 2):
         return text[:fitting[-1]].rstrip(".,;: ") + "."
     if not at_words:

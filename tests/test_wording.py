@@ -199,3 +199,14 @@ def test_under_its_cap_a_summary_keeps_the_change_the_deciding_evidence_and_the_
     assert summary.endswith("Verdict fail (0.10).")
     # What was verified gives way first.
     assert "Verified" not in summary
+
+
+def test_a_reason_cut_to_fit_is_cut_where_a_clause_ends_never_inside_a_list():
+    from grader.summarize import fit_words
+
+    anchored = "c2, c3, c4 and c5 get no credit while their anchor c1 is unmet."
+    kept = fit_words(["The patch does one thing here.", anchored, "Verdict fail (0.00)."], 11)
+    assert kept == ["The patch does one thing here.", "Verdict fail (0.00)."]
+    evidence = 'Core criterion c1 is not met: "A long claim about what the kernel must do" fails for tp1.'
+    cut = fit_words(["The patch does one thing.", evidence, "Verdict fail (0.00)."], 16)
+    assert cut == ["The patch does one thing.", "Core criterion c1 is not met.", "Verdict fail (0.00)."]
