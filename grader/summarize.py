@@ -28,6 +28,9 @@ SUMMARY_WORDS = 90
 # supplied, FIXED_CAP (the seed judge's median paragraph, 49 words, plus a fifth, rounded up).
 JUDGE_ALLOWANCE = 1.2
 FIXED_CAP = 60
+# Never below this, whatever the judge's paragraph: a paragraph of a few words (a label, not a review) would
+# leave room for no sentence (the seed judge's shortest paragraph is 30 words).
+MIN_CAP = 30
 # The fewest words worth keeping of a reason cut to fit (below it the reason is left out whole).
 EVIDENCE_WORDS = 8
 # The fewest words of a clause a cut may leave.
@@ -312,10 +315,10 @@ def graded_base(result: CandidateResult) -> bool:
 
 
 def summary_cap(result: CandidateResult) -> int:
-    """The most words the candidate's summary may have: the supplied judge's paragraph's plus a fifth, else
-    FIXED_CAP."""
+    """The most words the candidate's summary may have: the supplied judge's paragraph's plus a fifth (at least
+    MIN_CAP), else FIXED_CAP."""
     judge = len((result.reference_summary or "").split())
-    return int(judge * JUDGE_ALLOWANCE) if judge else FIXED_CAP
+    return max(int(judge * JUDGE_ALLOWANCE), MIN_CAP) if judge else FIXED_CAP
 
 
 def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:

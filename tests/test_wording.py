@@ -179,12 +179,12 @@ LONG_CHANGE = "; ".join(f"adds the condition `x.check_{n}()` in `f{n}()`" for n 
 def test_a_summary_is_never_longer_than_the_judges_paragraph_plus_a_fifth():
     import grader.summarize
 
-    for judge_words in (8, 20, 35, 49, 87):
+    for judge_words in (3, 8, 20, 35, 49, 87):
         judge = " ".join(["word"] * judge_words)
         for change in ("adds the condition `x.is_xpu()` in `f()`", LONG_CHANGE):
             for result in (failing_result(judge), replace(all_met_but_gpu(), reference_summary=judge)):
                 summary = summarize(all_tasks()[TASK], result, None, change)
-                assert len(summary.split()) <= int(judge_words * 1.2), (judge_words, summary)
+                assert len(summary.split()) <= max(int(judge_words * 1.2), grader.summarize.MIN_CAP), summary
                 assert summary.endswith(".") and summary.split()[0] in ("The", "Verdict"), summary
     # Without a judge's paragraph the cap is the fixed one.
     summary = summarize(all_tasks()[TASK], failing_result(), None, LONG_CHANGE)
@@ -210,3 +210,11 @@ def test_a_reason_cut_to_fit_is_cut_where_a_clause_ends_never_inside_a_list():
     evidence = 'Core criterion c1 is not met: "A long claim about what the kernel must do" fails for tp1.'
     cut = fit_words(["The patch does one thing.", evidence, "Verdict fail (0.00)."], 16)
     assert cut == ["The patch does one thing.", "Core criterion c1 is not met.", "Verdict fail (0.00)."]
+
+
+def test_a_judge_label_of_a_few_words_still_leaves_room_for_what_happened():
+    cut = replace(failing_result("Looks fine."), verdict="input_truncated", run_status="input_truncated", score=None,
+                  criteria={c: met(c) for c in ("c1", "c2", "c3", "c4", "c5")})
+    summary = summarize(all_tasks()[TASK], cut, None, "adds the condition `x.is_xpu()` in `f()`")
+    assert summary.startswith("The input was cut off, after every file the criteria read")
+    assert summary.endswith("Verdict input truncated.")
