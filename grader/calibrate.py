@@ -5,7 +5,7 @@ calibration tells where the two disagree and why, it never tunes the grader to t
 
 Inputs: the grader's ``results.json`` (graded from the bundle) and a labels file
 ``{"criteria": {task: {cid: {...}}}, "entries": [{"bundle_position": i, "task": ..., "c1": 1|0.5|0|null, ...,
-"overall": "full|partial|fail|no_diff"}]}``. Entry ``i`` is the bundle candidate ``<bundle-stem>-NNN``.
+"overall": "full|partial|fail|no_diff"}]}``. Entry ``i`` is the bundle candidate at position ``i`` (``bundle_ids``).
 
 Classes: a grader score maps to ``met`` (>= 0.75), ``unmet`` (<= 0.25), else ``partial``; a judge label 1, 0.5, 0
 to ``met``, ``partial``, ``unmet``; a null label is "not stated" and a ``not_evaluated`` grader criterion is left
@@ -31,6 +31,7 @@ import re
 import sys
 import tomllib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,14 +152,18 @@ def read_labels(path: Path) -> dict:
     return labels
 
 
-def candidate_id(stem: str, position: int) -> str:
-    return f"{stem}-{position:03d}"
+def bundle_ids(bundle: Path) -> dict[int, str]:
+    """The id of each bundle entry by its position (labels name entries by position; ids come from their
+    content, ``grader.ingest.bundle_entry_id``)."""
+    from grader.ingest import ingest
+
+    return {c.bundle_position: c.id for c in ingest([bundle]) if c.bundle_position is not None}
 
 
-def judge_verdicts(labels: dict, stem: str) -> dict[str, str]:
+def judge_verdicts(labels: dict, ids: Mapping[int, str]) -> dict[str, str]:
     """The judge's overall verdict per bundle candidate id (what the scorecards show beside the grader's)."""
-    return {candidate_id(stem, int(e["bundle_position"])): e["overall"] for e in labels.get("entries", [])
-            if e.get("overall")}
+    return {ids[int(e["bundle_position"])]: e["overall"] for e in labels.get("entries", [])
+            if e.get("overall") and int(e["bundle_position"]) in ids}
 
 
 def is_truncated(result: CandidateResult | None) -> bool:
@@ -171,13 +176,14 @@ def _empty_without_task(result: CandidateResult) -> bool:
     return result.verdict == "no_diff" and not result.task
 
 
-def build_pairs(entries: list[dict], results: dict[str, CandidateResult], stem: str,
+def build_pairs(entries: list[dict], results: dict[str, CandidateResult], ids: Mapping[int, str],
                 criteria: tuple[str, ...] = CRITERION_IDS) -> tuple[list[Pair], list[VerdictPair]]:
     """Pair every labelled entry and criterion with the grader's result for the same bundle candidate."""
     pairs: list[Pair] = []
     verdicts: list[VerdictPair] = []
     for entry in entries:
-        cid = candidate_id(stem, int(entry["bundle_position"]))
+        position = int(entry["bundle_position"])
+        cid = ids.get(position, f"(no entry at position {position})")
         task = entry.get("task") or ""
         result = results.get(cid)
         truncated = is_truncated(result)
@@ -370,17 +376,17 @@ def load_notes(path: Path | None) -> dict[str, dict]:
 # ---------------------------------------------------------------- the whole document
 
 
-def calibrate(results: list[CandidateResult], labels: dict, stem: str, notes: dict[str, dict] | None = None,
+def calibrate(results: list[CandidateResult], labels: dict, ids: Mapping[int, str], notes: dict[str, dict] | None = None,
               diffs: dict[str, str] | None = None, inputs: dict | None = None) -> dict:
     """The calibration document (see the module docstring for its keys)."""
     notes = notes or {}
     criteria = tuple(sorted({c for t in labels.get("criteria", {}).values() for c in t})) or CRITERION_IDS
     by_id = {r.id: r for r in results}
     entries = labels.get("entries", [])
-    pairs, verdicts = build_pairs(entries, by_id, stem, criteria)
+    pairs, verdicts = build_pairs(entries, by_id, ids, criteria)
     whole, truncated = split_pairs(pairs)
     vwhole, vtrunc = split_pairs(verdicts)
-    entry_by_id = {candidate_id(stem, int(e["bundle_position"])): e for e in entries}
+    entry_by_id = {ids[int(e["bundle_position"])]: e for e in entries if int(e["bundle_position"]) in ids}
 
     disagreements = []
     for p in whole:
@@ -552,13 +558,14 @@ def run_calibrate(args) -> int:
         return 2
     inputs = {"bundle": str(args.bundle), "labels": str(args.labels), "results": str(results_path),
               "notes": str(notes_path) if notes_path else None}
-    doc = calibrate(results, labels, args.bundle.stem, notes, diffs, inputs)
+    ids = bundle_ids(args.bundle)
+    doc = calibrate(results, labels, ids, notes, diffs, inputs)
     json_path, html_path = write_reports(args.out, doc)
     if args.results is None:  # the scorecards of the run just made, with the judge's verdicts beside
         from grader.report import run_of, write_html
 
         write_html(args.out, results, run_of(document), diffs,
-                   judge_verdicts(labels, args.bundle.stem))
+                   judge_verdicts(labels, ids))
     print(headline_text(doc), file=sys.stderr)
     print(f"wrote {json_path} and {html_path}", file=sys.stderr)
     return 0

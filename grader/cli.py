@@ -14,6 +14,7 @@ was not graded completely (timed out, input cut off); 4 a candidate's task could
 from __future__ import annotations
 
 import argparse
+import difflib
 import fcntl
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader.core.records import CandidateResult, GradingOptions, Incomplete, RunInfo
-from grader.calibrate import add_parser as add_calibrate_parser, judge_verdicts, read_labels, run_calibrate
+from grader.calibrate import add_parser as add_calibrate_parser, bundle_ids, judge_verdicts, read_labels, run_calibrate
 from grader.mutate import add_parser as add_mutate_parser, run_mutate
 from grader.taskkit.cli import COMMANDS as TASK_COMMANDS, add_parser as add_task_parser, run as run_task_command
 from grader.checkout import BaseBuildError, build_base, verify_blobs, whole_tree_problem
@@ -132,11 +133,10 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
 
 GRADE_USAGE = "grade.py PATH... [--task ID] [--out DIR] [--junit FILE] [--fail-under SCORE] [options]"
 USAGE = f"""{GRADE_USAGE}
-       grade.py COMMAND [options]   (COMMAND: {", ".join(c for c in ("grade", "bases", "validate-rubrics",
-                                                                     "calibrate", "mutate", "run-tests"))}, ...)"""
+       grade.py COMMAND [options]"""
 
 
-class ShowDefaults(argparse.HelpFormatter):
+class ShowDefaults(argparse.RawDescriptionHelpFormatter):
     """Every option's help ends with its default (or says it is required), unless the help already names it."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
@@ -151,18 +151,37 @@ class ShowDefaults(argparse.HelpFormatter):
 
 
 def grade_parser() -> argparse.ArgumentParser:
-    """``grade``'s own parser, which reads options and paths in any order (``parse_intermixed_args``)."""
-    parser = argparse.ArgumentParser(prog="grade.py", usage=GRADE_USAGE, formatter_class=ShowDefaults,
-                                     description="Grade candidate diffs (the default command).")
+    """``grade``'s own parser, which reads options and paths in any order (``parse_intermixed_args``); its help is
+    the whole help of ``grade.py``: grading's options, then the other commands."""
+    parser = argparse.ArgumentParser(prog="grade.py", usage=USAGE, formatter_class=ShowDefaults,
+                                     description="Grade candidate diffs (the default command: grade.py PATH... is "
+                                                 "grade.py grade PATH...).",
+                                     epilog=commands_text())
     add_grade_arguments(parser)
     return parser
+
+
+def commands_text() -> str:
+    """The commands and what each does, for the end of the help (``grade.py COMMAND --help`` for its options)."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in sub._choices_actions}
+    width = max(map(len, helps))
+    return "commands (grade.py COMMAND --help lists each one's options):\n" + "\n".join(
+        f"  {name:<{width}}  {text}" for name, text in helps.items())
+
+
+def suggestion(word: str) -> str | None:
+    """The command ``word`` is a near miss of (``mege`` -> ``merge``), or None."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.7)
+    return close[0] if close else None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grade.py", usage=USAGE, formatter_class=ShowDefaults,
                                      description="Rubric-driven grading of vLLM patches.")
     parser.add_argument("--version", action="version", version=f"grader {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # prog: each command's usage line reads "grade.py merge ...", not the whole usage of grade.py before it
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="grade.py")
     add_grade_arguments(sub.add_parser("grade", help="grade candidate diffs (the default command)",
                                        usage=GRADE_USAGE))
     add_calibrate_parser(sub)
@@ -293,7 +312,7 @@ def judge_for(labels: Path | None, paths: list[Path]) -> dict[str, str] | None:
     found: dict[str, str] = {}
     for path in paths:
         if path.is_file() and is_bundle(path):
-            found |= judge_verdicts(document, path.stem)
+            found |= judge_verdicts(document, bundle_ids(path))
     return found
 
 
@@ -593,10 +612,18 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o022)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        build_parser().print_help(sys.stderr)
+        grade_parser().print_help(sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        grade_parser().print_help()
+        return 0
+    near = suggestion(argv[0]) if argv[0] not in COMMANDS and not Path(argv[0]).exists() else None
+    if near is not None:
+        print(f"error: {argv[0]!r} is neither a command nor a file; did you mean {near!r}? "
+              f"(grade.py --help lists the commands)", file=sys.stderr)
         return 2
     # No command named first means ``grade``, whatever order its options and paths come in.
-    if argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+    if argv[0] not in COMMANDS and argv[0] != "--version":
         argv.insert(0, "grade")
     try:
         args = parse_arguments(argv)

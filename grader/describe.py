@@ -29,13 +29,17 @@ class FunctionChange:
     calls_removed: list[str] = field(default_factory=list)
     numbers: list[tuple[str, str]] = field(default_factory=list)
     strings: list[str] = field(default_factory=list)
+    # Assignments the function gained (``num_stages = 4``), each with the added condition it sits under, if any.
+    assignments: list[tuple[str, str]] = field(default_factory=list)
+    raises_added: list[str] = field(default_factory=list)
+    strings_removed: list[str] = field(default_factory=list)
     lines: int = 0
     # What an added condition gates, where its branch says it plainly ("it can raise `ValueError`").
     gates: dict[str, str] = field(default_factory=dict)
 
     def weight(self) -> int:
-        return 3 * (len(self.conditions_added) + len(self.conditions_removed)) + 2 * len(self.numbers) + \
-            len(self.calls_added) + len(self.calls_removed)
+        return 3 * (len(self.conditions_added) + len(self.conditions_removed) + len(self.assignments)) + \
+            2 * (len(self.numbers) + len(self.raises_added)) + len(self.calls_added) + len(self.calls_removed)
 
 
 def code(text: str) -> str:
@@ -109,8 +113,70 @@ def _gates(node: ast.AST) -> dict[str, str]:
     return gated
 
 
+def _raised(node: ast.AST) -> set[str]:
+    """The exception classes ``node`` raises (``raise ValueError(...)`` -> ``ValueError``)."""
+    return {ast.unparse(sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc)
+            for sub in ast.walk(node) if isinstance(sub, ast.Raise) and sub.exc is not None}
+
+
+# Calls that say nothing of what a change does: logging, and the built-ins every function calls.
+QUIET_CALLS = re.compile(r"^(?:\w+\.)?(?:logger|logging|log)\.\w+$|^(?:len|str|int|float|bool|isinstance|getattr|"
+                         r"hasattr|print|repr|tuple|list|dict|set|range|min|max|type|super)$")
+
+
 def _calls(node: ast.AST) -> set[str]:
-    return {ast.unparse(sub.func) for sub in ast.walk(node) if isinstance(sub, ast.Call)}
+    """Functions ``node`` calls, leaving out the exceptions it raises (a raise is told as one) and QUIET_CALLS."""
+    raised = {id(sub.exc) for sub in ast.walk(node) if isinstance(sub, ast.Raise) and isinstance(sub.exc, ast.Call)}
+    return {ast.unparse(sub.func) for sub in ast.walk(node)
+            if isinstance(sub, ast.Call) and id(sub) not in raised and not QUIET_CALLS.match(ast.unparse(sub.func))}
+
+
+def dict_pairs(node: ast.AST) -> set[tuple[str, str]]:
+    """The (key, value) pairs of the dict literals in ``node`` whose key and value are both constants."""
+    return {(ast.unparse(k), ast.unparse(v)) for sub in ast.walk(node) if isinstance(sub, ast.Dict)
+            for k, v in zip(sub.keys, sub.values) if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+
+
+def assignment_text(stmt: ast.stmt, old_pairs: set[tuple[str, str]]) -> str:
+    """An assignment as a reader needs it: as written, or for a dict literal too long to quote, its target and the
+    constant entries the old function had nowhere (``config = {'num_warps': 8, 'num_stages': 4, ...}``)."""
+    text = ast.unparse(stmt)
+    value = getattr(stmt, "value", None)
+    if fits(text) or not isinstance(value, ast.Dict):
+        return text
+    target = ast.unparse(stmt.targets[0]) if isinstance(stmt, ast.Assign) else ast.unparse(stmt.target)
+    new = [f"{k}: {v}" for k, v in ((ast.unparse(k), ast.unparse(v)) for k, v in zip(value.keys, value.values)
+                                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant))
+           if (k, v) not in old_pairs]
+    shown = []
+    for entry in new:
+        if not fits(f"{target} = {{{', '.join(shown + [entry])}, ...}}"):
+            break
+        shown.append(entry)
+    return f"{target} = {{{', '.join(shown)}, ...}}" if shown else text
+
+
+def _assignments(node: ast.AST, old_pairs: set[tuple[str, str]] = frozenset()) -> dict[str, str]:
+    """Simple assignments in ``node`` (``name = value``, ``obj.attr = value``, ``d[k] = value``) as
+    ``assignment_text`` writes them, each with the test of the innermost ``if`` whose true branch holds it (""
+    at the function's own level)."""
+    found: dict[str, str] = {}
+
+    def visit(body: list[ast.stmt], under: str) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and getattr(stmt, "value", None):
+                found.setdefault(assignment_text(stmt, old_pairs), under)
+            elif isinstance(stmt, ast.If):
+                visit(stmt.body, ast.unparse(stmt.test))
+                visit(stmt.orelse, under)
+            elif isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(stmt, block, []), under)
+                for handler in getattr(stmt, "handlers", []):
+                    visit(handler.body, under)
+
+    visit(getattr(node, "body", []), "")
+    return found
 
 
 def _numbers(node: ast.AST) -> list[str]:
@@ -152,6 +218,12 @@ def compare_function(name: str, old: ast.AST, new: ast.AST) -> FunctionChange:
     if len(old_numbers) == len(new_numbers):
         change.numbers = [(a, b) for a, b in zip(old_numbers, new_numbers) if a != b]
     change.strings = sorted(_strings(new) - _strings(old))
+    change.strings_removed = sorted(_strings(old) - _strings(new))
+    # Only assignments the old function had nowhere: code moved under a new condition is told by the condition.
+    before_assigned, after_assigned = _assignments(old), _assignments(new, dict_pairs(old))
+    change.assignments = sorted(((text, under) for text, under in after_assigned.items()
+                                 if text not in before_assigned), key=lambda item: not is_constant_setting(item[0]))
+    change.raises_added = sorted(_raised(new) - _raised(old))
     old_lines, new_lines = ast.unparse(old).splitlines(), ast.unparse(new).splitlines()
     change.lines = sum(1 for line in difflib.ndiff(old_lines, new_lines) if line[:1] in "+-")
     return change
@@ -204,29 +276,129 @@ def _words(pieces: list[str]) -> list[str]:
     return kept
 
 
+def _atoms(condition: str) -> set[str]:
+    """What a condition tests, piece by piece: its calls (``current_platform.is_xpu()``), its comparisons
+    (``M <= 64``) and the names it reads, as written."""
+    try:
+        tree = ast.parse(condition, mode="eval")
+    except SyntaxError:
+        return set()
+    atoms = set()
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Call):
+            atoms.add(ast.unparse(sub))
+        elif isinstance(sub, ast.Compare):
+            atoms.add(ast.unparse(sub))
+    return {a for a in atoms if fits(a)}
+
+
+def _most_telling(atoms: set[str]) -> list[str]:
+    """Atoms that are not part of another atom of the same set (the comparison rather than the call inside it),
+    shortest first."""
+    outer = [a for a in atoms if not any(a != b and a in b for b in atoms)]
+    return sorted(outer, key=lambda a: (len(a), a))[:2]
+
+
+def tested_instead(added: list[str], removed: list[str]) -> str:
+    """Conditions too long to quote told by what they now test that they did not, and what they stopped testing:
+    "now checks `x.is_cuda()` where it checked `x.is_xpu()`"; empty when neither side names anything."""
+    before = set().union(*map(_atoms, removed)) if removed else set()
+    after = set().union(*map(_atoms, added)) if added else set()
+    gained, lost = _most_telling(after - before), _most_telling(before - after)
+    if gained and lost:
+        return f"now checks {_join_code(gained)} where it checked {_join_code(lost)}"
+    if gained:
+        return f"now also checks {_join_code(gained)}"
+    if lost:
+        return f"no longer checks {_join_code(lost)}"
+    return ""
+
+
+def is_constant_setting(text: str) -> bool:
+    """Whether an assignment sets a constant (a number, a string, a dict of them): a tuning value, the likeliest
+    mechanism, rather than a computation."""
+    try:
+        value = ast.parse(text.replace(", ...}", "}")).body[0].value
+    except (SyntaxError, IndexError, AttributeError):
+        return False
+    return all(isinstance(sub, (ast.Constant, ast.Dict, ast.Tuple, ast.List, ast.UnaryOp, ast.USub, ast.Load))
+               for sub in ast.walk(value))
+
+
+def assignment_phrase(assignments: list[tuple[str, str]]) -> str:
+    """``sets `num_stages = 4` when `M <= 64``` for the first short assignment the function gained."""
+    shown = [(text, under) for text, under in assignments if fits(text)]
+    if not shown:
+        return ""
+    text, under = shown[0]
+    when = f" when {code(under)}" if under and fits(under) else ""
+    more = f" (and {len(assignments) - 1} more assignment{'s' if len(assignments) > 2 else ''})" \
+        if len(assignments) > 1 else ""
+    return f"sets {code(text)}{when}{more}"
+
+
+def text_change(removed: list[str], added: list[str]) -> str:
+    """A message reworded, told by the words it lost and gained: "changes the text `90` to `100`"."""
+    if not removed or not added:
+        return ""
+    old, new = " ".join(removed).split(), " ".join(added).split()
+    lost, gained = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            lost.append(" ".join(old[i1:i2]))
+            gained.append(" ".join(new[j1:j2]))
+    pairs = [(a, b) for a, b in zip(lost, gained) if a and b]
+    if not pairs or len(pairs) > 2 or not all(fits(a) and fits(b) for a, b in pairs):
+        return ""
+    return "changes the text " + " and ".join(f"{code(a)} to {code(b)}" for a, b in pairs)
+
+
 def _sentence_for(change: FunctionChange) -> str:
     parts = []
-    if change.conditions_added and change.conditions_removed and len(change.conditions_added) == 1 \
-            and len(change.conditions_removed) == 1:
-        before, after = change.conditions_removed[0], change.conditions_added[0]
+    # What the function now does first (a constant it sets, under a condition), then the conditions themselves;
+    # a computed value is told by its calls, or last when nothing else says what changed.
+    setting = assignment_phrase(change.assignments)
+    constant = bool(setting) and is_constant_setting(change.assignments[0][0])
+    if constant:
+        parts.append(setting)
+    told_conditions = {under for _, under in change.assignments[:1]} if constant else set()
+    added = [c for c in change.conditions_added if c not in told_conditions]
+    removed = change.conditions_removed
+    if added and removed and len(added) == 1 and len(removed) == 1:
+        before, after = removed[0], added[0]
         parts.append(f"rewrites the condition {code(before)} as {code(after)}" if fits(before) and fits(after)
                      else rewritten_condition(before, after))
+    elif (added or removed) and not all(fits(c) for c in added + removed) and tested_instead(added, removed):
+        parts.append(tested_instead(added, removed))
     else:
-        if change.conditions_added:
-            parts.append(_conditions_phrase("adds", change.conditions_added))
-        if change.conditions_removed:
-            parts.append(_conditions_phrase("removes", change.conditions_removed))
-    if change.numbers and len(change.numbers) <= 2:  # more is code moved around, not a constant changed
-        parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in change.numbers))
+        if added:
+            parts.append(_conditions_phrase("adds", added))
+        if removed:
+            parts.append(_conditions_phrase("removes", removed))
+    if change.raises_added and len(parts) < 2 and not change.gates:
+        parts.append("now raises " + " or ".join(code(name) for name in change.raises_added[:2]))
+    told = " ".join(added + removed)
+    numbers = [(a, b) for a, b in change.numbers if not (a in told and b in told)]  # a rewrite already says them
+    if numbers and len(numbers) <= 2:  # more is code moved around, not a constant changed
+        parts.append("changes " + " and ".join(f"{a} to {b}" for a, b in numbers))
     # A call that an added condition makes is told by the condition already.
     calls_added = [c for c in change.calls_added if fits(c) and not any(c in t for t in change.conditions_added)]
     calls_removed = [c for c in change.calls_removed if fits(c)]
-    if calls_added and len(parts) < 2:
+    if calls_added and calls_removed and len(parts) < 2:
+        parts.append("replaces calls to " + _join_code([c + "()" for c in calls_removed[:2]]) + " with "
+                     + _join_code([c + "()" for c in calls_added[:2]]))
+    elif calls_added and len(parts) < 2:
         parts.append("adds calls to " + _join_code([c + "()" for c in calls_added[:3]]))
-    if calls_removed and len(parts) < 2:
+    elif calls_removed and len(parts) < 2:
         parts.append("removes calls to " + _join_code([c + "()" for c in calls_removed[:3]]))
-    if change.strings and not parts and fits(repr(change.strings[0])):
-        parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
+    if setting and not constant and not parts:
+        parts.append(setting)
+    if change.strings and not parts:
+        reworded = text_change(change.strings_removed, change.strings)
+        if reworded:
+            parts.append(reworded)
+        elif fits(repr(change.strings[0])):
+            parts.append(f"rewrites the text {code(repr(change.strings[0]))}")
     if not parts:
         parts.append(f"edits {change.lines} line{'s' if change.lines != 1 else ''}")
     return " and ".join(parts) + f" in {code(change.name + '()')}" + _gate_clause(change, parts)
@@ -307,6 +479,21 @@ def _describe_tests(path: str, before: dict, after: dict, new_file: bool) -> lis
     return [" and ".join(parts) + f" in {where}"]
 
 
+def telling_rank(phrase: str) -> int:
+    """How much a phrase says about what the change does, lower first: a changed function's conditions, values,
+    raises and numbers; a kernel added; a function added or removed, a file added; tests; a bare count of lines
+    edited."""
+    if re.match(r"edits \d+ lines? in |edits module-level code", phrase):
+        return 4
+    if re.match(r"(adds|edits) (\d+ tests?|the test file)", phrase):
+        return 3
+    if phrase.startswith(("adds `", "removes `")):
+        return 2
+    if phrase.startswith(("adds the Triton kernel", "deletes ", "changes the text ")):
+        return 1
+    return 0
+
+
 def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
     """One clause for the whole patch, e.g. "in `f()` it adds the condition `x.is_xpu()`; adds 2 tests ...";
     empty when no Python file changed."""
@@ -325,6 +512,8 @@ def describe_tree(base: Path, tree: Path, paths: list[str]) -> str:
         except Exception as exc:  # noqa: BLE001 - ast.parse can raise SystemError/RecursionError on odd input
             # A pathological file: say so rather than fail the grading.
             phrases.append(f"changes {code(Path(path).name)} (not described: {type(exc).__name__})")
+    # What tells the mechanism (a value set, a condition, a raise, a number) before what only says where.
+    phrases = sorted(phrases, key=telling_rank)
     more = len(phrases) - SHOWN_PHRASES
     return "; ".join(phrases[:SHOWN_PHRASES]) + \
         (f"; and makes {more} further change{'s' if more != 1 else ''}" if more > 0 else "")

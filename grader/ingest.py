@@ -7,6 +7,7 @@ line and the diff, or a single ``no diff captured (...)`` line.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -140,8 +141,18 @@ def _last_hunk_needs(lines: list[str]) -> bool:
     return bool(sections and sections[-1].hunks and not sections[-1].hunks[-1].complete)
 
 
+def bundle_entry_id(stem: str, paragraph: str | None, body: list[str]) -> str:
+    """A bundle entry's id: ``<stem>-<hash>``, the hash of the entry's own text (its paragraph and diff, or its
+    no-diff line), so an id, and the test names and history that follow it, stay the same when the bundle is
+    reordered. Two entries alike in every byte get one id, told apart by ``unique_ids``; its position is only a
+    label (``source`` and ``bundle_position``)."""
+    digest = hashlib.sha256("\n".join([paragraph or "", *body]).encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{stem}-{digest[:10]}"
+
+
 def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
-    """Read a bundle file into candidates ``<stem>-NNN`` keeping each verdict as ``reference_summary``."""
+    """Read a bundle file into candidates (ids: ``bundle_entry_id``) keeping each verdict as
+    ``reference_summary``."""
     try:
         lines = decode_input(path.read_bytes(), "replace").splitlines()
     except UnreadableEncoding as exc:
@@ -158,12 +169,11 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
         previous_blank = not line.strip()
     candidates = []
     for position, (paragraph, body) in enumerate(entries):
-        cid = f"{path.stem}-{position:03d}"
         source = f"{path}#{position}"
         if paragraph is None:
             reason = NO_DIFF.match(body[0]).group(1)
-            candidates.append(Candidate(cid, source, "", task=task, task_reason=f"no diff captured ({reason})",
-                                        bundle_position=position))
+            candidates.append(Candidate(bundle_entry_id(path.stem, None, body[:1]), source, "", task=task,
+                                        task_reason=f"no diff captured ({reason})", bundle_position=position))
             continue
         # The blank lines between entries are empty; a diff's last line may be a blank context line, " ".
         while body and not body[-1].strip() and not (body[-1].startswith(" ") and _last_hunk_needs(body[:-1])):
@@ -171,8 +181,9 @@ def parse_bundle(path: Path, task: str | None = None) -> list[Candidate]:
         while body and not body[0].strip():
             body.pop(0)
         diff = "\n".join(body) + "\n" if body else ""
-        candidates.append(_candidate(cid, source, diff, task, reference_summary=paragraph,
-                                     bundle_position=position, at_preview_limit=len(body) >= PREVIEW_LINES))
+        candidates.append(_candidate(bundle_entry_id(path.stem, paragraph, body), source, diff, task,
+                                     reference_summary=paragraph, bundle_position=position,
+                                     at_preview_limit=len(body) >= PREVIEW_LINES))
     return candidates
 
 

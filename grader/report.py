@@ -14,8 +14,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader import __version__, scorecard
 from grader.core.paths import atomic_write, page_name
-from grader.core.records import (CRITERION_IDS, SCHEMA_VERSION, CandidateResult, EvidenceEntry, GraderRevision,
-                                 Incomplete, RunInfo)
+from grader.core.records import (CRITERION_IDS, SCHEMA_VERSION, CandidateResult, CriterionResult, EvidenceEntry,
+                                 GraderRevision, Incomplete, RunInfo)
 from grader.outcome import ci_outcome, unfinished
 from grader.core.sanitize import clean
 
@@ -209,15 +209,43 @@ def junit_timestamp(started: str | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+# What a criterion's testcase is, by its state, the same in every candidate. A criterion of a candidate that was not
+# graded completely (or whose grading broke, or that has no diff or no task) has no state to report: <skipped>, with
+# the candidate's reason. The GPU case of a criterion (``cN gpu checks``, only where the criterion has checks that
+# need a GPU) follows the same rule over those checks alone.
+CRITERION_OUTCOME = {"met": "passed", "partial": "failure", "unmet": "failure", "not_evaluated": "skipped"}
+JUNIT_TOTALS = ("tests", "failures", "errors", "skipped")
+
+
+def gpu_checks_state(crit: CriterionResult) -> tuple[str, str] | None:
+    """The state of a criterion's GPU checks (``met``, ``unmet`` or ``not_evaluated``) and why, or None where the
+    criterion has none."""
+    gpu = [e for e in crit.evidence if "gpu" in e.kinds]
+    if not gpu:
+        return None
+    evaluated = [e for e in gpu if e.status in ("passed", "failed", "error")]
+    if not evaluated:
+        reasons = sorted({e.message.strip() for e in gpu if e.message.strip()})
+        why = reasons[0] if reasons else "needs a CUDA GPU"
+        return "not_evaluated", f"{len(gpu)} GPU check(s) not run: {why}"
+    failing = [e.test.rsplit("::", 1)[-1] for e in evaluated if e.status != "passed"]
+    if failing:
+        return "unmet", f"{len(failing)} of {len(evaluated)} GPU check(s) fail: {', '.join(failing[:4])}"
+    return "met", f"{len(evaluated)} GPU check(s) pass"
+
+
 def write_junit(path: Path, results: list[CandidateResult], fail_under: float | None = None,
                 started: str | None = None) -> Path:
-    """One testsuite per task (with its time and the run's start); per candidate a ``verdict`` testcase and one
-    per criterion (``c1 <title>``), named the same in every run. The verdict case is what the exit code reads
-    (grader.outcome.ci_outcome): an ``<error>`` where grading broke, ``<skipped>`` where the candidate was not
-    graded completely or has no diff, a ``<failure>`` below ``--fail-under`` (without it: verdict ``fail``).
-    A criterion case is ``<skipped>`` when not evaluated (or its candidate is skipped), a ``<failure>`` when
-    partial or unmet in a failing candidate, else it passes (the status and the checks that did not run are in
-    its ``system-out``). Each case's time is its tests' measured time, from the evidence."""
+    """One testsuite per task (with its time and the run's start); per candidate a ``verdict`` testcase, one per
+    criterion (``c1 <title>``) and one for each criterion's GPU checks where it has some (``c1 gpu checks``),
+    named the same in every run. The verdict case is what the exit code reads (grader.outcome.ci_outcome): an
+    ``<error>`` where grading broke, ``<skipped>`` where the candidate was not graded completely or has no diff, a
+    ``<failure>`` below ``--fail-under`` (without it: verdict ``fail``). A criterion case follows CRITERION_OUTCOME.
+    Each case's time is its tests' measured time, from the evidence.
+
+    The file keeps to the Jenkins JUnit schema that reporters implement (tests/test_junit_schema.py): a
+    ``<skipped>`` carries its reason as text (the schema gives it no attribute), and the root carries no skipped
+    count (the suites do)."""
     stamp = junit_timestamp(started)
     suites = ET.Element("testsuites", name="grader")
     totals: dict[str, float] = defaultdict(float)
@@ -233,7 +261,19 @@ def write_junit(path: Path, results: list[CandidateResult], fail_under: float | 
 
         def mark(element: ET.Element, kind: str, message: str, text: str = "") -> None:
             counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
+            if kind == "skipped":
+                ET.SubElement(element, kind).text = xml_safe(message)
+                return
             ET.SubElement(element, kind, message=xml_safe(message)[:500]).text = xml_safe(text) or None
+
+        def criterion_case(element: ET.Element, state: str, shown: str, why: str, skipped_because: str | None):
+            outcome = "skipped" if skipped_because else CRITERION_OUTCOME[state]
+            if outcome == "skipped":
+                mark(element, "skipped", skipped_because or why)
+            elif outcome == "failure":
+                mark(element, "failure", shown, why)
+            else:
+                ET.SubElement(element, "system-out").text = xml_safe(f"{shown}: {why}")
 
         for r in group:
             classname = junit_class(r)
@@ -248,27 +288,27 @@ def write_junit(path: Path, results: list[CandidateResult], fail_under: float | 
                 mark(verdict, "skipped", message)
             elif outcome == "failed":
                 mark(verdict, "failure", message, r.summary)
+            not_graded = message if outcome in ("skipped", "error") else None
             for cid in CRITERION_IDS:
                 crit = r.criteria.get(cid)
                 if crit is None:
                     continue
                 element = case(classname, f"{cid} {crit.title}", measured_seconds(crit.evidence))
-                state = crit.status if crit.score is None else f"{crit.status} ({crit.score:.2f})"
-                if crit.status == "not_evaluated":
-                    mark(element, "skipped", crit.rationale)
-                elif outcome in ("skipped", "error"):
-                    mark(element, "skipped", f"{message} (this criterion: {state})")
-                elif crit.status != "met" and outcome == "failed":
-                    mark(element, "failure", state, crit.rationale)
-                else:
-                    ET.SubElement(element, "system-out").text = xml_safe(f"{state}: {crit.rationale}")
-        for key in ("tests", "failures", "errors", "skipped"):
+                shown = crit.status if crit.score is None else f"{crit.status} ({crit.score:.2f})"
+                criterion_case(element, crit.status, shown, crit.rationale,
+                               f"{not_graded} (this criterion: {shown})" if not_graded else None)
+                gpu = gpu_checks_state(crit)
+                if gpu is not None:
+                    gpu_evidence = [e for e in crit.evidence if "gpu" in e.kinds]
+                    element = case(classname, f"{cid} gpu checks", measured_seconds(gpu_evidence))
+                    criterion_case(element, gpu[0], gpu[0], gpu[1], not_graded)
+        for key in JUNIT_TOTALS:
             suite.set(key, str(int(counts[key])))
             totals[key] += counts[key]
         # The suite's time is what its candidates' tests took (the verdict and criterion cases share those tests).
         suite.set("time", f"{counts['measured']:.3f}")
         totals["time"] += counts["measured"]
-    for key in ("tests", "failures", "errors", "skipped"):
+    for key in ("tests", "failures", "errors"):
         suites.set(key, str(int(totals[key])))
     suites.set("time", f"{totals['time']:.3f}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -277,14 +317,24 @@ def write_junit(path: Path, results: list[CandidateResult], fail_under: float | 
     return path
 
 
+def markdown_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table: one line, no column break, at most 160 characters."""
+    flat = " ".join(xml_safe(text).split()).replace("|", "\\|")
+    return flat if len(flat) <= 160 else flat[:159] + "\u2026"
+
+
 def markdown_summary(results: list[CandidateResult]) -> str:
-    lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERION_IDS) + " |",
-             "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERION_IDS) + " |"]
+    """The step summary: a row per candidate with its criteria's states and the reason the index gives
+    (``grader.scorecard.reason``)."""
+    tasks = scorecard.known_tasks()
+    lines = ["| candidate | task | verdict | score | run | " + " | ".join(CRITERION_IDS) + " | reason |",
+             "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in CRITERION_IDS) + " | --- |"]
     for r in sorted(results, key=lambda r: r.id):
         marks = [r.criteria[c].status if c in r.criteria else "-" for c in CRITERION_IDS]
         score = "-" if r.score is None else f"{r.score:.2f}"
-        lines.append(f"| {r.id} | {r.task or '-'} | {r.verdict} | {score} | {r.run_status} | "
-                     + " | ".join(marks) + " |")
+        core = set(tasks[r.task].core_criteria) if r.task in tasks else set()
+        lines.append(f"| {markdown_cell(r.id)} | {r.task or '-'} | {r.verdict} | {score} | {r.run_status} | "
+                     + " | ".join(marks) + f" | {markdown_cell(scorecard.reason(r, core)) or '-'} |")
     return "\n".join(lines) + "\n"
 
 

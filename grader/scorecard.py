@@ -155,13 +155,14 @@ def run_reason(result: CandidateResult) -> str:
 
 
 def first_line(text: str | None) -> str:
-    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+    return next((line.strip() for line in stable_text(text or "").splitlines() if line.strip()), "")
 
 
 def reason(result: CandidateResult, core: set[str]) -> str:
     """Why the row is what it is, in one line (see the module docstring for the order)."""
     parts = []
-    if result.verdict == "error":
+    # An environment or grader error is said once, by the run's reason, which names it and quotes its first line.
+    if result.verdict == "error" and result.run_status not in ("environment_error", "grader_error"):
         parts.append("error: " + (first_line(result.error) or "not graded"))
     parts.append(run_reason(result))
     if result.verdict == "no_diff":
@@ -708,6 +709,13 @@ class CriterionView:
         return [e for e in self.evidence if e.status not in FAILING]
 
     @property
+    def stood_in(self) -> int:
+        """Skipped checks that count nowhere, because a variant of each ran (``grader.score.stood_in_for``): the
+        skips the coverage does not count as missing, so that the page's counts agree."""
+        missing = sum(n for why, n in self.not_run if why in ("gpu", "skipped"))
+        return max(0, sum(group.count for group in self.skips) - missing)
+
+    @property
     def places(self) -> list[EvidenceRef]:
         """Every diff place this criterion's failing checks name, once per target."""
         seen: dict[str, EvidenceRef] = {}
@@ -717,8 +725,34 @@ class CriterionView:
         return list(seen.values())
 
 
+# What differs between two runs of the same candidate in a check's words, and is no part of what they say: a log
+# line's time stamp (vLLM's "INFO 12-04 20:01:02 [x.py:12]", ISO times), a process id, an object's address, a
+# scratch folder's random name, a measured duration; and a traceback's caret lines (``^^^^``), which only
+# underline the line above them and read as noise once the page shows the message as text.
+RUN_VARYING = (
+    (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?\b"), "<time>"),
+    (re.compile(r"\b(pid[= ]|process )\d+\b", re.IGNORECASE), r"\1<pid>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<addr>"),
+    (re.compile(r"(/(?:tmp|var/tmp|dev/shm)/)[^/\s'\"():]*\d[^/\s'\"():]*"), r"\1<scratch>"),
+    (re.compile(r"\b\d+\.\d+ ?(?:s|ms|seconds)\b"), "<duration>"),
+)
+CARET_LINE = re.compile(r"^[\s^~E>|]*[\^~][\s^~]*$")
+
+
+def stable_text(message: str) -> str:
+    """``message`` as the pages show it: without traceback caret lines and with the words that differ between
+    two runs of one candidate (RUN_VARYING) replaced by what they are, so two gradings of a candidate write the
+    same page but for the run's timings."""
+    kept = [line for line in message.splitlines() if not CARET_LINE.match(line)]
+    text = "\n".join(kept)
+    for pattern, stands_for in RUN_VARYING:
+        text = pattern.sub(stands_for, text)
+    return text
+
+
 def skip_message(evidence: EvidenceEntry) -> str:
-    return evidence.message.strip().removeprefix("Skipped:").strip() or "no reason given"
+    return stable_text(evidence.message.strip().removeprefix("Skipped:").strip()) or "no reason given"
 
 
 def collapse_skips(evidence: list[EvidenceEntry]) -> list[SkipGroup]:
@@ -732,8 +766,9 @@ def collapse_skips(evidence: list[EvidenceEntry]) -> list[SkipGroup]:
 
 def evidence_view(e: EvidenceEntry, anchor: str) -> EvidenceView:
     failing = e.status in FAILING
+    message = stable_text(e.message)
     return EvidenceView(anchor, e.test, e.test.rsplit("::", 1)[-1], e.claim, e.status, e.weight, list(e.kinds),
-                        e.message, assertion_line(e.message) if failing else "", ran=e.ran,
+                        message, assertion_line(message) if failing else "", ran=e.ran,
                         rerun=e.rerun if failing else "")
 
 
@@ -786,6 +821,11 @@ class CandidatePage:
         return agreement_mark(self.agreement)
 
     @property
+    def error(self) -> str:
+        """The grading error as the page shows it (``stable_text``)."""
+        return stable_text(self.result.error or "")
+
+    @property
     def verdict_phrase(self) -> str:
         return verdict_phrase(self.result) if all_met_where_evaluated(self.result) else ""
 
@@ -822,8 +862,8 @@ def build_candidate(result: CandidateResult, diff: str, judge: dict[str, str] | 
     criteria = [criterion_view(cid, crit, columns.get(cid)) for cid, crit in sorted(result.criteria.items())]
     view = build_diff(diff, result.apply)
     link_evidence(view, criteria, set(tasks))
-    headline = verdict_sentence(result.summary)
-    summary = " ".join(result.summary.split())
+    summary = " ".join(stable_text(result.summary).split())
+    headline = verdict_sentence(summary)
     judged = (judge or {}).get(result.id)
     core = {c.id for c in columns.values() if c.core}
     return CandidatePage(result, task.title if task else "", headline, summary[len(headline):].strip(), criteria,

@@ -24,6 +24,17 @@ _env = Environment(loader=PackageLoader("grader", "templates"), undefined=Strict
 ASSERTION_CAP = 220
 # About a reviewer's paragraph (the seed judge's run 30-87 words, median 56): past it, a summary is told tersely.
 SUMMARY_WORDS = 90
+# The hard cap on a summary's words: the judge's paragraph supplied with the input plus a fifth; where none was
+# supplied, FIXED_CAP (the seed judge's median paragraph, 49 words, plus a fifth, rounded up).
+JUDGE_ALLOWANCE = 1.2
+FIXED_CAP = 60
+# Never below this, whatever the judge's paragraph: a paragraph of a few words (a label, not a review) would
+# leave room for no sentence (the seed judge's shortest paragraph is 30 words).
+MIN_CAP = 30
+# The fewest words worth keeping of a reason cut to fit (below it the reason is left out whole).
+EVIDENCE_WORDS = 8
+# The fewest words of a clause a cut may leave.
+MIN_CLAUSE_WORDS = 4
 # The observation quoted for a criterion after the first one below met: shorter, so the paragraph stays short.
 SECONDARY_CAP = 90
 # pytest's own prefixes of an assertion message, not part of the claim.
@@ -196,19 +207,19 @@ def unmet_sentence(criterion: CriterionResult, core: bool, first: bool, terse: b
     failing = [e for e in checks if e.status != "passed"]
     entry = deciding_failure(criterion.evidence)
     state = "is not met" if criterion.status == "unmet" else "is only partly met"
-    count = f"{len(checks) - len(failing)} of {len(checks)} checks pass"
     # Told tersely, the claim (the index's reason too) stands for the criterion's title.
     title = "" if terse and entry is not None else f" ({criterion.title})"
     head = f"{'Core criterion ' if core else ''}{criterion.id}{title} {state}"
     if entry is None:
-        return f"{head}: {count}."
+        return f"{head}: {len(failing)} of {len(checks)} checks fail."
+    # The evidence that decided it, in one clause: the claim that failed, the case, what was observed.
     case = case_of(entry.test)
     cap = ASSERTION_CAP if first and not terse else SECONDARY_CAP
     observed = "" if terse and not first else observed_clause(entry.message, cap)
-    claim = f"\"{claim_of(entry)}\" does not hold" + (f" for {case}" if case else "")
+    claim = f"\"{claim_of(entry)}\" fails" + (f" for {case}" if case else "")
     tail = f" ({observed})" if observed else ""
-    where = "; none of the diff's lines ran in the failing checks" if none_ran_in(failing) else ""
-    return f"{head}, {count}: {claim}{tail}{where}."
+    where = ", and none of the diff's lines ran there" if none_ran_in(failing) else ""
+    return f"{head}: {claim}{tail}{where}."
 
 
 def verified_sentence(task, result: CandidateResult, met: list[CriterionResult]) -> str:
@@ -264,7 +275,7 @@ def verdict_closing(result: CandidateResult) -> str:
         return f"Verdict partial: {verdict_phrase(result)}."
     if result.score is None:
         return f"Verdict {result.verdict.replace('_', ' ')}."
-    return f"Verdict {result.verdict}, weighted score {result.score:.2f}."
+    return f"Verdict {result.verdict} ({result.score:.2f})."
 
 
 def places_of(task) -> dict[str, str]:
@@ -283,22 +294,19 @@ def rubric_places(path: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in places.items()} if isinstance(places, dict) else {}
 
 
-def change_sentence(task, apply: ApplyReport | None, change: str) -> str:
-    """What the patch changes, in the task's words where its rubric has them, then how (``grader.describe``)."""
-    places = places_of(task)
+def change_sentence(task, apply: ApplyReport | None, change: str, with_places: bool = True) -> str:
+    """What the patch changes, in the task's words where its rubric has them, then how (``grader.describe``);
+    without ``with_places`` (a summary short of room), how alone."""
+    places = places_of(task) if with_places else {}
     paths = [f.path for f in (apply.files if apply else [])]
     if not any(p in places for p in paths):
         return f"The patch {change or describe_files(apply)}."
     ordered = sorted(dict.fromkeys(paths), key=lambda p: (p.startswith(("tests/", "docs/")), p))
     named = list(dict.fromkeys(places.get(p) or f"`{p.rsplit('/', 1)[-1]}`" for p in ordered))
-    where = _join(named[:3] + ([f"{len(named) - 3} other files"] if len(named) > 3 else []))
+    # Two places at most: the mechanism after the colon is what the sentence is for.
+    where = _join(named[:2] + ([f"{len(named) - 2} other file{'s' if len(named) > 3 else ''}"]
+                               if len(named) > 2 else []))
     return f"The patch changes {where}" + (f": it {change}." if change else ".")
-
-
-def terse_change(change: str) -> str:
-    """The description's first change only (``grader.describe`` parts them with "; "), the rest said to exist."""
-    parts = [i for i in clause_boundaries(change) if change.startswith("; ", i)]
-    return f"{change[:parts[0]]}, among other changes" if parts else change
 
 
 def graded_base(result: CandidateResult) -> bool:
@@ -306,21 +314,105 @@ def graded_base(result: CandidateResult) -> bool:
     return any(evaluated(criterion) for criterion in result.criteria.values())
 
 
+def summary_cap(result: CandidateResult) -> int:
+    """The most words the candidate's summary may have: the supplied judge's paragraph's plus a fifth (at least
+    MIN_CAP), else FIXED_CAP."""
+    judge = len((result.reference_summary or "").split())
+    return max(int(judge * JUDGE_ALLOWANCE), MIN_CAP) if judge else FIXED_CAP
+
+
 def summarize(task, result: CandidateResult, run: RunReport | None, change: str = "") -> str:
-    """The candidate's paragraph; one over ``SUMMARY_WORDS`` is told again tersely (``unmet_sentence``)."""
-    text = render_summary(task, result, run, change, terse=False)
-    return text if len(text.split()) <= SUMMARY_WORDS else render_summary(task, result, run, change, terse=True)
+    """The candidate's paragraph, never over ``summary_cap`` words: one over ``SUMMARY_WORDS`` or the cap is told
+    again tersely (``unmet_sentence``), and what still does not fit is left out by ``fit_words``."""
+    cap = summary_cap(result)
+    sentences = summary_sentences(task, result, run, change, terse=False)
+    if words(sentences) > min(cap, SUMMARY_WORDS):
+        sentences = summary_sentences(task, result, run, change, terse=True)
+    if words(sentences) > cap and max(len(s.split()) for s in sentences) > cap // 2:
+        # A sentence that would take half the room (the places a change is in, and the change): the mechanism is
+        # kept before the places it is in.
+        sentences = summary_sentences(task, result, run, change, terse=True, with_places=False)
+    return " ".join(fit_words(sentences, cap))
+
+
+def words(sentences: list[str]) -> int:
+    return sum(len(s.split()) for s in sentences)
+
+
+def keeping_order(sentence: str) -> int:
+    """Which sentences give way first when a summary is over its cap: what was verified, then what was not
+    evaluated; every other reason (the unmet criteria's evidence first) before them."""
+    if sentence.startswith(("Verified", "Every criterion is verified")):
+        return 2
+    return 1 if sentence.startswith("Not evaluated") else 0
+
+
+def fit_words(sentences: list[str], cap: int) -> list[str]:
+    """``sentences`` within ``cap`` words, in their order: the first (what happened, or what the patch does) and
+    the last (the verdict) always, the others as they fit by ``keeping_order``; a first sentence too long for
+    what is left is cut at its last clause boundary that fits, else at a word."""
+    if words(sentences) <= cap or len(sentences) < 2:
+        return [shortened(s, cap) for s in sentences[:1]] if len(sentences) == 1 else sentences
+    first, middle, last = sentences[0], sentences[1:-1], sentences[-1]
+    room = cap - len(last.split())
+    if room <= 0:
+        return [shortened(last, cap)]
+    # The first reason (an unmet criterion's evidence, where there is one) keeps its room beside the first sentence.
+    reason = next((len(s.split()) for s in middle if keeping_order(s) == 0), 0)
+    first = shortened(first, room - reason if reason <= room // 2 else room)
+    room -= len(first.split())
+    kept: set[int] = set()
+    shown = list(middle)
+    for index in sorted(range(len(middle)), key=lambda i: (keeping_order(middle[i]), i)):
+        size = len(middle[index].split())
+        if size > room and room >= EVIDENCE_WORDS:
+            # A reason (the evidence of an unmet criterion first) is cut at a clause to the room left rather
+            # than left out; what was verified keeps the titles that fit.
+            shown[index] = shortened(middle[index], room, at_words=False)
+            size = len(shown[index].split()) if shown[index] else room + 1
+        if size <= room:
+            kept.add(index)
+            room -= size
+    return [first, *(s for i, s in enumerate(shown) if i in kept), last]
+
+
+def shortened(sentence: str, cap: int, at_words: bool = True) -> str:
+    """``sentence`` in at most ``cap`` words: whole, else up to its last clause boundary that fits, else (with
+    ``at_words``) its first words, an open quote or code span closed; either way it ends as a sentence. Empty
+    when it cannot be cut so."""
+    if len(sentence.split()) <= cap:
+        return sentence
+    text = sentence.rstrip(".")
+    # A reason is cut only where a clause ends (". ", "; ", ": "), never inside a list ("c2, c3, ..."); the
+    # opening sentence may also be cut at a comma.
+    fitting = [i for i in clause_boundaries(text) if len(text[:i].split()) <= cap
+               and (at_words or text[i] in ".;:") and len(text[:i].split()) >= MIN_CLAUSE_WORDS]
+    if fitting and (not at_words or len(text[:fitting[-1]].split()) >= cap // 2):
+        return text[:fitting[-1]].rstrip(".,;: ") + "."
+    if not at_words:
+        return ""
+    cut = " ".join(text.split()[:max(cap - 1, 1)]).rstrip(".,;: ")
+    for mark in ("`", '"'):
+        if cut.count(mark) % 2:
+            cut += mark
+    return cut + "."
 
 
 def render_summary(task, result: CandidateResult, run: RunReport | None, change: str, terse: bool) -> str:
+    """The paragraph before any cap (``summary_sentences`` joined)."""
+    return " ".join(summary_sentences(task, result, run, change, terse))
+
+
+def summary_sentences(task, result: CandidateResult, run: RunReport | None, change: str,
+                      terse: bool, with_places: bool = True) -> list[str]:
+    """The paragraph's sentences (one per line of ``summary.txt.j2``)."""
     # An empty diff has criteria only where it was graded as the unpatched base (validation's control).
     graded = result.verdict != "no_diff" or graded_base(result)
-    change = terse_change(change) if terse else change
     text = _env.get_template("summary.txt.j2").render(
         result=result, apply=result.apply, task=task, change=change or describe_files(result.apply),
-        opening=change_sentence(task, result.apply, change),
+        opening=change_sentence(task, result.apply, change, with_places),
         lead=status_sentence(result, run), fuzz=fuzz_sentence(result.apply),
         reasons=reason_sentences(task, result, terse) if graded else [],
         closing=verdict_closing(result),
     )
-    return " ".join(text.split())
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]

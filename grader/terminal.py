@@ -1,5 +1,6 @@
 """What a grading run shows on the terminal: phases while they run, one line per graded candidate, then a table
-of verdicts per task, the reason for each error and fail, and why the exit code is what it is.
+of verdicts per task, a short reason for each fail, partial, error and unfinished candidate (as pytest's short
+summary), and why the exit code is what it is.
 
 On a terminal, phases and the overall count are drawn live by ``rich``; anywhere else (a CI log, a pipe) the
 same information comes as plain lines, one event per line, with no control characters.
@@ -20,7 +21,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn,
                            TimeElapsedColumn)
-from rich.table import Table
 from rich.text import Text
 
 from grader.core.records import VERDICTS, Candidate, CandidateResult
@@ -142,12 +142,22 @@ class ProgressLines:
 class PaceColumn(ProgressColumn):
     """The overall bar's rate, ETA and slowest running candidate, read at every refresh."""
 
-    def __init__(self, pace: Pace) -> None:
+    def __init__(self, pace: Pace, room: int) -> None:
         super().__init__()
         self.pace = pace
+        self.room = room
 
     def render(self, task) -> Text:
-        return Text(self.pace.text().partition(", ")[2] if task.description == "grading" else "", style="dim")
+        # One line, cut to the room the other columns leave: a progress line that wraps redraws badly on a narrow
+        # terminal and can leave a stale line behind.
+        text = self.pace.text().partition(", ")[2] if task.description == "grading" else ""
+        return Text(short_line(text, self.room) if self.room > 1 else "", style="dim")
+
+
+# The live bar's width, and what its other columns take beside the pace (spinner, "grading", bar, elapsed time,
+# the spaces between), not counting the done/total count.
+BAR_WIDTH = 20
+FIXED_COLUMNS = 1 + 1 + len("grading") + 1 + BAR_WIDTH + 1 + 1 + 1 + len("0:00:00") + 1 + 1
 
 
 class LiveProgress:
@@ -156,9 +166,10 @@ class LiveProgress:
     def __init__(self, console: Console, total: int) -> None:
         self.console = console
         self.pace = Pace(total)
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), PaceColumn(self.pace), console=console,
-                                 transient=True)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 PaceColumn(self.pace, console.width - FIXED_COLUMNS - 2 * len(str(total))),
+                                 console=console, transient=True)
         self.overall = self.progress.add_task("grading", total=total)
 
     def __enter__(self) -> LiveProgress:
@@ -207,40 +218,84 @@ def verdict_counts(results: list[CandidateResult]) -> dict[str, Counter]:
     return dict(sorted(counts.items()))
 
 
+# The closing table's column headings: one word each (a log is read with ``split``), at most 10 characters, so that
+# every verdict and a task name fit in 80 columns.
+VERDICT_HEADINGS = {"input_truncated": "truncated"}
+ALWAYS_SHOWN = ("full", "partial", "fail")
+# The width of a log without a terminal, as pytest takes it.
+LOG_WIDTH = 80
+
+
+def verdict_table(results: list[CandidateResult], width: int) -> list[str]:
+    """The verdicts per task as lines no wider than ``width``: a column for each verdict some candidate has (and
+    always full, partial and fail) and the total; a task name too long for what is left is cut with an ellipsis."""
+    counts = verdict_counts(results)
+    shown = [v for v in VERDICTS if v in ALWAYS_SHOWN or any(c[v] for c in counts.values())]
+    headings = [VERDICT_HEADINGS.get(v, v) for v in shown] + ["total"]
+    widths = [max(len(h), 3) for h in headings]
+    numbers = " ".join(f"{h:>{w}}" for h, w in zip(headings, widths))
+    room = max(4, width - len(numbers) - 1)
+    task_width = min(room, max([len("task"), *map(len, counts)]))
+
+    def task_cell(name: str) -> str:
+        return name if len(name) <= task_width else name[:task_width - 1] + "\u2026"
+
+    lines = [f"{'task':<{task_width}} {numbers}"]
+    for task, by_verdict in counts.items():
+        cells = [by_verdict[v] for v in shown] + [sum(by_verdict.values())]
+        lines.append(f"{task_cell(task):<{task_width}} " + " ".join(f"{n:>{w}}" for n, w in zip(cells, widths)))
+    return lines
+
+
+# Verdicts that get a reason line each at the end, as pytest's short summary lists what did not pass, worst first.
+REASONED = ("error", "fail", "partial")
+
+
 def closing_reasons(results: list[CandidateResult]) -> list[tuple[str, str, str]]:
-    """(id, verdict, why) for every candidate that is an error or a fail, or was not graded completely, cleaned
-    for a terminal (they carry text the candidate chose). The reason is the index's (``grader.scorecard.reason``)."""
+    """(id, verdict, why) for every candidate that is an error, a fail or a partial (worst first), then one line
+    per kind of unfinished grading (timed out, input cut off, no task) naming how many and the first few; cleaned
+    for a terminal (they carry text the candidate chose). A reason is the index's (``grader.scorecard.reason``)."""
     tasks = all_tasks()
     found = []
-    for result in results:
-        if result.verdict in ("error", "fail") or unfinished(result):
+    for result in sorted(results, key=lambda r: (REASONED.index(r.verdict) if r.verdict in REASONED else 9, r.id)):
+        if result.verdict in REASONED:
             core = set(tasks[result.task].core_criteria) if result.task in tasks else set()
             found.append((clean(result.id), result.verdict, clean(reason(result, core))))
+    unfinished_by: dict[tuple[str, str], list[str]] = {}
+    for result in sorted(results, key=lambda r: r.id):
+        why = unfinished(result)
+        if why and result.verdict not in REASONED:
+            unfinished_by.setdefault((result.verdict, why), []).append(clean(result.id))
+    for (verdict, why), ids in unfinished_by.items():
+        named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        found.append((ids[0], verdict, why) if len(ids) == 1 else
+                     (f"{len(ids)} candidates", verdict, f"{why}: {named}"))
     return found
 
 
+def short_line(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters, cut with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[:width - 1] + "\u2026"
+
+
 def print_closing(records: list[CandidateResult], exit_reason: str, stream: TextIO) -> None:
-    """The verdict table per task, the reason for each error and fail, and the exit code's reason."""
-    counts = verdict_counts(records)
-    if stream.isatty():
-        console = Console(file=stream)
-        table = Table(title="verdicts", title_justify="left")
-        table.add_column("task", no_wrap=True)
-        for heading in (*VERDICTS, "total"):
-            table.add_column(heading.replace("_", " "), justify="right")
-        for task, by_verdict in counts.items():
-            table.add_row(task, *(str(by_verdict[v]) for v in VERDICTS), str(sum(by_verdict.values())))
-        console.print(table)
-        for cid, verdict, why in closing_reasons(records):
-            style = VERDICT_STYLE.get(verdict, "")
-            console.print(f"[{style}]{verdict}[/] {escape(cid)}: {escape(why)}", highlight=False)
-        console.print(f"exit {escape(clean(exit_reason))}", highlight=False)
+    """The verdict table per task, a short reason line for each fail, partial, error and unfinished candidate,
+    and the exit code's reason; every line fits the terminal (80 columns in a log)."""
+    console = Console(file=stream) if stream.isatty() else None
+    width = console.width if console is not None else LOG_WIDTH
+    lines = verdict_table(records, width)
+    reasons = closing_reasons(records)
+    if reasons:
+        lines.append(short_line(f"short reasons ({len(reasons)}):", width))
+        lines += [short_line(f"{verdict} {cid}: {why}", width) for cid, verdict, why in reasons]
+    if console is None:
+        for line in lines:
+            print(line, file=stream)
+        print(f"exit {clean(exit_reason)}", file=stream, flush=True)
         return
-    width = max([len("task"), *map(len, counts)])
-    print(f"{'task':<{width}}  " + "  ".join(f"{v:>{max(7, len(v))}}" for v in (*VERDICTS, "total")), file=stream)
-    for task, by_verdict in counts.items():
-        print(f"{task:<{width}}  " + "  ".join(f"{by_verdict[v]:>{max(7, len(v))}}" for v in VERDICTS)
-              + f"  {sum(by_verdict.values()):>7}", file=stream)
-    for cid, verdict, why in closing_reasons(records):
-        print(f"{verdict} {cid}: {why}", file=stream)
-    print(f"exit {clean(exit_reason)}", file=stream, flush=True)
+    console.print(Text("verdicts", style="bold"))
+    for line in lines:
+        verdict = line.split(" ", 1)[0]
+        console.print(Text(line, style=VERDICT_STYLE.get(verdict, "")), highlight=False, soft_wrap=True)
+    console.print(Text(f"exit {clean(exit_reason)}"), highlight=False)

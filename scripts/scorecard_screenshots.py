@@ -23,7 +23,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from grader.calibrate import candidate_id
+from grader.calibrate import bundle_ids
 from grader.ingest import parse_bundle
 from grader.core.records import CandidateResult
 from grader.report import page_name, results_of, run_of, write_html
@@ -50,7 +50,8 @@ def with_judge(out: Path, bundle: Path, labels: Path, into: Path) -> Path:
     """``out``'s results written as pages into ``into`` with the judge's overall verdict of each bundle entry."""
     document = json.loads((out / "results.json").read_text())
     entries = json.loads(labels.read_text())["entries"]
-    judge = {candidate_id(bundle.stem, int(e["bundle_position"])): e["overall"] for e in entries}
+    ids = bundle_ids(bundle)
+    judge = {ids[int(e["bundle_position"])]: e["overall"] for e in entries}
     diffs = {c.id: c.diff for c in parse_bundle(bundle)}
     write_html(into, results_of(document), run_of(document), diffs, judge)
     return into

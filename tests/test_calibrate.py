@@ -14,6 +14,8 @@ from grader.cli import build_parser
 from grader.core.records import ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport
 
 STEM = "bundle"
+# Labels name bundle entries by position; these tests give them ids of their own.
+IDS = {position: f"{STEM}-{position:03d}" for position in range(10)}
 
 
 def check(test: str, status: str, claim: str = "", message: str = "") -> EvidenceEntry:
@@ -46,7 +48,7 @@ def entry(position: int, task: str, overall: str, **labels) -> dict:
             **{c: labels.get(c) for c in ("c1", "c2", "c3", "c4", "c5")}}
 
 
-# Scoring's rule (MET_AT 1.0): met only when every evaluated check passes.
+# Met only when every evaluated check passes (grader.score.MET_AT, 1.0).
 @pytest.mark.parametrize("score,expected", [(1.0, "met"), (0.9999, "partial"), (0.75, "partial"), (0.5, "partial"),
                                             (0.2501, "partial"), (0.25, "unmet"), (0.0, "unmet")])
 def test_grader_class_thresholds(score, expected):
@@ -74,7 +76,7 @@ def test_build_pairs_excludes_and_matches_by_bundle_position():
         result(2, "a", {"c1": 1.0}),
         result(3, "a", {"c1": None}, verdict="error"),
     ]}
-    pairs, verdicts = build_pairs(entries, results, STEM)
+    pairs, verdicts = build_pairs(entries, results, IDS)
     first = {p.criterion: p for p in pairs if p.id == "bundle-000"}
     assert (first["c1"].judge, first["c1"].grader, first["c1"].excluded) == ("met", "met", None)
     assert (first["c2"].judge, first["c2"].grader, first["c2"].agrees) == ("partial", "unmet", False)
@@ -89,7 +91,7 @@ def test_build_pairs_excludes_and_matches_by_bundle_position():
 
 def test_empty_candidate_without_task_is_compared_as_no_diff():
     empty = result(0, None, {}, verdict="no_diff", apply_status="empty")
-    pairs, verdicts = build_pairs([entry(0, "a", "no_diff")], {"bundle-000": empty}, STEM)
+    pairs, verdicts = build_pairs([entry(0, "a", "no_diff")], {"bundle-000": empty}, IDS)
     assert {p.excluded for p in pairs} == {"not_stated"}
     assert verdict_agreement(verdicts)["agree"] == 1
 
@@ -98,7 +100,7 @@ def test_split_by_apply_truncated():
     entries = [entry(0, "a", "full", c1=1), entry(1, "a", "full", c1=1), entry(2, "a", "full", c1=1)]
     results = {r.id: r for r in [result(0, "a", {"c1": 1.0}, truncated=True), result(1, "a", {"c1": 0.0}),
                                     result(2, "a", {"c1": 1.0}, apply_status="partial")]}
-    pairs, verdicts = build_pairs(entries, results, STEM, ("c1",))
+    pairs, verdicts = build_pairs(entries, results, IDS, ("c1",))
     whole, truncated = split_pairs(pairs)
     assert [p.id for p in whole] == ["bundle-001", "bundle-002"]
     assert [p.id for p in truncated] == ["bundle-000"]
@@ -145,7 +147,7 @@ def test_verdict_agreement():
     entries = [entry(0, "a", "full"), entry(1, "a", "fail"), entry(2, "a", "no_diff"), entry(3, "a", "partial")]
     results = {r.id: r for r in [result(0, "a", {}, verdict="full"), result(1, "a", {}, verdict="partial"),
                                     result(2, "a", {}, verdict="no_diff"), result(3, "a", {}, verdict="error")]}
-    _, verdicts = build_pairs(entries, results, STEM)
+    _, verdicts = build_pairs(entries, results, IDS)
     v = verdict_agreement(verdicts)
     assert (v["agree"], v["total"], v["rate"]) == (2, 3, 0.6667)
     assert v["confusion"]["fail"]["partial"] == 1 and v["excluded"] == {"error": 1}
@@ -205,7 +207,7 @@ def doc():
     ]
     notes = {"bundle-000.c2": {"verdict": "grader_wrong", "note": "test too strict"},
              "bundle-099.c1": {"verdict": "ambiguous", "note": "stale"}}
-    return calibrate(results, labels, STEM, notes, {"bundle-000": "diff --git a/x b/x\n+<script>\n"},
+    return calibrate(results, labels, IDS, notes, {"bundle-000": "diff --git a/x b/x\n+<script>\n"},
                      {"bundle": "b.txt", "labels": "l.json", "results": "r.json", "notes": None})
 
 
@@ -249,6 +251,7 @@ def test_cli_has_calibrate():
 
 
 def test_calibrate_command_end_to_end_with_results(tmp_path):
+    from grader.calibrate import bundle_ids
     from grader.cli import main
 
     bundle = tmp_path / "mini.txt"
@@ -256,7 +259,8 @@ def test_calibrate_command_end_to_end_with_results(tmp_path):
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"criteria": {}, "entries": [
         {"bundle_position": i, "task": "a", "overall": "no_diff"} for i in range(2)]}))
-    graded = [CandidateResult(f"mini-{i:03d}", "a", "mini.txt", "no_diff", None, {}, ApplyReport("empty"), "")
+    ids = bundle_ids(bundle)
+    graded = [CandidateResult(ids[i], "a", "mini.txt", "no_diff", None, {}, ApplyReport("empty"), "")
               for i in range(2)]
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"candidates": [r.to_json() for r in graded]}))

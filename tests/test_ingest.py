@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import pathlib
 
 import pytest
@@ -133,7 +134,8 @@ def test_small_bundle(tmp_path):
     path = tmp_path / "mini.txt"
     path.write_text(text)
     candidates = ingest([path])
-    assert [c.id for c in candidates] == ["mini-000", "mini-001", "mini-002"]
+    assert [c.bundle_position for c in candidates] == [0, 1, 2]
+    assert all(re.fullmatch(r"mini-[0-9a-f]{10}", c.id) for c in candidates) and len({c.id for c in candidates}) == 3
     assert candidates[0].reference_summary.startswith("First verdict")
     assert candidates[0].diff == diff and candidates[0].task == "moe-swap-ab"
     assert candidates[1].diff == "" and "empty" in candidates[1].task_reason

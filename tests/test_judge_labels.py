@@ -26,8 +26,9 @@ def test_the_index_shows_the_judges_verdict_and_whether_it_agrees(tmp_path):
     labels = {"entries": [{"bundle_position": 0, "overall": "no_diff"}, {"bundle_position": 1, "overall": "fail"}]}
     proc = grade(tmp_path, json.dumps(labels))
     assert proc.returncode == 0, proc.stderr
-    verdicts = {c["id"]: c["verdict"] for c in json.loads((tmp_path / "out" / "results.json").read_text())["candidates"]}
-    assert verdicts == {"pair-000": "no_diff", "pair-001": "no_diff"}
+    verdicts = {c["source"].rsplit("#", 1)[1]: c["verdict"]
+                for c in json.loads((tmp_path / "out" / "results.json").read_text())["candidates"]}
+    assert verdicts == {"0": "no_diff", "1": "no_diff"}
     index = (tmp_path / "out" / "index.html").read_text()
     assert "judge agrees on 1 of 2" in index
     assert "\u2713 agrees" in index and "\u2717 differs" in index

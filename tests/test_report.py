@@ -69,8 +69,9 @@ def test_junit_has_a_verdict_case_and_one_case_per_criterion_with_stable_names(t
     cases = junit_cases(path)
     assert set(cases) == {(cls, name) for cls in ("a-first", "b.second")
                           for name in ("verdict", *(f"{c} title {c}" for c in STATUSES))}
-    # Without --fail-under only a ``fail`` verdict fails: neither candidate does, so nothing fails.
-    assert (suite.tests, suite.failures, suite.skipped, suite.errors) == (12, 0, 2, 0)
+    # Without --fail-under only a ``fail`` verdict fails: neither candidate's verdict case fails; the criteria's
+    # cases read their states (partial and unmet fail, not_evaluated is skipped) in both alike.
+    assert (suite.tests, suite.failures, suite.skipped, suite.errors) == (12, 4, 2, 0)
     assert kinds(cases[("a-first", "c4 title c4")]) == ["Skipped"]
     # Times are the evidence's measured durations: 0.5 s per check, five checks for the verdict.
     assert cases[("a-first", "c1 title c1")].time == 0.5 and cases[("a-first", "verdict")].time == 2.5
@@ -88,10 +89,15 @@ def test_junit_verdict_fails_exactly_where_the_exit_code_does(tmp_path, results)
         verdicts = {cls: kinds(case) for (cls, name), case in cases.items() if name == "verdict"}
         assert {cls for cls, k in verdicts.items() if k == ["Failure"]} == failed, fail_under
         assert verdicts["cut"] == verdicts["slow"] == ["Skipped"]
-        # Criteria of a candidate that passes are never failures; those of a skipped one are skipped.
-        assert all(kinds(case) in ([], ["Skipped"]) for (cls, _), case in cases.items() if cls not in failed)
+        # A criterion's case reads its state alone, whatever the verdict's case; those of a skipped one are skipped.
+        by_state = {"met": [], "partial": ["Failure"], "unmet": ["Failure"], "not_evaluated": ["Skipped"]}
+        for (cls, name), case in cases.items():
+            if name != "verdict" and cls not in ("cut", "slow"):
+                assert kinds(case) == by_state[STATUSES[name.split()[0]][0]], (cls, name)
+            elif name != "verdict":
+                assert kinds(case) == ["Skipped"]
         assert exit_code(everything, fail_under) == 1  # "low" fails in every case, and 1 comes before 3
-    assert "input cut off" in cases[("cut", "verdict")].result[0].message
+    assert "input cut off" in cases[("cut", "verdict")].result[0].text
 
 
 def test_junit_stays_well_formed_for_any_text(tmp_path, results):
@@ -105,6 +111,12 @@ def test_markdown_summary_lists_every_candidate(results):
     text = markdown_summary(results)
     assert "| a-first | int8-kv-rounding | full | 0.57 | complete | met | partial | unmet | not_evaluated | met |" in text
     assert text.count("\n") == 4
+    # A reason column: the index's reason, on one line, with no column break from the text it quotes.
+    assert text.splitlines()[0].endswith("| reason |")
+    assert text.splitlines()[2].endswith("| met | c3: \u201cclaim c3\u201d does not hold |")
+    pipe = replace(results[0], id="p", error="a | b\nc", verdict="error")
+    row = markdown_summary([pipe]).splitlines()[2]
+    assert row.count(" | ") == 10 and "a \\| b" in row and "\n" not in row
 
 
 def test_exit_codes(results):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.calibrate import candidate_id
+from grader.calibrate import bundle_ids
 from grader.core.records import (ApplyReport, CandidateResult, CriterionResult, EvidenceEntry, FileReport, HunkReport,
                                  Incomplete)
 from grader.report import page_name, write_html, write_junit, write_results_json
@@ -115,7 +115,7 @@ def test_reason_skips_a_conditional_criterion_that_lost_only_to_its_anchor():
     ({"run_status": "timed_out"}, "timed out; c3: \u201cValues are rounded to nearest\u201d does not hold"),
     ({"run_status": "interrupted"}, "interrupted; c3: "),
     ({"run_status": "environment_error", "error": "no base tree", "verdict": "error", "criteria": {}},
-     "error: no base tree; environment error: no base tree"),
+     "environment error: no base tree"),
     ({"verdict": "no_diff", "criteria": {}, "apply": ApplyReport("empty", message="the candidate has no diff")},
      "no diff to grade"),
     ({"verdict": "fail", "criteria": {}, "apply": ApplyReport("failed", message="error: corrupt patch at line 9")},
@@ -128,7 +128,10 @@ def test_reason_skips_a_conditional_criterion_that_lost_only_to_its_anchor():
      "applied in part: 1 of 2 hunks failed; c3: "),
 ])
 def test_reason_says_what_kept_the_row_from_full(changes, expected):
-    assert reason(replace(result(), **changes), {"c1"}).startswith(expected)
+    said = reason(replace(result(), **changes), {"c1"})
+    assert said.startswith(expected)
+    # An error's text is said once, never again by the run's reason.
+    assert said.count(changes.get("error", "\0").split("\n")[0]) <= 1
 
 
 def test_reason_of_a_partial_without_failures_names_what_was_not_evaluated_and_full_has_none():
@@ -185,11 +188,12 @@ def test_agreement_with_the_judge():
 @pytest.mark.skipif(not (SEED / "judge-labels.json").is_file(), reason="the seed's judge labels are not here")
 def test_judge_verdicts_from_the_seed_labels_meet_the_bundle_ids():
     labels = json.loads((SEED / "judge-labels.json").read_text())
-    judge = {candidate_id("graded-candidates", e["bundle_position"]): e["overall"] for e in labels["entries"]}
+    ids = bundle_ids(SEED / "graded-candidates.txt")
+    judge = {ids[e["bundle_position"]]: e["overall"] for e in labels["entries"]}
     first = labels["entries"][0]
-    cid = candidate_id("graded-candidates", first["bundle_position"])
+    cid = ids[first["bundle_position"]]
     other = "fail" if first["overall"] != "fail" else "full"
-    rows = build_index([result(cid, first["overall"]), result(candidate_id("graded-candidates", 1), other)],
+    rows = build_index([result(cid, first["overall"]), result(ids[1], other)],
                        page_name, judge).tables[0].rows
     assert rows[0].judge == first["overall"] and rows[0].agreement == "agree"
     assert rows[1].judge == labels["entries"][1]["overall"]
@@ -727,3 +731,130 @@ def test_criterion_headers_never_break_inside_a_word(browser, tmp_path, width):
     }""")
     assert broken == [] and problems == []
     page.context.close()
+
+
+# ---------------------------------------------------------------- layout with the widest content a run gives
+
+
+def widest_results() -> list[CandidateResult]:
+    """Rows as wide as real ones get: bundle ids, every run status, the phrase of a partial that is all met where
+    evaluated, a judge column and long reasons."""
+    met_here = {c: criterion(c, "met", 1.0, [check(f"t_{c}", "passed", "ok"),
+                                             check(f"t_{c}_gpu", "skipped", message=GPU_SKIP)], coverage=0.5,
+                             not_run={"gpu": 1}) for c in ("c1", "c2", "c3", "c4", "c5")}
+    long_reason = ("a very long failing claim about what the rubric requires of the key and value caches " * 3)
+    rows = [result("graded-candidates-7997c44f4c~2", "partial", criteria=met_here, score=0.97),
+            result("graded-candidates-0123456789", "incomplete", run_status="timed_out", score=None),
+            result("graded-candidates-abcdef0123", "error", criteria={}, run_status="environment_error",
+                   error="the task's control failed: " + long_reason, score=None),
+            result("graded-candidates-fedcba9876", "input_truncated", run_status="input_truncated", score=None),
+            result("graded-candidates-5555555555", "fail", score=0.1,
+                   criteria={"c1": criterion("c1", "unmet", 0.0, [check("t", "failed", long_reason, "E boom")])})]
+    return rows
+
+
+def write_widest(out: Path) -> Path:
+    rows = widest_results()
+    judge = {r.id: "partial" for r in rows}
+    return write_html(out, rows, run_info(candidates=len(rows)), {r.id: DIFF for r in rows}, judge)
+
+
+OVERFLOWING = """selector => Array.from(document.querySelectorAll(selector)).filter(
+    e => e.scrollWidth > e.clientWidth + 1).map(e => e.outerHTML.slice(0, 120))"""
+
+
+@pytest.mark.browser
+def test_the_reason_column_is_whole_at_1280(browser, tmp_path):
+    page, problems = open_page(browser, write_widest(tmp_path), 1280)
+    assert page.eval_on_selector_all(".table-scroll", "els => els.filter(e => e.scrollWidth > e.clientWidth)") == []
+    right = page.evaluate("innerWidth")
+    edges = page.eval_on_selector_all("td.reason", "cells => cells.map(c => c.getBoundingClientRect().right)")
+    assert edges and max(edges) <= right
+    assert problems == []
+    page.context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_no_score_or_label_overlaps_what_is_beside_it(browser, tmp_path, width):
+    index = write_widest(tmp_path)
+    for path in [index] + sorted((tmp_path / "candidates").iterdir()):
+        page, problems = open_page(browser, path, width)
+        # A cell, a badge or a fact whose content is wider than its box draws over its neighbour.
+        for selector in ("table.results tbody td", ".verdict-line .fact", ".verdict-line .badge", ".badge"):
+            assert page.evaluate(OVERFLOWING, selector) == [], (path.name, width, selector)
+        # The score's number starts after its label ends (a card on a phone writes the label before it).
+        overlaps = page.evaluate("""() => Array.from(document.querySelectorAll('td[data-label=score], .fact'))
+            .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && e.scrollWidth > r.width + 1; })
+            .length""")
+        assert overlaps == 0, (path.name, width)
+        assert problems == []
+        page.context.close()
+
+
+@pytest.mark.browser
+def test_a_header_click_is_kept_in_the_url_and_restored(browser, tmp_path):
+    index = write_every_kind(tmp_path)
+    page, problems = open_page(browser, index, 1280)
+    page.locator(f'section.task[data-task="{TASK}"] th[data-key="c3"] button').click()
+    page.locator(f'section.task[data-task="{TASK}"] th[data-key="c3"] button').click()
+    assert "sort=c3" in page.url and "order=descending" in page.url
+    order = visible_ids(page)
+    again, _ = open_page(browser, Path(index), 1280)
+    again.goto(page.url)
+    again.wait_for_load_state("load")
+    assert visible_ids(again) == order
+    assert again.locator("#sort-key").input_value() == "c3"
+    assert problems == []
+    page.context.close()
+    again.context.close()
+
+
+@pytest.mark.browser
+def test_a_supplied_judge_paragraph_stands_beside_the_summary(browser, tmp_path):
+    judged = replace(result("judged"), reference_summary="The judge says the value cache still truncates.")
+    write_html(tmp_path, [judged], run_info(), {"judged": DIFF})
+    path = tmp_path / "candidates" / page_name("judged")
+    html = path.read_text()
+    assert "<details class=\"reference\"" not in html
+    page, problems = open_page(browser, path, 1280)
+    ours = page.locator(".summary-ours").bounding_box()
+    theirs = page.locator(".summary-judge").bounding_box()
+    assert theirs["x"] >= ours["x"] + ours["width"] - 1 and abs(theirs["y"] - ours["y"]) < 2
+    assert page.locator(".summary-judge").is_visible()
+    page.context.close()
+    phone, _ = open_page(browser, path, 390)
+    assert phone.locator(".summary-judge").bounding_box()["y"] > phone.locator(".summary-ours").bounding_box()["y"]
+    assert problems == []
+    phone.context.close()
+
+
+def test_pages_of_two_runs_of_a_candidate_differ_only_in_timings(tmp_path):
+    def run(stamp: str, pid: int, scratch: str, took: str) -> CandidateResult:
+        log = (f"INFO 12-04 {stamp} [config.py:1234] resolved architecture\n"
+               f"  File \"/tmp/{scratch}/import-root/{FILE}\", line 43, in kernel\n"
+               f"    f = x.to(tl.int8)\n        ^^^^^^^^^^^^^^\n"
+               f"E   AssertionError: truncates at 0x7f3a{pid:08x} (pid={pid}) after {took}s")
+        failing = criterion("c3", "unmet", 0.0, [check("test_values_rounded", "failed", "Values round", log)])
+        return result("twice", criteria={"c3": failing}, summary=f"The patch rounds keys. Took {took}s.",
+                      error=f"environment error at 2026-12-04T{stamp}+00:00 in /tmp/{scratch}")
+
+    pages = []
+    for n, args in enumerate((("20:01:02.123", 4242, "grader-abc1x", "0.53"),
+                              ("21:11:12.456", 917, "grader-zz9q2", "1.27"))):
+        write_html(tmp_path / str(n), [run(*args)], run_info(), {"twice": DIFF})
+        pages.append((tmp_path / str(n) / "candidates" / page_name("twice")).read_text())
+    assert pages[0] == pages[1]
+    assert "^^^^" not in pages[0] and "12-04 20:01" not in pages[0]
+    # The message's place in the diff still links, through the scratch path.
+    assert "triton_reshape_and_cache_flash.py:43" in pages[0]
+
+
+def test_coverage_and_skipped_counts_agree_where_skipped_variants_stood_in(tmp_path):
+    stood_in = criterion("c1", "met", 1.0, [check("t_cpu", "passed", "ok")] +
+                         [check(f"t_gpu_{n}", "skipped", message="variant: the CPU case ran") for n in range(6)])
+    write_html(tmp_path, [result("variants", "full", criteria={"c1": stood_in}, score=1.0)], run_info(),
+               {"variants": DIFF})
+    html = (tmp_path / "candidates" / page_name("variants")).read_text()
+    assert "100% of the weighted checks ran" in html and "6 skipped" in html
+    assert "6 skipped: variants of checks that ran here, not counted" in html

@@ -101,14 +101,16 @@ def test_a_full_result_says_what_was_verified_in_the_rubrics_words():
     titles = [c.title for c in all_tasks()[TASK].criteria.values()]
     assert "Every criterion is verified: " + "; ".join(titles) + "." in summary
     assert summary.startswith("The patch changes the Triton attention backend's KV cache dtype check: it adds")
-    assert summary.endswith("Verdict full, weighted score 1.00.")
+    assert summary.endswith("Verdict full (1.00).")
 
 
 def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_index_names_the_same_claim(
         monkeypatch):
     import grader.summarize
 
-    monkeypatch.setattr(grader.summarize, "SUMMARY_WORDS", 1000)  # the whole form; the terse one is tested below
+    # The whole form, uncapped; the terse one and the cap are tested below.
+    monkeypatch.setattr(grader.summarize, "SUMMARY_WORDS", 1000)
+    monkeypatch.setattr(grader.summarize, "FIXED_CAP", 1000)
     timeout = entry("test_slow", "timeout", "Times out first", "timeout: no answer")
     c1 = criterion("c1", "unmet", 0.0, [timeout, entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8.",
                                                        "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU"),
@@ -119,11 +121,13 @@ def test_each_unmet_criterion_is_told_by_its_claim_case_and_observation_and_the_
     criteria = {"c1": c1, "c2": met("c2"), "c3": met("c3"), "c4": met("c4"), "c5": c5}
     result = candidate("fail", 0.6, criteria)
     summary = summary_of(result)
-    assert ('Core criterion c1 (fp8 KV cache accepted on XPU) is not met, 0 of 2 checks pass: "The backend accepts '
-            "fp8\" does not hold for fp8_e5m2 (rejected kv_cache_dtype='fp8_e5m2' on XPU).") in summary
-    assert "c5 (Every validation site agrees) is only partly met, 1 of 2 checks pass: \"Both sites agree\" does not " \
-           "hold (the store disagrees" in summary
-    assert "none of the diff's lines ran in the failing checks" in summary
+    assert ('Core criterion c1 (fp8 KV cache accepted on XPU) is not met: "The backend accepts '
+            "fp8\" fails for fp8_e5m2 (rejected kv_cache_dtype='fp8_e5m2' on XPU).") in summary
+    assert "c5 (Every validation site agrees) is only partly met: \"Both sites agree\" fails " \
+           "(the store disagrees" in summary
+    assert "none of the diff's lines ran there" in summary
+    # One clause of evidence each: no count of checks stands in for what was observed.
+    assert "checks pass" not in summary
     assert "..." not in summary and "Times out first" not in summary
     assert deciding_failure(result.criteria["c1"].evidence).test.endswith("[fp8_e5m2]")
     assert reason(result, {"c1", "c2"}) == "c1: \u201cThe backend accepts fp8\u201d does not hold"
@@ -135,12 +139,14 @@ def test_descriptions_never_cut_a_fragment_or_leave_a_count_without_its_noun():
     long_condition = " and ".join(f"platform.check_{n}()" for n in range(8))
     (text,) = describe_file("vllm/g.py", "def g():\n    return 1\n",
                             f"def g():\n    if {long_condition}:\n        return 2\n    return 1\n")
-    assert text == "adds 1 condition in `g()`" and "..." not in text
+    # A condition too long to quote is told by what it tests, never by a count of conditions.
+    assert text == "now also checks `platform.check_0()` and `platform.check_1()` in `g()`" and "..." not in text
 
 
-def test_a_summary_over_its_length_keeps_every_unmet_claim_and_case_and_the_first_observation_only():
+def test_a_summary_over_its_length_keeps_every_unmet_claim_and_case_and_the_first_observation_only(monkeypatch):
     import grader.summarize
 
+    monkeypatch.setattr(grader.summarize, "FIXED_CAP", 1000)  # the terse form alone; the cap is tested below
     c1 = criterion("c1", "unmet", 0.0, [entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8 " * 8,
                                               "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU")])
     c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"),
@@ -151,8 +157,64 @@ def test_a_summary_over_its_length_keeps_every_unmet_claim_and_case_and_the_firs
                                             terse=False)
     assert len(summary.split()) < len(whole.split()) and len(whole.split()) > grader.summarize.SUMMARY_WORDS
     claim = ("The backend accepts fp8 " * 8).strip()
-    assert (f"Core criterion c1 is not met, 0 of 1 checks pass: \"{claim}\" does not hold for fp8_e5m2 (rejected "
+    assert (f"Core criterion c1 is not met: \"{claim}\" fails for fp8_e5m2 (rejected "
             "kv_cache_dtype='fp8_e5m2' on XPU).") in summary
-    assert 'c5 is only partly met, 1 of 2 checks pass: "Both sites agree" does not hold for sm75.' in summary
-    assert summary.endswith("Verdict fail, weighted score 0.60.")
+    assert 'c5 is only partly met: "Both sites agree" fails for sm75.' in summary
+    assert summary.endswith("Verdict fail (0.60).")
     assert reason(result, {"c1", "c2"}) == f"c1: \u201c{claim}\u201d does not hold"  # the index names the same claim
+
+
+def failing_result(reference_summary: str | None = None) -> CandidateResult:
+    c1 = criterion("c1", "unmet", 0.0, [entry("test_fp8[fp8_e5m2]", "failed", "The backend accepts fp8",
+                                              "E   AssertionError: rejected kv_cache_dtype='fp8_e5m2' on XPU")])
+    c5 = criterion("c5", "partial", 0.5, [entry("test_a", "passed"),
+                                          entry("test_b[sm75]", "failed", "Both sites agree", "E   AssertionError: no")])
+    criteria = {"c1": c1, "c2": met("c2"), "c3": met("c3"), "c4": met("c4"), "c5": c5}
+    return replace(candidate("fail", 0.1, criteria), reference_summary=reference_summary)
+
+
+LONG_CHANGE = "; ".join(f"adds the condition `x.check_{n}()` in `f{n}()`" for n in range(6))
+
+
+def test_a_summary_is_never_longer_than_the_judges_paragraph_plus_a_fifth():
+    import grader.summarize
+
+    for judge_words in (3, 8, 20, 35, 49, 87):
+        judge = " ".join(["word"] * judge_words)
+        for change in ("adds the condition `x.is_xpu()` in `f()`", LONG_CHANGE):
+            for result in (failing_result(judge), replace(all_met_but_gpu(), reference_summary=judge)):
+                summary = summarize(all_tasks()[TASK], result, None, change)
+                assert len(summary.split()) <= max(int(judge_words * 1.2), grader.summarize.MIN_CAP), summary
+                assert summary.endswith(".") and summary.split()[0] in ("The", "Verdict"), summary
+    # Without a judge's paragraph the cap is the fixed one.
+    summary = summarize(all_tasks()[TASK], failing_result(), None, LONG_CHANGE)
+    assert len(summary.split()) <= grader.summarize.FIXED_CAP
+
+
+def test_under_its_cap_a_summary_keeps_the_change_the_deciding_evidence_and_the_verdict():
+    summary = summarize(all_tasks()[TASK], failing_result(" ".join(["word"] * 45)), None,
+                        "adds the condition `x.is_xpu()` in `f()`")
+    assert summary.startswith("The patch changes") and "`x.is_xpu()`" in summary
+    assert "Core criterion c1 is not met: \"The backend accepts fp8\" fails for fp8_e5m2" in summary
+    assert summary.endswith("Verdict fail (0.10).")
+    # What was verified gives way first.
+    assert "Verified" not in summary
+
+
+def test_a_reason_cut_to_fit_is_cut_where_a_clause_ends_never_inside_a_list():
+    from grader.summarize import fit_words
+
+    anchored = "c2, c3, c4 and c5 get no credit while their anchor c1 is unmet."
+    kept = fit_words(["The patch does one thing here.", anchored, "Verdict fail (0.00)."], 11)
+    assert kept == ["The patch does one thing here.", "Verdict fail (0.00)."]
+    evidence = 'Core criterion c1 is not met: "A long claim about what the kernel must do" fails for tp1.'
+    cut = fit_words(["The patch does one thing.", evidence, "Verdict fail (0.00)."], 16)
+    assert cut == ["The patch does one thing.", "Core criterion c1 is not met.", "Verdict fail (0.00)."]
+
+
+def test_a_judge_label_of_a_few_words_still_leaves_room_for_what_happened():
+    cut = replace(failing_result("Looks fine."), verdict="input_truncated", run_status="input_truncated", score=None,
+                  criteria={c: met(c) for c in ("c1", "c2", "c3", "c4", "c5")})
+    summary = summarize(all_tasks()[TASK], cut, None, "adds the condition `x.is_xpu()` in `f()`")
+    assert summary.startswith("The input was cut off, after every file the criteria read")
+    assert summary.endswith("Verdict input truncated.")

@@ -57,10 +57,34 @@
       while (header.firstChild) button.appendChild(header.firstChild);
       header.appendChild(button);
       header.setAttribute("aria-sort", "none");
+      offerSortKey(header);
       button.addEventListener("click", function () {
-        sortBy(table, header, header.getAttribute("aria-sort") !== "ascending");
+        var ascending = header.getAttribute("aria-sort") !== "ascending";
+        var key = header.getAttribute("data-key");
+        var select = document.getElementById("sort-key");
+        if (key && select) {
+          // A header's sort is the form's sort: every table follows it and the URL keeps it.
+          select.value = key;
+          document.getElementById("sort-order").value = ascending ? "ascending" : "descending";
+          sortAll(key, ascending);
+          saveState();
+        } else {
+          sortBy(table, header, ascending);
+        }
       });
     });
+  }
+
+  // Every sortable header is a choice of "Sort by" (criteria and the reason included), so the URL can name it.
+  function offerSortKey(header) {
+    var select = document.getElementById("sort-key");
+    var key = header.getAttribute("data-key");
+    if (!select || !key) return;
+    if (Array.prototype.some.call(select.options, function (o) { return o.value === key; })) return;
+    var option = document.createElement("option");
+    option.value = key;
+    option.textContent = key;
+    select.appendChild(option);
   }
 
   function value(id) {
