@@ -180,7 +180,7 @@ C1_CASES = [pytest.param(c, v, marks=pytest.mark.criterion("c1", weight=3 if c !
 @pytest.mark.cases(flashinfer="available")
 @pytest.mark.parametrize("capability,cudnn", C1_CASES)
 def test_gate_rejects_pre_blackwell(capability, cudnn, answers):
-    """The FP8 ViT attention gate rejects Ada and Hopper whatever the cuDNN, with the FlashInfer backend there."""
+    """The gate rejects Ada and Hopper."""
     expect(answers, GATE, capability, cudnn, "available")
 
 
@@ -193,7 +193,7 @@ C2_CASES = ([(c, "9.17.1", "available") for c in PRE_BLACKWELL if c != "sm95"]
 @pytest.mark.criterion("c2")
 @pytest.mark.parametrize("capability,cudnn,flashinfer", C2_CASES, ids=["-".join(c) for c in C2_CASES])
 def test_refusal_message_claims_hold(capability, cudnn, flashinfer, answers):
-    """A refused FP8 ViT attention request raises an error naming the SM100+ need, and its claims are all true."""
+    """A refusal's error names the SM100 need and claims nothing false."""
     message = refusal_message(answers, capability, cudnn, flashinfer)
     problems = message_problems(message, capability)
     assert not problems, f"the error on {_label(capability, cudnn, flashinfer)} ({message!r}): " + "; ".join(problems)
@@ -208,7 +208,7 @@ def test_refusal_message_claims_hold(capability, cudnn, flashinfer, answers):
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
 @pytest.mark.parametrize("capability", list(BLACKWELL_AND_NEWER))
 def test_sm100_and_newer_accepted(capability, cudnn, site, answers):
-    """SM100 and every newer capability pass the gate and build the layer with FP8 (cuDNN 9.17.1+, FlashInfer)."""
+    """SM100 and newer pass the gate and build the layer with FP8."""
     expect(answers, site, capability, cudnn, "available")
 
 
@@ -222,7 +222,7 @@ C4_CASES = ([(c, v, "available") for c in ("sm100", "sm120") for v in OLD_CUDNN]
 @pytest.mark.parametrize("site", [GATE, LAYER])
 @pytest.mark.parametrize("capability,cudnn,flashinfer", C4_CASES, ids=["-".join(c) for c in C4_CASES])
 def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answers):
-    """On SM100+ the gate still refuses, and the layer with it, an old cuDNN or a missing FlashInfer ViT backend."""
+    """SM100+ still needs cuDNN 9.17.1 and the FlashInfer backend."""
     expect(answers, site, capability, cudnn, flashinfer)
 
 
@@ -233,7 +233,7 @@ def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answ
 @pytest.mark.cases(capability="sm90", flashinfer="available")
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
 def test_hopper_stopped_at_construction(cudnn, answers):
-    """On Hopper, requesting FP8 ViT attention fails when the layer is built, before any cuDNN attention call."""
+    """Hopper is stopped when the layer is built."""
     expect(answers, LAYER, "sm90", cudnn, "available")
 
 
@@ -241,7 +241,7 @@ def test_hopper_stopped_at_construction(cudnn, answers):
 @pytest.mark.cases(capability="sm90", flashinfer="available")
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
 def test_hopper_error_names_blackwell(cudnn, answers):
-    """The error a Hopper user gets names the Blackwell/SM100 requirement and claims nothing false about Hopper."""
+    """The Hopper error names the SM100 need and claims nothing false."""
     message = refusal_message(answers, "sm90", cudnn, "available")
     problems = message_problems(message, "sm90")
     assert not problems, f"the error on Hopper with cuDNN {cudnn} ({message!r}): " + "; ".join(problems)

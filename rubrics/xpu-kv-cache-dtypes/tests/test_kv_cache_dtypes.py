@@ -115,7 +115,7 @@ def expect(observed, site, platform, capability, dtype, accepted: bool, where: s
 @pytest.mark.cases(platform="xpu", site=IMPL)
 @pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES)
 def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed):
-    """The Triton attention backend accepts an fp8 KV cache on XPU (no CUDA capability), in every fp8 spelling."""
+    """XPU accepts every fp8 KV cache spelling."""
     expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
 
 
@@ -126,7 +126,7 @@ def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed):
 @pytest.mark.cases(platform="xpu", site=IMPL)
 @pytest.mark.parametrize("kv_cache_dtype", ["bfloat16"])
 def test_xpu_accepts_bf16_kv_cache(kv_cache_dtype, observed):
-    """The Triton attention backend accepts a bfloat16 KV cache on XPU (no CUDA capability)."""
+    """XPU accepts a bfloat16 KV cache."""
     expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
 
 
@@ -138,7 +138,7 @@ def test_xpu_accepts_bf16_kv_cache(kv_cache_dtype, observed):
 @pytest.mark.parametrize("kv_cache_dtype", ALL_DTYPES)
 @pytest.mark.parametrize("capability", list(CUDA_CAPABILITIES))
 def test_cuda_capability_rules_kept(capability, kv_cache_dtype, site, observed):
-    """On CUDA, every fp8 spelling still needs SM89+ and bfloat16 SM80+ (float16 and auto nothing), at both sites."""
+    """CUDA keeps its capability rules at both sites."""
     cap = CUDA_CAPABILITIES[capability]
     expect(observed, site, "cuda", cap, kv_cache_dtype, needs_met(cap, kv_cache_dtype), f"CUDA {capability}")
 
@@ -196,7 +196,7 @@ CUDA_REJECTIONS = [(name, dtype) for name, cap in CUDA_CAPABILITIES.items() for 
 @pytest.mark.parametrize("capability,kv_cache_dtype", CUDA_REJECTIONS,
                          ids=[f"{c}-{d}" for c, d in CUDA_REJECTIONS])
 def test_cuda_rejection_message_claims_hold(capability, kv_cache_dtype, observed):
-    """A CUDA rejection still happens, and what its message claims (dtypes to use, SM numbers) holds on that GPU."""
+    """A CUDA rejection's message claims only what holds on that GPU."""
     cap = CUDA_CAPABILITIES[capability]
     expect(observed, IMPL, "cuda", cap, kv_cache_dtype, False, f"CUDA {capability}")
     message = observed[_key(_case(IMPL, "cuda", cap, kv_cache_dtype))]["message"]
@@ -212,7 +212,7 @@ def test_cuda_rejection_message_claims_hold(capability, kv_cache_dtype, observed
 @pytest.mark.parametrize("kv_cache_dtype", ALL_DTYPES)
 @pytest.mark.parametrize("platform", list(OTHER_PLATFORMS))
 def test_non_xpu_platforms_decide_as_before(platform, kv_cache_dtype, site, observed):
-    """A platform that is not XPU (CPU, TPU, out-of-tree, ROCm) accepts exactly what its capability allows."""
+    """Other platforms accept what their capability allows."""
     kind, cap = OTHER_PLATFORMS[platform]
     expect(observed, site, kind, cap, kv_cache_dtype, needs_met(cap, kv_cache_dtype), platform)
 
@@ -221,7 +221,7 @@ def test_non_xpu_platforms_decide_as_before(platform, kv_cache_dtype, site, obse
 @pytest.mark.cases(platform="xpu", site=VALIDATOR)
 @pytest.mark.parametrize("kv_cache_dtype", XPU_STORE_DTYPES + ALL_DTYPES)
 def test_xpu_exemption_lifts_only_the_capability(kv_cache_dtype, observed, base_store_answers):
-    """On XPU the store validator answers as the base did there or as the base does with every capability, no more."""
+    """On XPU the store lifts only the capability requirement."""
     allowed = set(base_store_answers[kv_cache_dtype])
     assert allowed <= {True, False}, f"the base's store validator answered {allowed} for {kv_cache_dtype!r}"
     got = verdict(observed, VALIDATOR, "xpu", None, kv_cache_dtype)
@@ -237,7 +237,7 @@ def test_xpu_exemption_lifts_only_the_capability(kv_cache_dtype, observed, base_
 @pytest.mark.cases(platform="xpu", site=VALIDATOR)
 @pytest.mark.parametrize("kv_cache_dtype", CAPABILITY_DTYPES)
 def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, observed):
-    """_is_supported_kv_cache_dtype in triton_reshape_and_cache_flash.py accepts fp8 and bf16 on XPU."""
+    """The KV cache store accepts fp8 and bfloat16 on XPU."""
     expect(observed, VALIDATOR, "xpu", None, kv_cache_dtype, True,
            "XPU (the KV cache store would reject what the attention backend accepts)")
 
@@ -245,7 +245,7 @@ def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, observed):
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(platform="xpu", site=SITES, kv_cache_dtype=ALL_DTYPES)
 def test_validation_sites_agree_on_xpu(observed):
-    """On XPU the attention backend and the KV cache store validator give the same verdict for every dtype."""
+    """On XPU both sites give the same verdict."""
     disagreements = []
     for dtype in ALL_DTYPES:
         impl = verdict(observed, IMPL, "xpu", None, dtype)
