@@ -60,15 +60,31 @@ def _available(installed: bool, platform) -> bool:
     return installed and platform.is_cuda() and platform.is_device_capability_family(100)
 
 
+# name -> FusedMoEParallelConfig fields over the no-parallel config: plain tensor parallel, data parallel without
+# expert parallel, expert parallel over the allgather/reduce-scatter all2all, over DeepEP low latency, and EPLB.
+PARALLEL = {
+    "none": {},
+    "tp2": {"tp_size": 2},
+    "dp2": {"dp_size": 2},
+    "dp2-ep-allgather": {"dp_size": 2, "ep_size": 2, "use_ep": True, "all2all_backend": "allgather_reducescatter"},
+    "dp2-ep-deepep": {"dp_size": 2, "ep_size": 2, "use_ep": True, "all2all_backend": "deepep_low_latency"},
+    "eplb": {"enable_eplb": True},
+}
+
+
+def _parallel_config(name: str):
+    import dataclasses
+
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
+
+    return dataclasses.replace(FusedMoEParallelConfig.make_no_parallel(), **PARALLEL[name])
+
+
 def _moe_config(case: dict):
     import torch
 
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, RoutingMethodType
 
     experts = case.get("num_experts", 8)
     return FusedMoEConfig(
@@ -78,18 +94,20 @@ def _moe_config(case: dict):
         intermediate_size=case.get("intermediate_size", 256),
         num_local_experts=experts,
         num_logical_experts=experts,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        moe_parallel_config=_parallel_config(case.get("parallel", "none")),
         activation=getattr(MoEActivation, case["activation"]),
         in_dtype=getattr(torch, case.get("dtype", "bfloat16")),
         device="cpu",
         routing_method=getattr(RoutingMethodType, case.get("routing", "Renormalize")),
+        router_logits_dtype=getattr(torch, case["router_logits_dtype"]) if case.get("router_logits_dtype") else None,
+        is_lora_enabled=bool(case.get("lora", False)),
     )
 
 
-def _weight_key(name: str):
+def _weight_key(name: str | None):
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
 
-    return getattr(q, name)
+    return None if name is None else getattr(q, name)
 
 
 def _other_predicates(experts, case: dict) -> dict:
@@ -102,8 +120,9 @@ def _other_predicates(experts, case: dict) -> dict:
     weight_key = _weight_key(case.get("weight_key", "kInt4Static32"))
     routing = getattr(RoutingMethodType, case.get("routing", "Renormalize"))
     logits_dtype = getattr(torch, case.get("router_logits_dtype", "bfloat16"))
-    return {"quant_scheme": bool(experts._supports_quant_scheme(weight_key, None)),
-            "routing": bool(experts._supports_routing_method(routing, weight_key, None)),
+    activation_key = _weight_key(case.get("activation_key"))
+    return {"quant_scheme": bool(experts._supports_quant_scheme(weight_key, activation_key)),
+            "routing": bool(experts._supports_routing_method(routing, weight_key, activation_key)),
             "router_logits_dtype": bool(experts._supports_router_logits_dtype(logits_dtype, routing)),
             "no_act_and_mul": bool(experts._supports_no_act_and_mul()),
             "expert_map": bool(experts.supports_expert_map(None)),
@@ -111,8 +130,9 @@ def _other_predicates(experts, case: dict) -> dict:
 
 
 def _observe(case: dict) -> dict:
-    """One case: ``{"site": "predicate"|"config"|"oracle", "activation": member name, "platform", "capability",
-    "flashinfer": bool, "weight_key": quant_utils name, "routing", "dtype", ...}``."""
+    """One case: ``{"site": "predicate"|"config"|"oracle"|"others", "activation": member name, "platform",
+    "capability", "flashinfer": bool, "weight_key"/"activation_key": quant_utils names, "routing",
+    "router_logits_dtype", "parallel": a PARALLEL name, "lora": bool, "dtype", shape fields}``."""
     mod = import_module(MODULE)
     experts = mod.TrtLlmMxint4ExpertsMonolithic
     if case["site"] == "predicate":
@@ -127,7 +147,8 @@ def _observe(case: dict) -> dict:
         import vllm.model_executor.layers.fused_moe.modular_kernel as mk
 
         def supported():
-            ok, reason = experts.is_supported_config(experts, config, weight_key, None,
+            ok, reason = experts.is_supported_config(experts, config, weight_key,
+                                                     _weight_key(case.get("activation_key")),
                                                      mk.FusedMoEActivationFormat.Standard)
             return {"supported": bool(ok), "reason": None if reason is None else str(reason)[:500]}
 

@@ -93,7 +93,7 @@ def _run_cases(cases: list[dict], modules: tuple, run) -> list[dict]:
             replaced = [vp.current_platform]
             for case in cases:
                 _install(patches, replaced, fi_utils, case)
-                results.append(run(*modules))
+                results.append(run(case, *modules))
     finally:
         _clear_caches(fi_utils)
     return results
@@ -108,7 +108,7 @@ def gate_answers(cases: list[dict]) -> list[dict]:
     """For each case: the gate's truth value on that fake GPU, ``{"returned": bool}``, or what it raised,
     ``{"raised": type, "message": text}``."""
     fi_utils = import_module(FLASHINFER_UTILS)  # an import error fails the probe
-    return _run_cases(cases, (fi_utils,), lambda fi: outcome_of(_gate_truth, fi))
+    return _run_cases(cases, (fi_utils,), lambda case, fi: outcome_of(_gate_truth, fi))
 
 
 def _exception_record(exc: BaseException) -> dict:
@@ -116,13 +116,13 @@ def _exception_record(exc: BaseException) -> dict:
             "classes": [f"{k.__module__}.{k.__qualname__}" for k in type(exc).__mro__]}
 
 
-def _build(mm_mod):
+def _build(mm_mod, backend):
     from types import SimpleNamespace
 
     from vllm.config import CompilationConfig, set_current_vllm_config
     from vllm.config.multimodal import MultiModalConfig
 
-    mm_config = MultiModalConfig(mm_encoder_attn_dtype="fp8", mm_encoder_attn_backend="FLASHINFER")
+    mm_config = MultiModalConfig(mm_encoder_attn_dtype="fp8", mm_encoder_attn_backend=backend)
     # A full VllmConfig needs engine dependencies that a CPU grading host may lack; the layer only reads the
     # multimodal config and the custom-op settings from the current config.
     vllm_config = SimpleNamespace(
@@ -138,9 +138,10 @@ def _build(mm_mod):
         torch.set_default_dtype(old_dtype)
 
 
-def _build_outcome(fi_utils, mm_mod) -> dict:
+def _build_outcome(case, fi_utils, mm_mod) -> dict:
+    # A user asks for the FlashInfer backend where the platform has it; elsewhere the layer picks its own.
     try:
-        layer = _build(mm_mod)
+        layer = _build(mm_mod, "FLASHINFER" if case["flashinfer"] else None)
     except Exception as exc:  # noqa: BLE001 - the judge decides what each exception means
         return _exception_record(exc)
     fp8_enabled = getattr(layer, "fp8_enabled", "?")
@@ -149,7 +150,8 @@ def _build_outcome(fi_utils, mm_mod) -> dict:
 
 def build_outcomes(cases: list[dict]) -> list[dict]:
     """For each case: what building ``MMEncoderAttention`` with ``mm_encoder_attn_dtype='fp8'`` (the way a model
-    does, config creation included) did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
+    does, config creation included, the FlashInfer backend requested where the fake GPU lists it, the layer's
+    own choice elsewhere) did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
     ``{"raised": type, "message": text, "classes": the exception's MRO as module.qualname}``. Only the CUDA
     workspace allocation is stubbed."""
     fi_utils = import_module(FLASHINFER_UTILS)

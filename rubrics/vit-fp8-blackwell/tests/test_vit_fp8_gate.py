@@ -2,7 +2,9 @@
 
 All tests run on CPU with a fake CUDA platform, installed in the subject by ``probes/vit_fp8_probes.py``; every
 verdict is decided here. The gate is ``is_flashinfer_cudnn_fp8_prefill_attn_supported``; the user-facing error
-comes from constructing ``MMEncoderAttention`` with ``mm_encoder_attn_dtype="fp8"``.
+comes from constructing ``MMEncoderAttention`` with ``mm_encoder_attn_dtype="fp8"``. The subject answers every
+declared case in two calls per candidate (the gate's answers, the layer's builds); each case is its own check.
+Nothing is drawn: every status is the same for any secret.
 """
 
 from __future__ import annotations
@@ -14,275 +16,232 @@ import pytest
 # Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug. Checked
 # against the raised exception's classes (its MRO), so a subclass of one of them counts, as with pytest.raises.
 CHECK_ERRORS = ("builtins.ValueError", "builtins.RuntimeError", "builtins.NotImplementedError")
+GATE, LAYER = "gate", "layer"
 
-CUDNN_9_17_1 = 91701
+# cuDNN as torch reports it (major * 10000 + minor * 100 + patch for cuDNN 9 and later, major * 1000 + ... before).
+CUDNN = {"8.9.7": 8907, "9.1.0": 90100, "9.16.0": 91600, "9.17.0": 91700, "9.17.1": 91701, "9.21.0": 92100,
+         "10.2.0": 100200}
+NEW_ENOUGH_CUDNN = ["9.17.1", "9.21.0", "10.2.0"]
+OLD_CUDNN = ["9.17.0", "9.16.0", "9.1.0", "8.9.7"]
+FLASHINFER = {"available": True, "unavailable": False}
 
-# The message must name the Blackwell / SM100 requirement.
-BLACKWELL_RE = re.compile(
-    r"blackwell"
-    r"|\bsm[ _-]?1[0-2]\d(?!\d)"  # SM100, sm_100a, SM 120 ...
-    r"|\bsm[ _-]?10(?:\.\d)?(?![\d.])"  # SM10, SM 10.0
-    r"|capability\D{0,16}10(?:\.\d)?(?![\d.])"  # compute capability >= 10.0
-    r"|\bG?B[123]00\b",  # B100 / B200 / GB200 / B300 / GB300
-    re.IGNORECASE,
-)
-
-
-def _cap_id(cap):
-    return f"sm{cap[0]}{cap[1]}"
+PRE_BLACKWELL = {"sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm95": (9, 5)}
+BLACKWELL_AND_NEWER = {"sm100": (10, 0), "sm103": (10, 3), "sm110": (11, 0), "sm120": (12, 0), "sm121": (12, 1),
+                       "sm130": (13, 0)}
+CAPABILITIES = {**PRE_BLACKWELL, **BLACKWELL_AND_NEWER}
+REQUIRED = 100  # the truth: compute capability 10.0 or newer
 
 
-def _sm(cap) -> str:
-    return f"SM{cap[0]}{cap[1]}"
+def supported(capability: str, cudnn: str, flashinfer: str) -> bool:
+    """The truth table: SM100 or newer, cuDNN 9.17.1 or newer and the FlashInfer ViT backend, all three."""
+    major, minor = CAPABILITIES[capability]
+    return major * 10 + minor >= REQUIRED and CUDNN[cudnn] >= CUDNN["9.17.1"] and FLASHINFER[flashinfer]
 
 
-def _gpu(capability, cudnn: int = CUDNN_9_17_1, flashinfer: bool = True) -> dict:
-    """A fake GPU for the probes: capability, cuDNN version, FLASHINFER among the supported ViT backends or not."""
-    return {"capability": list(capability), "cudnn": cudnn, "flashinfer": flashinfer}
+def _gpu(capability: str, cudnn: str = "9.17.1", flashinfer: str = "available") -> dict:
+    return {"capability": list(CAPABILITIES[capability]), "cudnn": CUDNN[cudnn], "flashinfer": FLASHINFER[flashinfer]}
 
 
-def _gate_value(gpu: dict, observed: dict) -> bool:
-    """The gate's answer on ``gpu``; an exception from the gate fails the test (it is a bug, not a rejection)."""
-    if "raised" in observed:
-        pytest.fail(f"is_flashinfer_cudnn_fp8_prefill_attn_supported() raised {observed['raised']} on "
-                    f"{_sm(gpu['capability'])} (cuDNN {gpu['cudnn']}): {observed['message']}")
-    value = observed["returned"]
-    assert isinstance(value, bool), f"the gate probe reported a non-bool: {value!r}"
-    return value
+def _label(capability, cudnn, flashinfer) -> str:
+    return f"{capability.upper()} with cuDNN {cudnn}, FlashInfer ViT backend {flashinfer}"
 
 
-def gate(subject, gpu: dict) -> bool:
-    """The patched tree's gate, called fresh (cache cleared) on the fake ``gpu``."""
-    (observed,) = subject.call("vit_fp8_probes.gate_answers", cases=[gpu])
-    return _gate_value(gpu, observed)
+# Every (capability, cudnn, flashinfer) some criterion names: the gate and the layer are asked on all of them.
+DECLARED = sorted({(c, v, "available") for c in CAPABILITIES for v in NEW_ENOUGH_CUDNN}
+                  | {(c, v, "available") for c in ("sm100", "sm120") for v in OLD_CUDNN}
+                  | {(c, v, "unavailable") for c in ("sm100", "sm120") for v in NEW_ENOUGH_CUDNN})
 
 
-def wrong_gate_answers(subject, cases: list[tuple[dict, bool]]) -> list[str]:
-    """Every (fake GPU, expected) the gate gets wrong, described (one probe call, switching GPUs between the
-    calls); an exception from the gate counts as wrong."""
-    observed = subject.call("vit_fp8_probes.gate_answers", cases=[g for g, _ in cases])
-    assert len(observed) == len(cases), f"the gate probe answered {len(observed)} of {len(cases)} cases"
-    wrong = []
-    for (g, expected), seen in zip(cases, observed):
-        label = (f"{_sm(g['capability'])} with cuDNN {g['cudnn']}, FlashInfer backend "
-                 f"{'available' if g['flashinfer'] else 'unavailable'}")
-        if "raised" in seen:
-            wrong.append(f"{label}: raised {seen['raised']}: {seen['message']}")
-        elif seen["returned"] is not expected:
-            wrong.append(f"{label}: returned {seen['returned']!r}, expected {expected}")
-    return wrong
-
-
-def build(subject, gpu: dict) -> dict:
-    """What building MMEncoderAttention with FP8 requested did on the fake ``gpu``."""
-    (observed,) = subject.call("vit_fp8_probes.build_outcomes", cases=[gpu])
-    return observed
+@pytest.fixture(scope="module")
+def answers(subject) -> dict:
+    """What the gate and the layer did on every declared GPU: {(site, capability, cudnn, flashinfer): outcome}."""
+    gpus = [_gpu(*case) for case in DECLARED]
+    gate_seen = subject.call("vit_fp8_probes.gate_answers", cases=gpus)
+    built = subject.call("vit_fp8_probes.build_outcomes", cases=gpus)
+    return {**{(GATE, *case): seen for case, seen in zip(DECLARED, gate_seen, strict=True)},
+            **{(LAYER, *case): seen for case, seen in zip(DECLARED, built, strict=True)}}
 
 
 def _is_check_error(observed: dict) -> bool:
     return "raised" in observed and any(name in CHECK_ERRORS for name in observed.get("classes", []))
 
 
-def _check_error_message(gpu: dict, observed: dict) -> str:
-    """The message of the check error building the layer raised; anything else fails the test."""
-    if "raised" not in observed:
-        pytest.fail(f"MMEncoderAttention was built with FP8 on {_sm(gpu['capability'])} "
-                    f"(fp8_enabled={observed['returned'].get('fp8_enabled', '?')}); no error was raised")
-    if not _is_check_error(observed):
-        pytest.fail(f"building MMEncoderAttention with FP8 on {_sm(gpu['capability'])} raised "
-                    f"{observed['raised']} (not ValueError/RuntimeError/NotImplementedError): {observed['message']}")
-    return observed["message"]
+def verdict(answers: dict, site: str, capability: str, cudnn: str, flashinfer: str) -> str:
+    """"accept" or "reject" as the site answered; anything else (a crash, a non-bool, FP8 left off) described."""
+    seen = answers[(site, capability, cudnn, flashinfer)]
+    if site == GATE:
+        if "raised" in seen:
+            return f"raised {seen['raised']}: {seen['message'][:200]}"
+        value = seen["returned"]
+        return ("accept" if value else "reject") if isinstance(value, bool) else f"returned {value!r}"
+    if _is_check_error(seen):
+        return "reject"
+    if "raised" in seen:
+        return f"raised {seen['raised']} (not ValueError/RuntimeError/NotImplementedError): {seen['message'][:200]}"
+    enabled = seen["returned"].get("fp8_enabled")
+    return "accept" if enabled is True else f"built without FP8 (fp8_enabled={enabled!r})"
+
+
+def expect(answers, site, capability, cudnn, flashinfer) -> None:
+    want = "accept" if supported(capability, cudnn, flashinfer) else "reject"
+    got = verdict(answers, site, capability, cudnn, flashinfer)
+    what = "the gate" if site == GATE else "building MMEncoderAttention with FP8"
+    assert got == want, f"{what} on {_label(capability, cudnn, flashinfer)}: expected {want}, got {got}"
+
+
+# --- What an error message claims ----------------------------------------------------------------------------
+#
+# A refusal's message is read as claims, not matched against known phrasings. It is cut into clauses; each
+# hardware mention in a clause (an architecture name, a part name, an SM number, a "compute capability X.Y") is a
+# capability. In a clause that negates (not, unsupported, older, ...) a mention says that hardware does not run
+# FP8 ViT attention; elsewhere it says it does (requires, supported on, works on, or newer). Each claim must agree
+# with the truth (SM100 or newer); the device's own capability named as a report ("this device reports 9.0") or
+# as the subject of the refusal ("not supported on this GPU (compute capability 9.0)") claims nothing. A cuDNN
+# minimum, where one is stated, must be 9.17.1. And the message must name the requirement: some clause says that
+# SM100-or-newer hardware is what is needed.
+
+ARCHITECTURES = {"blackwell": 100, "hopper": 90, "ada": 89, "lovelace": 89, "ampere": 80, "turing": 75,
+                 "volta": 70}
+PARTS = [(re.compile(r"\bG?B[123]00[a-z]?\b|\bGB10\b|\bRTX\s?PRO\s?6000\b", re.I), 100),
+         (re.compile(r"\bRTX\s?50\d0\b", re.I), 120),
+         (re.compile(r"\bG?H(?:100|200|20|800)\b", re.I), 90),
+         (re.compile(r"\bL(?:40S?|4|20)\b|\bRTX\s?40\d0\b", re.I), 89),
+         (re.compile(r"\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30\d0\b", re.I), 80)]
+ARCH = re.compile(r"\b(" + "|".join(ARCHITECTURES) + r")\b", re.I)
+SM = re.compile(r"\bsm[ _-]?(\d{2,3})[a-z]?\b", re.I)
+CAPABILITY_NUMBER = re.compile(r"capabilit(?:y|ies)\D{0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
+CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s|\bbut\b", re.I)
+NEGATION = re.compile(r"\b(not|unsupported|no|cannot|can't|isn't|aren't|doesn't|don't|lacks?|never|refuses?|"
+                      r"rejects?|older|too old|below|earlier|prior|predates?|pre-\w+)\b", re.I)
+CALLS_IT_OLD = re.compile(r"\b(older|too old|below|earlier|prior|predates?|pre-blackwell|lacks?)\b", re.I)
+CUDNN_MINIMUM = re.compile(r"cudnn[^;,]{0,24}?(?:>=|\u2265|=>|at least|version)\s*v?(\d+)\.(\d+)(?:\.(\d+))?"
+                           r"|cudnn\s*v?(\d+)\.(\d+)(?:\.(\d+))?\s*(?:\+|or (?:newer|later|above))", re.I)
+
+
+AS_MINIMUM = re.compile(r"\s*(?:\+|or (?:newer|later|above|higher)|and (?:newer|later|above|up))", re.I)
+SUPPORT_WORDS = re.compile(r"\b(supported|supports|works?|runs?|available)\b", re.I)
+# A mention that is the bar another is measured against ("older than Blackwell", "pre-Blackwell", "below SM100").
+AS_BAR = re.compile(r"(?:\bthan|\bpre-|\bbelow|\bbefore|\bprior to|\bunder)\W{0,3}(?:\w+\W{1,3})?$", re.I)
+
+
+def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
+    """Each hardware mention in ``clause``: its text, its capability (major * 10 + minor), whether it is stated
+    as a minimum ("SM90+", "Hopper or newer") and whether it is a bar ("older than Blackwell (SM100)")."""
+    found = [(m, ARCHITECTURES[m.group(1).lower()]) for m in ARCH.finditer(clause)]
+    found += [(m, value) for pattern, value in PARTS for m in pattern.finditer(clause)]
+    found += [(m, int(m.group(1)) * (10 if int(m.group(1)) < 20 else 1)) for m in SM.finditer(clause)]
+    found += [(m, int(m.group(1)) * 10 + int(m.group(2))) for m in CAPABILITY_NUMBER.finditer(clause)]
+    return [(m.group(0), value, bool(AS_MINIMUM.match(clause, m.end())), bool(AS_BAR.search(clause[:m.start()])))
+            for m, value in found]
+
+
+def message_problems(message: str, capability: str) -> list[str]:
+    """What is false or missing in a refusal's message on ``capability``, read as claims."""
+    device = CAPABILITIES[capability][0] * 10 + CAPABILITIES[capability][1]
+    problems, names_requirement = [], False
+    for clause in CLAUSE_BREAK.split(message):
+        negated = bool(NEGATION.search(clause))
+        for text, value, as_minimum, as_bar in _hardware_mentions(clause):
+            if negated and as_bar:
+                names_requirement = names_requirement or value >= REQUIRED
+            elif negated:
+                if value == device and not CALLS_IT_OLD.search(clause):
+                    continue  # the subject of the refusal: "not supported on this GPU (capability 9.0)"
+                if value >= REQUIRED:
+                    problems.append(f"says {text!r} does not run it ({clause.strip()!r})")
+            elif value >= REQUIRED:
+                names_requirement = True
+            elif value == device and not as_minimum and not SUPPORT_WORDS.search(clause):
+                continue  # the device named ("this device reports 9.0", "on NVIDIA H100 this needs ...")
+            else:
+                problems.append(f"says {text!r} runs it or is what it needs ({clause.strip()!r})")
+    for m in CUDNN_MINIMUM.finditer(message):
+        version = tuple(int(g) for g in (m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)) if g is not None)
+        if version not in ((9, 17, 1), (9, 17)):
+            problems.append(f"states cuDNN minimum {'.'.join(map(str, version))} ({m.group(0)!r}; the truth: 9.17.1)")
+    if not names_requirement:
+        problems.append("does not name the Blackwell / SM100-or-newer requirement")
+    return problems
+
+
+def refusal_message(answers, capability, cudnn, flashinfer) -> str:
+    """The message of the check error building the layer raised on this GPU; anything else fails the test."""
+    got = verdict(answers, LAYER, capability, cudnn, flashinfer)
+    assert got == "reject", f"building MMEncoderAttention with FP8 on {_label(capability, cudnn, flashinfer)}: {got}"
+    return answers[(LAYER, capability, cudnn, flashinfer)]["message"]
 
 
 # --- c1: Hopper and Ada are rejected ---------------------------------------------------------------------------
 
-REJECTED = [((8, 9), 91701), ((9, 0), 91701), ((9, 0), 92100), ((9, 5), 91701), ((9, 5), 92100)]
+C1_CASES = [pytest.param(c, v, marks=pytest.mark.criterion("c1", weight=3 if c != "sm89" else 1), id=f"{c}-{v}")
+            for c in ("sm89", "sm90", "sm95") for v in NEW_ENOUGH_CUDNN]
 
 
-@pytest.mark.criterion("c1")
-@pytest.mark.parametrize(
-    "capability,cudnn", REJECTED, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in REJECTED]
-)
-def test_gate_rejects_pre_blackwell(capability, cudnn, subject):
-    """The FP8 ViT attention gate rejects Ada and Hopper even with a new cuDNN and the FlashInfer backend."""
-    assert gate(subject, _gpu(capability, cudnn=cudnn)) is False, (
-        f"is_flashinfer_cudnn_fp8_prefill_attn_supported() is True on SM{capability[0]}{capability[1]} "
-        f"(cuDNN {cudnn}, FlashInfer available): cuDNN's FP8 SDPA with bf16/fp16 output needs SM100+"
-    )
+@pytest.mark.cases(flashinfer="available")
+@pytest.mark.parametrize("capability,cudnn", C1_CASES)
+def test_gate_rejects_pre_blackwell(capability, cudnn, answers):
+    """The gate rejects Ada and Hopper."""
+    expect(answers, GATE, capability, cudnn, "available")
 
 
-# The per-case tests above give partial credit; this one asks that every pre-Blackwell case is rejected at once.
-# Its weight equals the case count, so a gate that still admits one of them (8.9 alone, say) leaves c1 below met:
-# "8.9, 9.0 and 9.5 rejected" means all of them.
-@pytest.mark.criterion("c1", weight=len(REJECTED))
-def test_gate_rejects_every_pre_blackwell_case(subject):
-    """The gate rejects every Ada and Hopper case at once (8.9, 9.0, 9.5; cuDNN 9.17.1 and 9.21; FlashInfer)."""
-    wrong = wrong_gate_answers(subject, [(_gpu(capability, cudnn=cudnn), False) for capability, cudnn in REJECTED])
-    assert not wrong, (
-        f"the gate admits {len(wrong)} pre-Blackwell case(s): " + "; ".join(wrong)
-        + " (cuDNN's FP8 SDPA with bf16/fp16 output needs SM100+)"
-    )
+# --- c2: every refusal names the Blackwell requirement and claims nothing false -------------------------------
 
-
-# --- c2: the error names the Blackwell requirement -----------------------------------------------------------
-
-UNSUPPORTED_FOR_MESSAGE = [(8, 0), (8, 9)]
+C2_CASES = ([(c, "9.17.1", "available") for c in PRE_BLACKWELL if c != "sm95"]
+            + [("sm100", "9.16.0", "available"), ("sm120", "9.17.1", "unavailable")])
 
 
 @pytest.mark.criterion("c2")
-@pytest.mark.parametrize("capability", UNSUPPORTED_FOR_MESSAGE, ids=[_cap_id(c) for c in UNSUPPORTED_FOR_MESSAGE])
-def test_error_names_blackwell_requirement(capability, subject):
-    """Requesting FP8 ViT attention on an unsupported GPU raises an error naming the Blackwell/SM100 need."""
-    gpu = _gpu(capability)
-    message = _check_error_message(gpu, build(subject, gpu))
-    assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
+@pytest.mark.parametrize("capability,cudnn,flashinfer", C2_CASES, ids=["-".join(c) for c in C2_CASES])
+def test_refusal_message_claims_hold(capability, cudnn, flashinfer, answers):
+    """A refusal's error names the SM100 need and claims nothing false."""
+    message = refusal_message(answers, capability, cudnn, flashinfer)
+    problems = message_problems(message, capability)
+    assert not problems, f"the error on {_label(capability, cudnn, flashinfer)} ({message!r}): " + "; ".join(problems)
 
 
-# Naming Blackwell is not enough: the message must not also claim that an older GPU works. "Requires a Hopper or
-# Blackwell GPU (SM90 or newer)" names Blackwell and tells the Hopper user the opposite of the truth.
-FALSE_SUPPORT_CLAIM = re.compile(
-    r"\b(?:hopper|ada|sm[ _-]?[89]\d|(?:capability\D{0,4})?[89]\.\d)\b[^.;:]{0,24}?"
-    r"(?:\bor\b|\band\b|/)\s*(?:newer|later|above|higher|blackwell|sm[ _-]?1\d\d)"
-    r"|\bsm[ _-]?[89]\d\s*\+",
-    re.IGNORECASE,
-)
-
-
-@pytest.mark.criterion("c2")
-@pytest.mark.parametrize("capability", UNSUPPORTED_FOR_MESSAGE + [(9, 0)],
-                         ids=[_cap_id(c) for c in UNSUPPORTED_FOR_MESSAGE + [(9, 0)]])
-def test_error_claims_no_pre_blackwell_support(capability, subject):
-    """The error names the Blackwell requirement and does not say that an older GPU (Ada, Hopper) supports it."""
-    gpu = _gpu(capability)
-    message = _check_error_message(gpu, build(subject, gpu))
-    assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
-    claim = FALSE_SUPPORT_CLAIM.search(message)
-    assert not claim, f"the error claims pre-Blackwell support ({claim.group(0)!r}): {message!r}"
-
-
-# --- c3: Blackwell and newer pass -----------------------------------------------------------------------------
-
-ACCEPTED = [(10, 0), (10, 3), (11, 0), (12, 0), (12, 1)]
+# --- c3: Blackwell and newer pass, at the gate and in the layer -----------------------------------------------
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.parametrize("capability", ACCEPTED, ids=[_cap_id(c) for c in ACCEPTED])
-def test_gate_accepts_sm100_and_newer(capability, subject):
-    """SM100 and every newer capability pass the gate with cuDNN 9.17.1 and the FlashInfer backend."""
-    assert gate(subject, _gpu(capability, cudnn=91701)) is True, (
-        f"is_flashinfer_cudnn_fp8_prefill_attn_supported() is False on SM{capability[0]}{capability[1]}: "
-        "the requirement is SM100 or newer, not one exact capability or family"
-    )
-
-
-# The per-capability tests above give partial credit; this one asks for the whole range at once. A gate that
-# locks out any SM100+ capability, the first Blackwell one (10.0) included, does not meet "SM100 and newer", so
-# the range test pulls such a gate below met; a gate that passes one capability only stays unmet.
-@pytest.mark.criterion("c3")
-def test_gate_accepts_whole_sm100_and_newer_range(subject):
-    """Every capability from 10.0 on (10.0, 10.3, 11.0, 12.0, 12.1) passes the gate, none locked out."""
-    wrong = wrong_gate_answers(subject, [(_gpu(capability, cudnn=91701), True) for capability in ACCEPTED])
-    assert not wrong, (
-        f"the gate locks out {len(wrong)} SM100+ capability(ies) with cuDNN 9.17.1 and FlashInfer: "
-        + "; ".join(wrong) + " (the requirement is every capability >= 10.0)"
-    )
-
-
-# The gate is not the only place that can refuse: the layer itself must build with FP8 enabled wherever the
-# requirement holds. A constructor with a narrower check of its own (the 10.x family only, say) passes every gate
-# test and still stops an SM120 user. One test per capability and one for the whole range, weighted as the gate's.
-def _built_with_fp8(observed: dict) -> bool:
-    return "raised" not in observed and observed["returned"].get("fp8_enabled") is True
-
-
-@pytest.mark.criterion("c3")
-@pytest.mark.parametrize("capability", ACCEPTED, ids=[_cap_id(c) for c in ACCEPTED])
-def test_layer_builds_with_fp8_on_sm100_and_newer(capability, subject):
-    """MMEncoderAttention builds with FP8 enabled on SM100 and every newer capability (cuDNN 9.17.1, FlashInfer)."""
-    observed = build(subject, _gpu(capability))
-    assert _built_with_fp8(observed), (
-        f"building MMEncoderAttention with FP8 on {_sm(capability)} did not enable FP8: "
-        + (f"raised {observed['raised']}: {observed['message']}" if "raised" in observed else str(observed["returned"]))
-    )
-
-
-@pytest.mark.criterion("c3")
-def test_layer_builds_with_fp8_on_the_whole_range(subject):
-    """The layer builds with FP8 on every capability from 10.0 on at once, none refused at construction."""
-    observed = subject.call("vit_fp8_probes.build_outcomes", cases=[_gpu(c) for c in ACCEPTED])
-    refused = [_sm(c) for c, seen in zip(ACCEPTED, observed, strict=True) if not _built_with_fp8(seen)]
-    assert not refused, f"the layer refuses FP8 on {', '.join(refused)} although the requirement holds there"
+@pytest.mark.cases(flashinfer="available")
+@pytest.mark.parametrize("site", [GATE, LAYER])
+@pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
+@pytest.mark.parametrize("capability", list(BLACKWELL_AND_NEWER))
+def test_sm100_and_newer_accepted(capability, cudnn, site, answers):
+    """SM100 and newer pass the gate and build the layer with FP8."""
+    expect(answers, site, capability, cudnn, "available")
 
 
 # --- c4: cuDNN version and FlashInfer backend checks kept ----------------------------------------------------
 
-OTHER_CHECKS = [
-    # (capability, cudnn, flashinfer backend supported, expected)
-    ((10, 0), 91700, True, False),
-    ((10, 0), 91600, True, False),
-    ((12, 0), 90100, True, False),
-    ((10, 0), 91701, False, False),
-    ((10, 0), 91701, True, True),
-]
+C4_CASES = ([(c, v, "available") for c in ("sm100", "sm120") for v in OLD_CUDNN]
+            + [(c, v, "unavailable") for c in ("sm100", "sm120") for v in NEW_ENOUGH_CUDNN])
 
 
 @pytest.mark.criterion("c4")
-@pytest.mark.parametrize(
-    "capability,cudnn,flashinfer,expected",
-    OTHER_CHECKS,
-    ids=[
-        f"{_cap_id(c)}-cudnn{v}-{'fi' if f else 'nofi'}-{'accept' if e else 'reject'}"
-        for c, v, f, e in OTHER_CHECKS
-    ],
-)
-def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, expected, subject):
-    """On Blackwell the gate still needs cuDNN >= 9.17.1 and the FlashInfer ViT backend."""
-    got = gate(subject, _gpu(capability, cudnn=cudnn, flashinfer=flashinfer))
-    assert got is expected, (
-        f"gate returned {got} on SM{capability[0]}{capability[1]} with cuDNN {cudnn} and the FlashInfer "
-        f"backend {'available' if flashinfer else 'unavailable'}; expected {expected}"
-    )
-
-
-# As for c1: the per-case tests give partial credit, this one asks that the gate keeps *both* other checks on
-# every case at once. Its weight equals the case count, so a gate that drops one check (the FlashInfer backend
-# test alone, say, which only one case sees) leaves c4 below met.
-@pytest.mark.criterion("c4", weight=len(OTHER_CHECKS))
-def test_cudnn_and_backend_checks_all_kept(subject):
-    """On Blackwell the gate gets every cuDNN-version and FlashInfer-backend case right at once."""
-    cases = [(_gpu(c, cudnn=v, flashinfer=f), e) for c, v, f, e in OTHER_CHECKS]
-    wrong = wrong_gate_answers(subject, cases)
-    assert not wrong, (
-        f"the gate gets {len(wrong)} cuDNN / FlashInfer case(s) wrong: " + "; ".join(wrong)
-        + " (it must still need cuDNN >= 9.17.1 and the FlashInfer ViT backend)"
-    )
+@pytest.mark.parametrize("site", [GATE, LAYER])
+@pytest.mark.parametrize("capability,cudnn,flashinfer", C4_CASES, ids=["-".join(c) for c in C4_CASES])
+def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answers):
+    """SM100+ still needs cuDNN 9.17.1 and the FlashInfer backend."""
+    expect(answers, site, capability, cudnn, flashinfer)
 
 
 # --- c5: a Hopper user is stopped up front with that error ---------------------------------------------------
 
-HOPPER = [((9, 0), 91701), ((9, 0), 92100)]
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(capability="sm90", flashinfer="available")
+@pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
+def test_hopper_stopped_at_construction(cudnn, answers):
+    """Hopper is stopped when the layer is built."""
+    expect(answers, LAYER, "sm90", cudnn, "available")
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.parametrize("capability,cudnn", HOPPER, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in HOPPER])
-def test_hopper_stopped_at_construction(capability, cudnn, subject):
-    """On Hopper, requesting FP8 ViT attention fails when the layer is built, before any cuDNN call."""
-    observed = build(subject, _gpu(capability, cudnn=cudnn))
-    if _is_check_error(observed):
-        return
-    if "raised" in observed:
-        pytest.fail(f"building MMEncoderAttention with FP8 on Hopper raised {observed['raised']} "
-                    f"(not ValueError/RuntimeError/NotImplementedError): {observed['message']}")
-    pytest.fail(
-        "MMEncoderAttention was built on Hopper with FP8 enabled "
-        f"(fp8_enabled={observed['returned'].get('fp8_enabled', '?')}); the failure would only surface inside cuDNN"
-    )
-
-
-@pytest.mark.criterion("c5")
-@pytest.mark.parametrize("capability,cudnn", HOPPER, ids=[f"{_cap_id(c)}-cudnn{v}" for c, v in HOPPER])
-def test_hopper_error_names_blackwell(capability, cudnn, subject):
-    """The error a Hopper user gets for FP8 ViT attention names the Blackwell/SM100 requirement."""
-    gpu = _gpu(capability, cudnn=cudnn)
-    message = _check_error_message(gpu, build(subject, gpu))
-    assert BLACKWELL_RE.search(message), f"error does not name the Blackwell / SM100 requirement: {message!r}"
+@pytest.mark.cases(capability="sm90", flashinfer="available")
+@pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
+def test_hopper_error_names_blackwell(cudnn, answers):
+    """The Hopper error names the SM100 need and claims nothing false."""
+    message = refusal_message(answers, "sm90", cudnn, "available")
+    problems = message_problems(message, "sm90")
+    assert not problems, f"the error on Hopper with cuDNN {cudnn} ({message!r}): " + "; ".join(problems)

@@ -2,7 +2,10 @@
 
 Two validation sites are exercised: the ``TritonAttentionImpl`` constructor (raises ``ValueError`` to reject)
 and ``_is_supported_kv_cache_dtype`` in ``triton_reshape_and_cache_flash.py`` (returns False to reject). The
-subject reports what each site did on a faked platform (``probes/xpu_probes.py``); every verdict is decided here.
+subject reports what each site did on a faked platform (``probes/xpu_probes.py``), every case of the declared
+space in one call; every verdict is decided here, against the truth table below (and, for "the exemption lifts
+only the capability requirement", against what the unpatched base's store validator answers on a GPU that has
+every capability).
 """
 
 from __future__ import annotations
@@ -12,234 +15,241 @@ import re
 import pytest
 
 FP8_DTYPES = ["fp8", "fp8_e4m3", "fp8_e5m2"]
+NEEDS_NO_CAPABILITY = ["float16", "auto"]
+CAPABILITY_DTYPES = FP8_DTYPES + ["bfloat16"]
+ALL_DTYPES = CAPABILITY_DTYPES + NEEDS_NO_CAPABILITY
 REJECTIONS = ("ValueError", "NotImplementedError")
-SITES = ["impl", "validator"]
+IMPL, VALIDATOR = "TritonAttentionImpl", "_is_supported_kv_cache_dtype"
+SITES = [IMPL, VALIDATOR]
+
+# The CUDA capabilities c3 names, from Turing to Blackwell (data centre SM100 and consumer SM120).
+CUDA_CAPABILITIES = {"sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0),
+                     "sm100": (10, 0), "sm120": (12, 0)}
+# The platforms c4 names that are not XPU: (platform kind, capability). ROCm reports its gfx arch as a capability
+# (gfx90a 9.0, gfx942 9.4, gfx950 9.5); "rocm-low" is a ROCm device below every threshold.
+OTHER_PLATFORMS = {"cpu": ("cpu", None), "tpu": ("tpu", None), "out-of-tree": ("oot", None),
+                   "rocm-low": ("rocm", (7, 5)), "gfx90a": ("rocm", (9, 0)), "gfx942": ("rocm", (9, 4)),
+                   "gfx950": ("rocm", (9, 5))}
+# What the store may be asked on XPU beyond c1/c2's dtypes: quantized modes the base's store validator accepts
+# with capability (per-token-head, nvfp4, fp8 variants), modes it never accepts (turboquant), and spellings it
+# never accepts (int8, fp16, torch's name, upper case). The exemption must not change any of these answers.
+XPU_STORE_DTYPES = ["fp8_per_token_head", "int8_per_token_head", "fp8_inc", "nvfp4", "turboquant_k8v4",
+                    "turboquant_3bit_nc", "int8", "fp16", "float8_e4m3fn", "FP8"]
+# The capability that stands for "has every capability" when asking the base what its dtype check alone allows.
+EVERY_CAPABILITY = (12, 0)
+
+REQUIRED_CAPABILITY = {**{d: 89 for d in FP8_DTYPES}, "bfloat16": 80}
 
 
-class SiteCrashed(AssertionError):
-    """A site raised something other than a clean rejection."""
+def needs_met(capability, dtype: str) -> bool:
+    """The truth table: fp8 (every spelling) needs SM89+, bfloat16 SM80+, float16 and auto nothing."""
+    need = REQUIRED_CAPABILITY.get(dtype)
+    if need is None:
+        return True
+    return capability is not None and capability[0] * 10 + capability[1] >= need
 
 
 def _case(site: str, platform: str, capability, dtype: str) -> dict:
-    return {"site": site, "platform": platform, "capability": list(capability) if capability else None,
-            "dtype": dtype}
+    return {"site": "impl" if site == IMPL else "validator", "platform": platform,
+            "capability": list(capability) if capability else None, "dtype": dtype}
 
 
-def _accepted(case: dict, observed: dict) -> bool:
-    """Accept or reject, read off what the site did; anything but a clean rejection raises SiteCrashed."""
-    if "raised" in observed:
-        if case["site"] == "impl" and observed["raised"] in REJECTIONS:
-            return False
-        raise SiteCrashed(f"{case['site']} on {case['platform']} with {case['dtype']!r} raised "
-                          f"{observed['raised']}: {observed['message']}")
-    value = observed["returned"]
-    if case["site"] == "impl":
-        assert value == case["dtype"], f"the backend was built with kv_cache_dtype {value!r}, not {case['dtype']!r}"
-        return True
-    assert isinstance(value, bool), f"the validator's answer is not a bool: {value!r}"
-    return value
+def _key(case: dict) -> tuple:
+    return case["site"], case["platform"], tuple(case["capability"] or ()), case["dtype"]
 
 
-def accepts(subject, site: str, platform: str, dtype: str, capability=None) -> bool:
+def _declared_cases() -> list[dict]:
+    cases = [_case(site, "xpu", None, dtype) for site in SITES for dtype in ALL_DTYPES]
+    cases += [_case(VALIDATOR, "xpu", None, dtype) for dtype in XPU_STORE_DTYPES]
+    cases += [_case(site, "cuda", cap, dtype) for site in SITES for cap in CUDA_CAPABILITIES.values()
+              for dtype in ALL_DTYPES]
+    cases += [_case(site, kind, cap, dtype) for site in SITES for kind, cap in OTHER_PLATFORMS.values()
+              for dtype in ALL_DTYPES]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def observed(subject) -> dict:
+    """What each site did in every declared case, asked of the candidate's tree in one call."""
+    cases = _declared_cases()
+    return dict(zip(map(_key, cases), subject.call("xpu_probes.site_outcomes", cases=cases), strict=True))
+
+
+@pytest.fixture(scope="module")
+def base_store_answers(base_subject) -> dict:
+    """What the base's store validator answers for each XPU store dtype on XPU and on a GPU with every capability:
+    the two answers the exemption may give, since it lifts the capability requirement and nothing else."""
+    dtypes = XPU_STORE_DTYPES + ALL_DTYPES
+    cases = [_case(VALIDATOR, "xpu", None, d) for d in dtypes]
+    cases += [_case(VALIDATOR, "cuda", EVERY_CAPABILITY, d) for d in dtypes]
+    answers = [answer["returned"] for answer in base_subject.call("xpu_probes.site_outcomes", cases=cases)]
+    return {d: (on_xpu, capable) for d, on_xpu, capable in zip(dtypes, answers, answers[len(dtypes):], strict=False)}
+
+
+def verdict(observed: dict, site: str, platform: str, capability, dtype: str) -> str:
+    """"accept" or "reject", read off what the site did; anything but a clean rejection is described as a crash."""
     case = _case(site, platform, capability, dtype)
-    (observed,) = subject.call("xpu_probes.site_outcomes", cases=[case])
-    return _accepted(case, observed)
+    seen = observed[_key(case)]
+    if "raised" in seen:
+        if site == IMPL and seen["raised"] in REJECTIONS:
+            return "reject"
+        return f"crash ({seen['raised']}: {seen['message'][:200]})"
+    value = seen["returned"]
+    if site == IMPL:
+        return "accept" if value == dtype else f"accept but built with kv_cache_dtype {value!r}"
+    if not isinstance(value, bool):
+        return f"answered {value!r}, not a bool"
+    return "accept" if value else "reject"
 
 
-def _wrong_verdicts(subject, cases: list[tuple[str, dict, bool]]) -> list[str]:
-    """Every (label, case, expected) the site gets wrong, each described; an unexpected exception counts."""
-    observed = subject.call("xpu_probes.site_outcomes", cases=[case for _, case, _ in cases])
-    wrong = []
-    for (label, case, accepted), seen in zip(cases, observed, strict=True):
-        try:
-            got = _accepted(case, seen)
-        except AssertionError as exc:
-            wrong.append(f"{label} {case['dtype']}: {exc}")
-            continue
-        if got != accepted:
-            wrong.append(f"{label} {case['dtype']}: expected {'accept' if accepted else 'reject'}, "
-                         f"got {'accept' if got else 'reject'}")
-    return wrong
+def expect(observed, site, platform, capability, dtype, accepted: bool, where: str) -> None:
+    got = verdict(observed, site, platform, capability, dtype)
+    want = "accept" if accepted else "reject"
+    assert got == want, f"{site} on {where} with kv_cache_dtype={dtype!r}: expected {want}, got {got}"
 
 
 # --- c1: fp8 on XPU ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(platform="xpu", site=IMPL)
 @pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES)
-def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, subject):
-    """The Triton attention backend accepts an fp8 KV cache on XPU (no CUDA capability)."""
-    assert accepts(subject, "impl", "xpu", kv_cache_dtype), f"rejected kv_cache_dtype={kv_cache_dtype!r} on XPU"
+def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed):
+    """XPU accepts every fp8 KV cache spelling."""
+    expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
 
 
 # --- c2: bf16 on XPU --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.criterion("c2")
-def test_xpu_accepts_bf16_kv_cache(subject):
-    """The Triton attention backend accepts a bfloat16 KV cache on XPU (no CUDA capability)."""
-    assert accepts(subject, "impl", "xpu", "bfloat16"), "rejected kv_cache_dtype='bfloat16' on XPU"
+@pytest.mark.cases(platform="xpu", site=IMPL)
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16"])
+def test_xpu_accepts_bf16_kv_cache(kv_cache_dtype, observed):
+    """XPU accepts a bfloat16 KV cache."""
+    expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
 
 
 # --- c3: CUDA capability errors preserved ---------------------------------------------------------------------
 
-CUDA_CASES = [
-    # (capability, dtype, accepted)
-    ((7, 5), "fp8", False),
-    ((8, 0), "fp8", False),
-    ((8, 6), "fp8", False),
-    ((7, 5), "bfloat16", False),
-    ((8, 0), "bfloat16", True),
-    ((8, 9), "fp8", True),
-    ((9, 0), "fp8", True),
-    # A capability error is kept only where it was: dtypes that need no capability stay accepted on old GPUs.
-    ((7, 5), "float16", True),
-    ((7, 5), "auto", True),
-]
-
 
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("site", SITES)
-@pytest.mark.parametrize(
-    "capability,kv_cache_dtype,accepted",
-    CUDA_CASES,
-    ids=[f"sm{c[0]}{c[1]}-{d}-{'accept' if a else 'reject'}" for c, d, a in CUDA_CASES],
-)
-def test_cuda_capability_rules_kept(capability, kv_cache_dtype, accepted, site, subject):
-    """On CUDA, fp8 still needs SM89+ and bfloat16 SM80+ (float16 and auto nothing), at both validation sites."""
-    got = accepts(subject, site, "cuda", kv_cache_dtype, capability)
-    assert got == accepted, (
-        f"{site} on CUDA SM{capability[0]}{capability[1]} with kv_cache_dtype={kv_cache_dtype!r}: "
-        f"expected {'accept' if accepted else 'reject'}, got {'accept' if got else 'reject'}"
-    )
+@pytest.mark.parametrize("kv_cache_dtype", ALL_DTYPES)
+@pytest.mark.parametrize("capability", list(CUDA_CAPABILITIES))
+def test_cuda_capability_rules_kept(capability, kv_cache_dtype, site, observed):
+    """CUDA keeps its capability rules at both sites."""
+    cap = CUDA_CAPABILITIES[capability]
+    expect(observed, site, "cuda", cap, kv_cache_dtype, needs_met(cap, kv_cache_dtype), f"CUDA {capability}")
 
 
-# The per-case tests above give partial credit; this one asks that a site keeps *all* of the CUDA rules. Its
-# weight equals the site's case count, so a site that gets even one rule wrong leaves c3 below met: keeping the
-# capability errors means keeping every one of them, not most of them.
-@pytest.mark.criterion("c3", weight=len(CUDA_CASES))
-@pytest.mark.parametrize("site", SITES)
-def test_cuda_capability_rules_all_kept_per_site(site, subject):
-    """One validation site gets every CUDA capability case right: SM89+ for fp8, SM80+ for bf16, fp16 anywhere."""
-    cases = [(f"CUDA SM{c[0]}{c[1]}", _case(site, "cuda", c, d), a) for c, d, a in CUDA_CASES]
-    wrong = _wrong_verdicts(subject, cases)
-    assert not wrong, f"{site} gets {len(wrong)} CUDA case(s) wrong: " + "; ".join(wrong)
+# A rejection's message is a set of claims about this GPU: the dtypes it suggests (in whatever words: "--kv-cache-dtype
+# X", "use X instead", "try X") work here, and the capabilities it names are the device's own or the one the dtype
+# truly requires. The message is cut into clauses; a dtype named in a clause that does not itself negate or state a
+# requirement is a suggestion; every SM number (or "compute capability X.Y") is checked against the truth table.
+DTYPE_WORDS = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8": "fp8", "bfloat16": "bfloat16",
+               "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16", "auto": "auto",
+               "float32": "auto", "fp32": "auto"}
+DTYPE_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(DTYPE_WORDS, key=len, reverse=True))
+                         + r")(?![A-Za-z0-9_])", re.IGNORECASE)
+CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s")
+NOT_A_SUGGESTION = re.compile(r"\b(not|unsupported|requires?|required|needs?|only|cannot|can't|lacks?|without|"
+                              r"neither|nor|isn't|doesn't|too old|below|older)\b", re.IGNORECASE)
+SM_NUMBER = re.compile(r"\bsm[\s_]?(\d{2,3})\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?",
+                       re.IGNORECASE)
+CAPABILITY_NUMBER = re.compile(r"\b(\d{1,2})\.(\d)\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?")
+REQUIREMENT_WORDS = re.compile(r"\b(requires?|required|needs?|at least|minimum|or newer|or later|or above)\b",
+                               re.IGNORECASE)
 
 
-# A rejection's advice is part of what it claims: "Re-run with --kv-cache-dtype X" says X works on this GPU. An
-# error that sends an SM75 user to bfloat16 (which SM75 rejects too) keeps the rejection and breaks its promise.
-# Each rejection must still happen (a missing one is wrong here too, never a vacuous pass), and its advice, where
-# it gives one, must hold. Weighted as the two all-cases tests together: wrong advice leaves c3 below met.
-SUGGESTION = re.compile(r"--kv-cache-dtype[ =]+([A-Za-z0-9_]+)")
-
-
-@pytest.mark.criterion("c3", weight=2 * len(CUDA_CASES))
-def test_cuda_rejections_suggest_a_dtype_that_is_accepted_there(subject):
-    """Each CUDA rejection still happens, and where it suggests another --kv-cache-dtype, that one is accepted there."""
-    rejected = [(c, d) for c, d, a in CUDA_CASES if not a]
-    observed = subject.call("xpu_probes.site_outcomes", cases=[_case("impl", "cuda", c, d) for c, d in rejected])
+def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
+    """The claims of a rejection message on CUDA ``capability`` for ``dtype`` that the truth table contradicts."""
+    device = capability[0] * 10 + capability[1]
+    required = REQUIRED_CAPABILITY[dtype]
     wrong = []
-    for (capability, dtype), seen in zip(rejected, observed, strict=True):
-        if seen.get("raised") not in REJECTIONS:
-            wrong.append(f"SM{capability[0]}{capability[1]} {dtype}: not rejected ({seen})")
+    for clause in CLAUSE_BREAK.split(message):
+        states_requirement = bool(REQUIREMENT_WORDS.search(clause))
+        numbers = [(int(m.group(1)), bool(m.group(2))) for m in SM_NUMBER.finditer(clause)]
+        numbers += [(int(m.group(1)) * 10 + int(m.group(2)), bool(m.group(3)))
+                    for m in CAPABILITY_NUMBER.finditer(clause) if "capability" in clause.lower()
+                    or m.group(3)]
+        for number, is_minimum in numbers:
+            if (is_minimum or states_requirement) and number != device and number != required:
+                wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
+            elif number not in (device, required):
+                wrong.append(f"names SM{number}, neither this GPU (SM{device}) nor the requirement (SM{required})")
+        if NOT_A_SUGGESTION.search(clause):
             continue
-        suggested = SUGGESTION.search(seen.get("message", ""))
-        if suggested and not accepts(subject, "impl", "cuda", suggested.group(1), capability):
-            wrong.append(f"SM{capability[0]}{capability[1]} {dtype}: suggests {suggested.group(1)!r}, "
-                         "which is rejected there too")
-    assert not wrong, "; ".join(wrong)
+        for token in DTYPE_TOKEN.findall(clause):
+            suggested = DTYPE_WORDS[token.lower()]
+            if suggested == dtype or not needs_met(capability, suggested):
+                wrong.append(f"suggests {token!r} ({clause.strip()!r}), which SM{device} rejects too")
+    return wrong
+
+
+CUDA_REJECTIONS = [(name, dtype) for name, cap in CUDA_CAPABILITIES.items() for dtype in CAPABILITY_DTYPES
+                   if not needs_met(cap, dtype)]
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(site=IMPL)
+@pytest.mark.parametrize("capability,kv_cache_dtype", CUDA_REJECTIONS,
+                         ids=[f"{c}-{d}" for c, d in CUDA_REJECTIONS])
+def test_cuda_rejection_message_claims_hold(capability, kv_cache_dtype, observed):
+    """A CUDA rejection's message claims only what holds on that GPU."""
+    cap = CUDA_CAPABILITIES[capability]
+    expect(observed, IMPL, "cuda", cap, kv_cache_dtype, False, f"CUDA {capability}")
+    message = observed[_key(_case(IMPL, "cuda", cap, kv_cache_dtype))]["message"]
+    wrong = false_claims(message, cap, kv_cache_dtype)
+    assert not wrong, f"the rejection on CUDA {capability} of {kv_cache_dtype!r} ({message!r}): " + "; ".join(wrong)
 
 
 # --- c4: the exemption is limited to XPU ----------------------------------------------------------------------
 
-OTHER_PLATFORMS = [
-    ("cpu", None),
-    ("tpu", None),
-    ("oot", None),
-    ("rocm", (7, 5)),
-]
-C4_DTYPES = ["fp8", "bfloat16"]
-
 
 @pytest.mark.criterion("c4")
 @pytest.mark.parametrize("site", SITES)
-@pytest.mark.parametrize("kv_cache_dtype", C4_DTYPES)
-@pytest.mark.parametrize(
-    "kind,capability",
-    OTHER_PLATFORMS,
-    ids=[k if c is None else f"{k}-cap{c[0]}{c[1]}" for k, c in OTHER_PLATFORMS],
-)
-def test_non_xpu_without_capability_still_rejected(kind, capability, kv_cache_dtype, site, subject):
-    """Platforms other than XPU without the needed capability (CPU, TPU, out-of-tree, low ROCm) still reject."""
-    assert not accepts(subject, site, kind, kv_cache_dtype, capability), (
-        f"{site} accepted kv_cache_dtype={kv_cache_dtype!r} on {kind} (capability {capability}); "
-        "only XPU is exempt from the capability check"
-    )
+@pytest.mark.parametrize("kv_cache_dtype", ALL_DTYPES)
+@pytest.mark.parametrize("platform", list(OTHER_PLATFORMS))
+def test_non_xpu_platforms_decide_as_before(platform, kv_cache_dtype, site, observed):
+    """Other platforms accept what their capability allows."""
+    kind, cap = OTHER_PLATFORMS[platform]
+    expect(observed, site, kind, cap, kv_cache_dtype, needs_met(cap, kv_cache_dtype), platform)
 
 
-# As for c3: the per-case tests give partial credit, this one asks that a site rejects on *every* platform that is
-# not XPU and lacks the capability. A rejection must be a clean one (ValueError / NotImplementedError or False);
-# code that crashes on a platform without a capability (for instance reading the missing capability) is wrong.
-@pytest.mark.criterion("c4", weight=len(OTHER_PLATFORMS) * len(C4_DTYPES))
-@pytest.mark.parametrize("site", SITES)
-def test_non_xpu_rejections_all_kept_per_site(site, subject):
-    """One validation site rejects fp8 and bf16 on every non-XPU platform that lacks the capability."""
-    cases = [(f"{kind} (capability {cap})", _case(site, kind, cap, dtype), False)
-             for kind, cap in OTHER_PLATFORMS for dtype in C4_DTYPES]
-    wrong = _wrong_verdicts(subject, cases)
-    assert not wrong, f"{site} gets {len(wrong)} non-XPU case(s) wrong: " + "; ".join(wrong)
-
-
-# The exemption is XPU's, and it lifts the capability requirement and nothing else: the store validator rejects
-# on every other platform without the capability, and a dtype it never supports (neither native nor quantized, as
-# the base decides) stays rejected on XPU too. A validator that answers True on XPU before looking at the dtype
-# accepts any string there. All at once, weighted as all the per-case c4 tests: an exemption wider than asked, in
-# platforms or in dtypes, leaves c4 below met.
-NEVER_SUPPORTED = ["turboquant_k8v4", "turboquant_3bit_nc"]
-
-
-@pytest.mark.criterion("c4", weight=len(OTHER_PLATFORMS) * len(C4_DTYPES) * len(SITES))
-def test_xpu_exemption_keeps_unsupported_dtypes_rejected(subject):
-    """The store validator's exemption is exactly XPU's capability: other platforms and unsupported dtypes still fail."""
-    cases = [(f"{kind} (capability {cap})", _case("validator", kind, cap, dtype), False)
-             for kind, cap in OTHER_PLATFORMS for dtype in C4_DTYPES]
-    cases += [("XPU", _case("validator", "xpu", None, dtype), False) for dtype in NEVER_SUPPORTED]
-    wrong = _wrong_verdicts(subject, cases)
-    assert not wrong, "the exemption is wider than XPU's capability: " + "; ".join(wrong)
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(platform="xpu", site=VALIDATOR)
+@pytest.mark.parametrize("kv_cache_dtype", XPU_STORE_DTYPES + ALL_DTYPES)
+def test_xpu_exemption_lifts_only_the_capability(kv_cache_dtype, observed, base_store_answers):
+    """On XPU the store lifts only the capability requirement."""
+    allowed = set(base_store_answers[kv_cache_dtype])
+    assert allowed <= {True, False}, f"the base's store validator answered {allowed} for {kv_cache_dtype!r}"
+    got = verdict(observed, VALIDATOR, "xpu", None, kv_cache_dtype)
+    assert got in {"accept" if a else "reject" for a in allowed}, (
+        f"{VALIDATOR} on XPU with kv_cache_dtype={kv_cache_dtype!r}: {got}, where the base, on XPU or with every "
+        f"capability, would {' or '.join(sorted({'accept' if a else 'reject' for a in allowed}))}")
 
 
 # --- c5: every validation site agrees -------------------------------------------------------------------------
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES + ["bfloat16"])
-def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, subject):
-    """_is_supported_kv_cache_dtype in triton_reshape_and_cache_flash.py accepts fp8 and bf16 on XPU."""
-    assert accepts(subject, "validator", "xpu", kv_cache_dtype), (
-        f"_is_supported_kv_cache_dtype({kv_cache_dtype!r}) is False on XPU: the KV cache store would "
-        "reject what the attention backend accepts"
-    )
-
-
-# As for c3 and c4: c5 names every dtype (fp8, fp8_e4m3, fp8_e5m2 and bfloat16); a store validator that accepts
-# all but one of them does not do what c5 asks. Weight 2: one dtype rejected entirely leaves c5 at 4/7, below
-# met, while a validator that accepts bf16 alone (and agrees with its backend) stays partial (2/7).
-@pytest.mark.criterion("c5", weight=2)
-def test_cache_store_validator_accepts_every_dtype_on_xpu(subject):
-    """The KV cache store validator accepts every fp8 dtype and bfloat16 on XPU, not just some of them."""
-    cases = [("XPU", _case("validator", "xpu", None, dtype), True) for dtype in FP8_DTYPES + ["bfloat16"]]
-    wrong = _wrong_verdicts(subject, cases)
-    assert not wrong, f"the store validator gets {len(wrong)} XPU dtype(s) wrong: " + "; ".join(wrong)
+@pytest.mark.cases(platform="xpu", site=VALIDATOR)
+@pytest.mark.parametrize("kv_cache_dtype", CAPABILITY_DTYPES)
+def test_cache_store_validator_accepts_on_xpu(kv_cache_dtype, observed):
+    """The KV cache store accepts fp8 and bfloat16 on XPU."""
+    expect(observed, VALIDATOR, "xpu", None, kv_cache_dtype, True,
+           "XPU (the KV cache store would reject what the attention backend accepts)")
 
 
 @pytest.mark.criterion("c5")
-def test_validation_sites_agree_on_xpu(subject):
-    """On XPU the attention backend and the KV cache store validator give the same verdict for every dtype."""
+@pytest.mark.cases(platform="xpu", site=SITES, kv_cache_dtype=ALL_DTYPES)
+def test_validation_sites_agree_on_xpu(observed):
+    """On XPU both sites give the same verdict."""
     disagreements = []
-    for dtype in FP8_DTYPES + ["bfloat16", "float16", "auto"]:
-        impl_ok = accepts(subject, "impl", "xpu", dtype)
-        store_ok = accepts(subject, "validator", "xpu", dtype)
-        if impl_ok != store_ok:
-            disagreements.append(f"{dtype}: backend {'accepts' if impl_ok else 'rejects'}, "
-                                 f"store validator {'accepts' if store_ok else 'rejects'}")
+    for dtype in ALL_DTYPES:
+        impl = verdict(observed, IMPL, "xpu", None, dtype)
+        store = verdict(observed, VALIDATOR, "xpu", None, dtype)
+        if impl != store:
+            disagreements.append(f"{dtype}: backend {impl}, store validator {store}")
     assert not disagreements, "; ".join(disagreements)
