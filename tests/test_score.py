@@ -319,3 +319,15 @@ def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
     other = out("s", "passed", c1=1)
     r = score_from_outcomes("c1", "t", [cpu_skipped, cuda, other])
     assert (r.coverage, r.not_run) == (round(1 / 3, 4), {"gpu": 1, "skipped": 1})
+
+
+def test_the_scoring_page_quotes_the_rule_as_the_code_has_it():
+    """docs/scoring.md states the rule once: its constants are score.py's and it names every verdict."""
+    from grader import score
+    from grader.core.records import VERDICTS
+    from grader.core.rubric import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "scoring.md").read_text()
+    for name in ("MET_AT", "UNMET_AT", "PARTIAL_BAND", "FAIL_BAND"):
+        assert f"`{name} = {getattr(score, name)}`" in page, name
+    assert all(f"| `{verdict}` |" in page for verdict in VERDICTS)
