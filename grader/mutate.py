@@ -661,6 +661,8 @@ CLAMP_CALLS = {"clamp", "clamp_", "clip", "clip_"}
 MIN_CALLS, MAX_CALLS = {"min", "minimum", "fmin"}, {"max", "maximum", "fmax"}
 CASE_FOLDS = {"lower", "upper", "casefold"}
 PREDICATE_NAME = re.compile(r"^_*(is|has|supports?|can|should|use|uses|on|needs?)_\w*$")
+# ``name.startswith("literal")`` on a line that does not parse alone (a condition continued on the next line).
+PREFIX_TEST = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(startswith|endswith)\(\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\)")
 
 
 def _call_name(node: ast.AST) -> str:
@@ -677,13 +679,20 @@ def _source_of(raw: bytes, node: ast.AST) -> str:
     return raw[node.col_offset:node.end_col_offset].decode()
 
 
-def _alias_mutations(text: str) -> list[tuple[str, str, str]]:
+def _alias_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
     """A test that accepts a family of spellings narrowed to one: ``x.startswith(p)`` / ``x.endswith(p)`` ->
     ``x == p`` (``x in (p, q)`` for a tuple of prefixes), ``"p" in x`` (a substring test) -> ``x == "p"``, and
-    ``x.lower()`` (``upper``, ``casefold``) in a comparison -> ``x``."""
+    ``x.lower()`` (``upper``, ``casefold``) in a comparison -> ``x``. On a line that does not parse alone, a
+    dotted name's prefix test with a literal is still narrowed, in brackets."""
     out = []
     nodes, raw = _line_sites(text.strip())
     indent = _indent(text)
+    if not nodes:
+        for m in PREFIX_TEST.finditer(text):
+            if mask[m.start()]:
+                new = f"({m.group(1)} == {m.group(3)})"
+                out.append(("narrow-alias", text[:m.start()] + new + text[m.end():], f"{m.group(0)} -> {new}"))
+        return out
     for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in ("startswith", "endswith") and len(node.args) == 1 and not node.keywords:
@@ -783,6 +792,25 @@ def _widening_mutations(text: str) -> list[tuple[str, str, str]]:
         return []
     return [("widen-predicate", indent + _spliced(raw, returned.value, "True"),
              f"return {_source_of(raw, returned.value)} -> return True")]
+
+
+def _long_condition_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
+    """An added ``if``/``elif``/``while`` whose condition runs over several lines, replaced by ``True``."""
+    out = []
+    for i in _new_side(lines):
+        keyword = _code_at(lines, i).split(" ", 1)[0].split("(", 1)[0]
+        span = _statement_span(lines, i) if lines[i].tag == "+" and keyword in ("if", "elif", "while") else None
+        if not span or len(span) < 2:
+            continue
+        header = "\n".join(lines[j].text.strip() for j in span)
+        try:
+            ast.parse(("if 0: pass\n" if keyword == "elif" else "") + header + " pass")
+        except (SyntaxError, ValueError):
+            continue
+        out.append(("widen-predicate", i, _rewritten_statement(hunk, lines, span,
+                                                               f"{_indent(lines[i].text)}{keyword} (True):"),
+                    f"the condition of {lines[i].text.strip()!r}... -> True"))
+    return out
 
 
 def _is_booleanish(node: ast.expr) -> bool:
@@ -931,9 +959,18 @@ def _statement_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int,
             continue
         indent = _indent(lines[start].text)
         for op, rewritten, what in _mask_rewrites(statement) + _clamp_rewrites(statement):
-            out.append((op, start, _edited_body(hunk, set(span[1:]), {span[0]: indent + ast.unparse(rewritten)}),
-                        what))
+            out.append((op, start, _rewritten_statement(hunk, lines, span, indent + ast.unparse(rewritten)), what))
     return out
+
+
+def _rewritten_statement(hunk: Hunk, lines: list[_Line], span: list[int], text: str) -> list[str]:
+    """The hunk's body with the statement on ``span`` replaced by ``text``. Where the statement ends on a line of
+    closing brackets that ``text`` ends with too, that line stays as it is: a hunk whose context ends in removed
+    lines would only apply at the end of the file (git's rule for a hunk without trailing context)."""
+    closing = lines[span[-1]].text.strip()
+    if len(span) > 1 and closing and set(closing) <= set(")]}:") and text.endswith(closing):
+        return _edited_body(hunk, set(span[1:-1]), {span[0]: text[:-len(closing)]})
+    return _edited_body(hunk, set(span[1:]), {span[0]: text})
 
 
 def _bound_mutations(text: str) -> list[tuple[str, str, str]]:
@@ -1099,14 +1136,15 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
             for li, line in enumerate(lines):
                 if line.tag != "+" or not _is_code(line.mask, line.text):
                     continue
-                for op, new_text, what in _alias_mutations(line.text) + \
+                for op, new_text, what in _alias_mutations(line.text, line.mask) + \
                         _site_mutations(line.text, repeated_terms) + _widening_mutations(line.text) + \
                         _bound_mutations(line.text):
                     body = list(hunk.lines)
                     body[li] = "+" + new_text
                     add(op, li, body, f"{what} in {line.text.strip()!r}")
             for op, li, body, what in _site_block_mutations(hunk, lines, at_eof, repeated_headers) + \
-                    _predicate_body_mutations(hunk, lines, at_eof) + _statement_mutations(hunk, lines):
+                    _predicate_body_mutations(hunk, lines, at_eof) + _long_condition_mutations(hunk, lines) + \
+                    _statement_mutations(hunk, lines):
                 add(op, li, body, what)
             order = ["revert-condition"] + [op for op, _, _ in TEXT_OPERATORS] + \
                 ["shift-boundary", "widen-platform", "capability-down", "capability-up", "swap-operands",

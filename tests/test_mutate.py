@@ -578,8 +578,10 @@ def test_masks_lose_one_dimension_or_go_whole_even_over_several_lines(case_texts
     assert narrowed == ["k = tl.load(k_ptr + offs, mask=offs < m, other=0.0)",
                         "k = tl.load(k_ptr + offs, mask=offs < n, other=0.0)"]
     dropped = sorted(line.strip() for t in case_texts["drop-mask"] for line in only_changed(t))
-    assert dropped == ["k = tl.load(k_ptr + offs)", "v = tl.load(v_ptr + offs)"]
-    assert all("mask=offs < n," not in t for t in case_texts["drop-mask"] if "v = tl.load(v_ptr + offs)\n" in t)
+    # a call over several lines becomes one line, its closing bracket kept as the context it was
+    assert dropped == ["k = tl.load(k_ptr + offs)", "v = tl.load(v_ptr + offs"]
+    (several,) = [t for t in case_texts["drop-mask"] if "v = tl.load(v_ptr + offs\n    )\n" in t]
+    assert "mask=offs < n," not in several and "other=0.0," not in several
 
 
 def test_drop_clamp_leaves_the_value_and_drops_nested_bounds_one_at_a_time(case_texts):
@@ -613,3 +615,23 @@ def test_a_mutant_that_would_not_parse_is_never_made():
                     reference.replace("+        return 1", "+        return (1"))
     assert leaves_unparsable(broken, {"pkg/f.py": base}.get)
     assert not leaves_unparsable(broken, lambda path: None)  # the base's file unknown: grading judges it
+
+
+def test_a_condition_over_several_lines_is_narrowed_and_widened(make_git_tree):
+    """The shape of a real fix: ``if x.startswith("fp8") and not (`` continued on the next lines. Its prefix test
+    is narrowed to one spelling, and its whole condition widened to ``True``; both apply and parse."""
+    import ast
+
+    base = "def check(x, cap):\n    return cap\n\n\nY = 1\n"
+    new = ('def check(x, cap):\n    if x.startswith("fp8") and not (\n        cap >= 89\n    ):\n'
+           '        raise ValueError(x)\n    return cap\n\n\nY = 1\n')
+    mutants = derive_mutants(make_diff({"pkg/c.py": base}, {"pkg/c.py": new}), {"pkg/c.py": base}.get)
+    texts = {}
+    for i, m in enumerate(m for m in mutants if m.operator in ("narrow-alias", "widen-predicate")):
+        tree = make_git_tree({"pkg/c.py": base}, name=f"l{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"{m.id}: {done.stderr}"
+        texts[m.operator] = (tree / "pkg/c.py").read_text()
+        ast.parse(texts[m.operator])
+    assert '    if (x == "fp8") and not (\n' in texts["narrow-alias"]
+    assert "    if (True\n    ):\n        raise ValueError(x)\n" in texts["widen-predicate"]
