@@ -794,6 +794,73 @@ def _widening_mutations(text: str) -> list[tuple[str, str, str]]:
              f"return {_source_of(raw, returned.value)} -> return True")]
 
 
+def _spelling_sets(tree: ast.AST) -> list[ast.Set | ast.Tuple | ast.List]:
+    """Literal collections of two or more members that stand for a family of accepted values: read by a
+    membership test, or a collection of strings assigned to a name (``SUPPORTED = {"fp8", "fp8_e4m3"}``, also
+    through ``frozenset(...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            found += [c for c in node.comparators if isinstance(c, (ast.Set, ast.Tuple, ast.List))]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            value = node.value
+            if isinstance(value, ast.Call) and _call_name(value) in ("frozenset", "set", "tuple") and \
+                    len(value.args) == 1:
+                value = value.args[0]
+            if isinstance(value, (ast.Set, ast.Tuple, ast.List)) and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+                found.append(value)
+    return [f for f in found if len(f.elts) >= 2]
+
+
+def _member_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
+    """A family of accepted values losing one member (``drop-element`` beyond a membership test on one line): in a
+    literal written one member a line, each member's line dropped in turn; in a literal on one line, each member
+    dropped in turn (where the line-level operator made the same mutant, it is kept once)."""
+    out, seen = [], set()
+    for i in _new_side(lines):
+        if lines[i].tag != "+":
+            continue
+        start = _statement_start(lines, i)
+        span = _statement_span(lines, start) if start is not None and start not in seen else None
+        if not span:
+            continue
+        seen.add(start)
+        text = "\n".join(lines[j].text.strip() for j in span)
+        tree, first, parsed = None, 1, ""
+        for parsed, first in ((text, 1), (text + " pass", 1), ("if 0: pass\n" + text + " pass", 2)):
+            try:
+                tree = ast.parse(parsed)
+                break
+            except (SyntaxError, ValueError):
+                continue
+        for literal in _spelling_sets(tree) if tree is not None else []:
+            if literal.lineno == literal.end_lineno:
+                if len(span) == 1:
+                    out += _members_dropped_on_line(lines[span[0]].text, text, literal, span[0], hunk)
+                continue
+            for element in literal.elts:
+                index = element.lineno - first
+                if element.lineno == element.end_lineno and 0 <= index < len(span) and \
+                        lines[span[index]].text.strip().rstrip(",").strip() == \
+                        ast.get_source_segment(parsed, element):
+                    out.append(("drop-element", span[index], _edited_body(hunk, {span[index]}),
+                                f"drop {ast.unparse(element)} from {ast.unparse(literal)}"))
+    return out
+
+
+def _members_dropped_on_line(line: str, text: str, literal: ast.expr, i: int, hunk: Hunk):
+    """Each member of a literal written on one line (``text``: the line stripped) left out in turn."""
+    raw, out = text.encode(), []
+    for k, element in enumerate(literal.elts):
+        kept = [e for j, e in enumerate(literal.elts) if j != k]
+        smaller = ast.Set(elts=kept) if isinstance(literal, ast.Set) else type(literal)(elts=kept, ctx=ast.Load())
+        new = _indent(line) + _spliced(raw, literal, ast.unparse(smaller))
+        out.append(("drop-element", i, _edited_body(hunk, set(), {i: new}),
+                    f"drop {ast.unparse(element)} from {ast.unparse(literal)}"))
+    return out
+
+
 def _long_condition_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
     """An added ``if``/``elif``/``while`` whose condition runs over several lines, replaced by ``True``."""
     out = []
@@ -1144,6 +1211,7 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
                     add(op, li, body, f"{what} in {line.text.strip()!r}")
             for op, li, body, what in _site_block_mutations(hunk, lines, at_eof, repeated_headers) + \
                     _predicate_body_mutations(hunk, lines, at_eof) + _long_condition_mutations(hunk, lines) + \
+                    _member_mutations(hunk, lines) + \
                     _statement_mutations(hunk, lines):
                 add(op, li, body, what)
             order = ["revert-condition"] + [op for op, _, _ in TEXT_OPERATORS] + \

@@ -635,3 +635,25 @@ def test_a_condition_over_several_lines_is_narrowed_and_widened(make_git_tree):
         ast.parse(texts[m.operator])
     assert '    if (x == "fp8") and not (\n' in texts["narrow-alias"]
     assert "    if (True\n    ):\n        raise ValueError(x)\n" in texts["widen-predicate"]
+
+
+def test_a_family_of_values_loses_one_member_in_every_shape(make_git_tree):
+    """drop-element beyond a membership test on one line: a set assigned to a name, and a literal written one
+    member a line (each member's line dropped), in a condition and in an assignment."""
+    import ast
+
+    base = "def ok(x):\n    return False\n\n\nY = 1\n"
+    new = ('FP8 = frozenset({"fp8", "fp8_e4m3"})\n\n\ndef ok(x):\n    if x in (\n        "fp8_e5m2",\n'
+           '        "fp8_inc",\n    ):\n        return True\n    return x in FP8\n\n\nY = 1\n')
+    mutants = [m for m in derive_mutants(make_diff({"pkg/d.py": base}, {"pkg/d.py": new}), {"pkg/d.py": base}.get)
+               if m.operator == "drop-element"]
+    texts = []
+    for i, m in enumerate(mutants):
+        tree = make_git_tree({"pkg/d.py": base}, name=f"d{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"{m.id}: {done.stderr}"
+        texts.append((tree / "pkg/d.py").read_text())
+        ast.parse(texts[-1])
+    assert len(texts) == 4
+    assert sum("frozenset({'fp8'})" in t for t in texts) == sum("frozenset({'fp8_e4m3'})" in t for t in texts) == 1
+    assert sum('"fp8_e5m2"' not in t for t in texts) == sum('"fp8_inc"' not in t for t in texts) == 1
