@@ -27,9 +27,10 @@ task's base that the hidden tests should tell apart from the reference. Operator
 - ``delete-call``: an added call statement that spans lines replaced by ``pass``;
 - the case space a fix accepts (``CASE_SPACE_OPERATORS``): ``narrow-alias`` (``x.startswith(p)`` or
   ``x.endswith(p)`` -> ``x == p``, a substring test ``"p" in x`` -> ``x == "p"``, ``x.lower()`` in a comparison ->
-  ``x``; a literal set losing a member is ``drop-element``), ``drop-site`` (a condition term, or a whole ``if``
+  ``x``; a family of values losing a member is ``drop-element``, which also takes a member out of a literal
+  written one member a line and out of a collection of strings assigned to a name), ``drop-site`` (a condition term, or a whole ``if``
   block, that the fix adds at two places or more, dropped at one of them at a time), ``widen-predicate`` (an added
-  ``if``/``elif``/``while`` condition -> ``True``, ``return <condition>`` -> ``return True``, the body of a boolean
+  ``if``/``elif`` condition -> ``True``, ``return <condition>`` -> ``return True``, the body of a boolean
   function the fix writes or changes -> ``return True``), ``shift-bound`` (a slice bound or ``range`` stop moved by
   one either way), ``narrow-mask`` (one term of ``mask=a & b & ...`` dropped at a time: one dimension, or one of K
   and V, no longer bounded), ``drop-mask`` (a ``mask=`` keyword, and its ``other=``, dropped from a call) and
@@ -720,19 +721,20 @@ def _alias_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
 
 
 def _condition_test(stripped: str) -> tuple[ast.expr, bytes] | None:
-    """The test of the ``if``/``elif``/``while`` on one line (its header, or the whole line ``if c: return``)."""
+    """The test of the ``if``/``elif`` on one line (its header, or the whole line ``if c: return``). A ``while`` is
+    left alone: a loop condition made true or weaker would mostly make a mutant that hangs, which tells nothing."""
     nodes, raw = _line_sites(stripped)
     for node in nodes:
-        if isinstance(node, (ast.If, ast.While)) and node.test.lineno == node.test.end_lineno == node.lineno:
+        if isinstance(node, ast.If) and node.test.lineno == node.test.end_lineno == node.lineno:
             return node.test, raw
     return None
 
 
 def _condition_terms(stripped: str) -> list[tuple[ast.BoolOp, ast.expr, bytes]]:
-    """(boolean operation, one of its terms) in the condition of one line (``if``, ``elif``, ``while``, ``assert``
-    or ``return``)."""
+    """(boolean operation, one of its terms) in the condition of one line (``if``, ``elif``, ``assert`` or
+    ``return``)."""
     code = stripped.split(" ", 1)[0].rstrip(":")
-    if code not in CONDITION_KEYWORDS:
+    if code not in CONDITION_KEYWORDS or code == "while":
         return []
     nodes, raw = _line_sites(stripped)
     found = _condition_test(stripped)
@@ -777,8 +779,7 @@ def _site_mutations(text: str, terms: set[str]) -> list[tuple[str, str, str]]:
 
 
 def _widening_mutations(text: str) -> list[tuple[str, str, str]]:
-    """A condition the fix adds replaced by ``True`` (``if``, ``elif``, ``while``), and a boolean ``return`` by
-    ``return True``."""
+    """A condition the fix adds replaced by ``True`` (``if``, ``elif``), and a boolean ``return`` by ``return True``."""
     stripped, indent = text.strip(), _indent(text)
     found = _condition_test(stripped)
     if found is not None:
@@ -862,11 +863,11 @@ def _members_dropped_on_line(line: str, text: str, literal: ast.expr, i: int, hu
 
 
 def _long_condition_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
-    """An added ``if``/``elif``/``while`` whose condition runs over several lines, replaced by ``True``."""
+    """An added ``if``/``elif`` whose condition runs over several lines, replaced by ``True``."""
     out = []
     for i in _new_side(lines):
         keyword = _code_at(lines, i).split(" ", 1)[0].split("(", 1)[0]
-        span = _statement_span(lines, i) if lines[i].tag == "+" and keyword in ("if", "elif", "while") else None
+        span = _statement_span(lines, i) if lines[i].tag == "+" and keyword in ("if", "elif") else None
         if not span or len(span) < 2:
             continue
         header = "\n".join(lines[j].text.strip() for j in span)
