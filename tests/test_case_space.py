@@ -142,7 +142,8 @@ def test_a_fully_covered_task_passes_and_maps_every_clause(demo):
     table = clause_table(task, collected)
     assert len(table) == len(coverage.details) == 6  # c1 has two clauses
     assert table[0].startswith("c1 'Accepts fp8 and fp8_e4m3 on XPU' -> dtype=fp8, dtype=fp8_e4m3, platform=xpu ->")
-    assert table[1].startswith("c1 'still rejects int8 on XPU.' -> dtype=int8, platform=xpu -> 4 checks")
+    # a check counts for a clause when it exercises a value of each axis the clause names
+    assert table[1] == "c1 'still rejects int8 on XPU.' -> dtype=int8, platform=xpu -> 1 checks: test_c1[int8]"
 
 
 def test_a_criterion_without_cases_is_refused(tmp_path):
@@ -185,10 +186,32 @@ def test_other(capability):
 '''
     folder = write_task(tmp_path, tests=tests)
     task, collected = load_task(folder), collect(folder, tmp_path)
-    assert coverage_problems(task, collected) == ["c1: dtype=int8 exercised by no check of c1",
-                                                  "c3: capability=sm90 exercised by no check of c3"]
+    assert coverage_problems(task, collected) == [
+        "c1: dtype=int8 exercised by no check of c1",
+        "c1: no check of c1 exercises the clause 'still rejects int8 on XPU.' (a value of each axis it names: "
+        "dtype=int8, platform=xpu)",
+        "c3: capability=sm90 exercised by no check of c3"]
     table = clause_table(task, collected)
-    assert table[1].endswith("-> dtype=int8, platform=xpu -> 2 checks: test_c1[fp8], test_c1[fp8_e4m3]")
+    assert table[1].endswith("-> dtype=int8, platform=xpu -> 0 checks")
+
+
+def test_a_clause_needs_one_check_that_exercises_its_values_together(tmp_path):
+    """Every value of c3 is exercised, but fp8 only by a check without a capability and the capabilities only
+    without fp8: "rejecting fp8 on sm80" is then checked by nothing."""
+    tests = TESTS.replace('PARAMS = [pytest.param("sm80", marks=pytest.mark.cases(dtype="fp8")), "sm90"]',
+                          'PARAMS = ["sm80", "sm90"]')
+    tests += """
+
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(dtype="fp8")
+def test_fp8_alone():
+    pass
+"""
+    folder = write_task(tmp_path, tests=tests)
+    task, collected = load_task(folder), collect(folder, tmp_path)
+    assert coverage_problems(task, collected) == [
+        "c3: no check of c3 exercises the clause 'CUDA keeps rejecting fp8 on sm80 and accepting it on sm90.' (a "
+        "value of each axis it names: capability=sm80, capability=sm90, dtype=fp8)"]
 
 
 def test_a_marked_value_or_axis_its_criteria_do_not_declare_is_a_typo(tmp_path):

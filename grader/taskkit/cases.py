@@ -8,11 +8,14 @@ rules, each a refusal naming what is wrong:
 - every clause of a criterion's ``requires`` (split at ';' and at sentence ends) names at least one declared value
   of that criterion, case-insensitively, as a substring: a clause that names none maps to no check
   (``case_space_problems``);
-- every declared value is exercised by some check of its criterion (``coverage_problems``);
+- every declared value is exercised by some check of its criterion, and every clause by some check that exercises
+  one of its values on each axis the clause names: "bfloat16 is rejected on SM75" needs a check of bfloat16 on
+  SM75, not one of bfloat16 and another of SM75 (``coverage_problems``);
 - every value a check's ``cases`` marker names is declared by one of the check's criteria on that axis: anything
   else is a typo that would count for nothing (``coverage_problems``).
 
-``clause_table`` gives, per criterion and clause, the values the clause names and the checks that exercise them.
+``clause_table`` gives, per criterion and clause, the values the clause names and the checks that exercise them
+(one value of each axis the clause names).
 """
 
 from __future__ import annotations
@@ -86,6 +89,18 @@ def named_values(clause: str, cases: dict[str, tuple[str, ...]]) -> list[tuple[s
     return [(axis, value) for axis, values in cases.items() for value in values if value.lower() in lowered]
 
 
+def clause_checks(clause: str, cases: dict[str, tuple[str, ...]],
+                  checks: list[CollectedCheck]) -> list[CollectedCheck]:
+    """The checks that exercise ``clause``: for each axis it names, one of the values it names on that axis."""
+    named: dict[str, set[str]] = {}
+    for axis, value in named_values(clause, cases):
+        named.setdefault(axis, set()).add(value)
+    if not named:
+        return []
+    return [check for check in checks
+            if all(any(check.exercises(axis, v) for v in values) for axis, values in named.items())]
+
+
 def case_space_problems(task: Task) -> list[str]:
     """Criteria without a declared case space, and clauses of ``requires`` that name none of its values."""
     problems = []
@@ -111,6 +126,10 @@ def coverage_problems(task: Task, checks: dict[str, CollectedCheck]) -> list[str
             missing = [v for v in values if not any(check.exercises(axis, v) for check in own)]
             if missing:
                 problems.append(f"{c.id}: {axis}={', '.join(missing)} exercised by no check of {c.id}")
+        for clause in clauses(c.requires):
+            if named_values(clause, c.cases) and not clause_checks(clause, c.cases, own):
+                problems.append(f"{c.id}: no check of {c.id} exercises the clause {_quoted(clause)} (a value of each "
+                                f"axis it names: {_named(clause, c.cases)})")
     for check in checks.values():
         declared = [task.criteria[cid].cases for cid in check.criteria if cid in task.criteria]
         for axis, values in check.marked.items():
@@ -132,14 +151,15 @@ def clause_table(task: Task, checks: dict[str, CollectedCheck], width: int = 100
     for c in task.criteria.values():
         own = [check for check in checks.values() if c.id in check.criteria]
         for clause in clauses(c.requires):
-            values = named_values(clause, c.cases)
-            exercising = [check.nodeid.rsplit("::", 1)[-1] for check in own
-                          if any(check.exercises(axis, value) for axis, value in values)]
+            exercising = [check.nodeid.rsplit("::", 1)[-1] for check in clause_checks(clause, c.cases, own)]
             shown = ", ".join(exercising[:3]) + (f" +{len(exercising) - 3} more" if len(exercising) > 3 else "")
-            lines.append(f"{c.id} {_quoted(clause, width)} -> "
-                         f"{', '.join(f'{a}={v}' for a, v in values) or '(no declared value)'} -> "
+            lines.append(f"{c.id} {_quoted(clause, width)} -> {_named(clause, c.cases) or '(no declared value)'} -> "
                          f"{len(exercising)} checks{': ' + shown if shown else ''}")
     return lines
+
+
+def _named(clause: str, cases: dict[str, tuple[str, ...]]) -> str:
+    return ", ".join(f"{axis}={value}" for axis, value in named_values(clause, cases))
 
 
 def _quoted(text: str, limit: int = 80) -> str:
