@@ -28,15 +28,15 @@ task's base that the hidden tests should tell apart from the reference. Operator
 - the case space a fix accepts (``CASE_SPACE_OPERATORS``): ``narrow-alias`` (``x.startswith(p)`` or
   ``x.endswith(p)`` -> ``x == p``, a substring test ``"p" in x`` -> ``x == "p"``, ``x.lower()`` in a comparison ->
   ``x``; a family of values losing a member is ``drop-element``, which also takes a member out of a literal
-  written one member a line and out of a collection of strings assigned to a name), ``drop-site`` (a condition term, or a whole ``if``
-  block, that the fix adds at two places or more, dropped at one of them at a time), ``widen-predicate`` (an added
-  ``if``/``elif`` condition -> ``True``, ``return <condition>`` -> ``return True``, the body of a boolean
-  function the fix writes or changes -> ``return True``), ``shift-bound`` (a slice bound or ``range`` stop moved by
-  one either way), ``narrow-mask`` (one term of ``mask=a & b & ...`` dropped at a time: one dimension, or one of K
-  and V, no longer bounded), ``drop-mask`` (a ``mask=`` keyword, and its ``other=``, dropped from a call) and
-  ``drop-clamp`` (``torch.clamp(x, ...)``, ``x.clamp(...)``, ``min(max(x, lo), hi)`` -> ``x``, and each bound of
-  a nested one dropped). Statements with a mask or a clamp are rewritten whole (a call over several lines becomes
-  one line).
+  written one member a line and out of a collection of strings assigned to a name), ``drop-site`` (a condition
+  term, or a whole ``if`` block, that the fix adds at two places or more, dropped at one of them at a time),
+  ``widen-predicate`` (an added ``if``/``elif`` condition -> ``True``, ``return <condition>`` -> ``return True``,
+  the body of a boolean function the fix writes or changes -> ``return True``), ``shift-bound`` (a slice bound or
+  ``range`` stop moved by one either way), ``narrow-mask`` (one term of ``mask=a & b & ...`` dropped at a time:
+  one dimension, or one of K and V, no longer bounded), ``drop-mask`` (a ``mask=`` keyword, and its ``other=``,
+  dropped from a call) and ``drop-clamp`` (``torch.clamp(x, ...)``, ``x.clamp(...)``, ``min(max(x, lo), hi)``
+  -> ``x``, and each bound of a nested one dropped). Statements with a mask or a clamp are rewritten whole (a call
+  over several lines becomes one line).
 
 Every file of the reference can be left out (``drop-file``, ``drop-hunk``); the other operators change only the
 added lines of Python files, and only their code: comments, string literals and docstrings are masked out. A line
@@ -663,7 +663,8 @@ MIN_CALLS, MAX_CALLS = {"min", "minimum", "fmin"}, {"max", "maximum", "fmax"}
 CASE_FOLDS = {"lower", "upper", "casefold"}
 PREDICATE_NAME = re.compile(r"^_*(is|has|supports?|can|should|use|uses|on|needs?)_\w*$")
 # ``name.startswith("literal")`` on a line that does not parse alone (a condition continued on the next line).
-PREFIX_TEST = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(startswith|endswith)\(\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\)")
+PREFIX_TEST = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(startswith|endswith)"
+                         r"\(\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\)")
 
 
 def _call_name(node: ast.AST) -> str:

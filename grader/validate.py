@@ -2,9 +2,10 @@
 
 Every fix criterion must be unmet on the base and met on the reference, every preserve criterion met on both,
 every conditional criterion met on the reference. Met is scoring's met (``grader.score.MET_AT``): every evaluated
-check of the criterion passes, so a reference that fails one case of a criterion does not validate it. A criterion that cannot be evaluated here (no GPU) is
-reported as such, not passed; but a fix criterion the base leaves not evaluated while the reference is evaluated
-is broken: the checks that should catch the bug did not decide on the bug.
+check of the criterion passes, so a reference that fails one case of a criterion does not validate it. A criterion
+that cannot be evaluated here (no GPU) is reported as such, not passed; but a fix criterion the base leaves not
+evaluated while the reference is evaluated is broken: the checks that should catch the bug did not decide on the
+bug.
 """
 
 from __future__ import annotations
