@@ -24,10 +24,23 @@ task's base that the hidden tests should tell apart from the reference. Operator
   lines, replaced by ``pass``);
 - ``widen-except`` (``except X`` -> ``except Exception``, an ``as`` name kept) and ``drop-handler`` (an added
   handler deleted where its ``try`` keeps another, else replaced by ``finally: pass``, so the exception goes on);
-- ``delete-call``: an added call statement that spans lines replaced by ``pass``.
+- ``delete-call``: an added call statement that spans lines replaced by ``pass``;
+- the case space a fix accepts (``CASE_SPACE_OPERATORS``): ``narrow-alias`` (``x.startswith(p)`` or
+  ``x.endswith(p)`` -> ``x == p``, a substring test ``"p" in x`` -> ``x == "p"``, ``x.lower()`` in a comparison ->
+  ``x``; a family of values losing a member is ``drop-element``, which also takes a member out of a literal
+  written one member a line and out of a collection of strings assigned to a name), ``drop-site`` (a condition
+  term, or a whole ``if`` block, that the fix adds at two places or more, dropped at one of them at a time),
+  ``widen-predicate`` (an added ``if``/``elif`` condition -> ``True``, ``return <condition>`` -> ``return True``,
+  the body of a boolean function the fix writes or changes -> ``return True``), ``shift-bound`` (a slice bound or
+  ``range`` stop moved by one either way), ``narrow-mask`` (one term of ``mask=a & b & ...`` dropped at a time:
+  one dimension, or one of K and V, no longer bounded), ``drop-mask`` (a ``mask=`` keyword, and its ``other=``,
+  dropped from a call) and ``drop-clamp`` (``torch.clamp(x, ...)``, ``x.clamp(...)``, ``min(max(x, lo), hi)``
+  -> ``x``, and each bound of a nested one dropped). Statements with a mask or a clamp are rewritten whole (a call
+  over several lines becomes one line).
 
 Every file of the reference can be left out (``drop-file``, ``drop-hunk``); the other operators change only the
-added lines of Python files, and only their code: comments, string literals and docstrings are masked out. Every
+added lines of Python files, and only their code: comments, string literals and docstrings are masked out. A line
+mutant that leaves its file unparsable (checked against the base's file where it is known) is never made. Every
 mutant is built on the diff text (``grader.diffparse``) with its hunk headers recounted, so ``git apply`` takes
 it as it is.
 
@@ -51,8 +64,10 @@ equivalent), where graded counts neither errors nor those not graded.
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
 import fnmatch
+import functools
 import json
 import re
 import sys
@@ -98,9 +113,12 @@ TEXT_OPERATORS: tuple[tuple[str, re.Pattern, str], ...] = (
     ("eq-to-ne", re.compile(r"=="), "!="),
     ("ne-to-eq", re.compile(r"!="), "=="),
 )
+# Operators that change the case space a fix accepts rather than its code's shape (the last ones tried).
+CASE_SPACE_OPERATORS = ("narrow-alias", "drop-site", "widen-predicate", "shift-bound", "narrow-mask", "drop-mask",
+                        "drop-clamp")
 # Operators added after the ones above, in the order they are tried (a mutant both make keeps the first name).
 LATER_OPERATORS = ("not-in-to-in", "in-to-not-in", "drop-element", "shift-constant", "drop-guard", "drop-exit",
-                   "widen-except", "drop-handler", "delete-call")
+                   "widen-except", "drop-handler", "delete-call", *CASE_SPACE_OPERATORS)
 BOUNDARY = re.compile(r"(?<![<>=!\-])(>=|<=|>|<)(?![<>=])")
 BOUNDARY_SHIFT = {">=": ">", ">": ">=", "<=": "<", "<": "<="}
 
@@ -637,6 +655,474 @@ def _dropped_handler(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool) -> li
     return _edited_body(hunk, set(body[1:]), {i: _indent(lines[i].text) + "finally:", body[0]: pad + "pass"})
 
 
+# ---------------------------------------------------------------- the case space: aliases, sites, predicates, masks
+
+# Calls that bound a value: a clamp dropped leaves the value.
+CLAMP_CALLS = {"clamp", "clamp_", "clip", "clip_"}
+MIN_CALLS, MAX_CALLS = {"min", "minimum", "fmin"}, {"max", "maximum", "fmax"}
+CASE_FOLDS = {"lower", "upper", "casefold"}
+PREDICATE_NAME = re.compile(r"^_*(is|has|supports?|can|should|use|uses|on|needs?)_\w*$")
+# ``name.startswith("literal")`` on a line that does not parse alone (a condition continued on the next line).
+PREFIX_TEST = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(startswith|endswith)"
+                         r"\(\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\)")
+
+
+def _call_name(node: ast.AST) -> str:
+    if not isinstance(node, ast.Call):
+        return ""
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def _spliced(raw: bytes, node: ast.AST, replacement: str) -> str:
+    return (raw[:node.col_offset] + replacement.encode() + raw[node.end_col_offset:]).decode()
+
+
+def _source_of(raw: bytes, node: ast.AST) -> str:
+    return raw[node.col_offset:node.end_col_offset].decode()
+
+
+def _alias_mutations(text: str, mask: list[bool]) -> list[tuple[str, str, str]]:
+    """A test that accepts a family of spellings narrowed to one: ``x.startswith(p)`` / ``x.endswith(p)`` ->
+    ``x == p`` (``x in (p, q)`` for a tuple of prefixes), ``"p" in x`` (a substring test) -> ``x == "p"``, and
+    ``x.lower()`` (``upper``, ``casefold``) in a comparison -> ``x``. On a line that does not parse alone, a
+    dotted name's prefix test with a literal is still narrowed, in brackets."""
+    out = []
+    nodes, raw = _line_sites(text.strip())
+    indent = _indent(text)
+    if not nodes:
+        for m in PREFIX_TEST.finditer(text):
+            if mask[m.start()]:
+                new = f"({m.group(1)} == {m.group(3)})"
+                out.append(("narrow-alias", text[:m.start()] + new + text[m.end():], f"{m.group(0)} -> {new}"))
+        return out
+    for node in nodes:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("startswith", "endswith") and len(node.args) == 1 and not node.keywords:
+            arg, subject = node.args[0], _source_of(raw, node.func.value)
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                new = f"{subject} == {_source_of(raw, arg)}"
+            elif isinstance(arg, ast.Tuple) and arg.elts:
+                new = f"{subject} in {_source_of(raw, arg)}"
+            else:
+                continue
+            out.append(("narrow-alias", indent + _spliced(raw, node, new), f"{_source_of(raw, node)} -> {new}"))
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) and \
+                isinstance(node.left, ast.Constant) and isinstance(node.left.value, str) and \
+                not isinstance(node.comparators[0], (ast.Set, ast.Tuple, ast.List, ast.Dict)):
+            new = f"{_source_of(raw, node.comparators[0])} == {_source_of(raw, node.left)}"
+            out.append(("narrow-alias", indent + _spliced(raw, node, new), f"{_source_of(raw, node)} -> {new}"))
+        elif isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                if _call_name(operand) in CASE_FOLDS and isinstance(operand.func, ast.Attribute) and \
+                        not operand.args and not operand.keywords:
+                    new = _source_of(raw, operand.func.value)
+                    out.append(("narrow-alias", indent + _spliced(raw, operand, new),
+                                f"{_source_of(raw, operand)} -> {new}"))
+    return out
+
+
+def _condition_test(stripped: str) -> tuple[ast.expr, bytes] | None:
+    """The test of the ``if``/``elif`` on one line (its header, or the whole line ``if c: return``). A ``while`` is
+    left alone: a loop condition made true or weaker would mostly make a mutant that hangs, which tells nothing."""
+    nodes, raw = _line_sites(stripped)
+    for node in nodes:
+        if isinstance(node, ast.If) and node.test.lineno == node.test.end_lineno == node.lineno:
+            return node.test, raw
+    return None
+
+
+def _condition_terms(stripped: str) -> list[tuple[ast.BoolOp, ast.expr, bytes]]:
+    """(boolean operation, one of its terms) in the condition of one line (``if``, ``elif``, ``assert`` or
+    ``return``)."""
+    code = stripped.split(" ", 1)[0].rstrip(":")
+    if code not in CONDITION_KEYWORDS or code == "while":
+        return []
+    nodes, raw = _line_sites(stripped)
+    found = _condition_test(stripped)
+    if found is not None:
+        nodes, raw = [n for n in ast.walk(found[0])], found[1]
+    return [(node, term, raw) for node in nodes if isinstance(node, ast.BoolOp) for term in node.values]
+
+
+def _repeated_sites(sections: list[FileSection]) -> tuple[set[str], set[str]]:
+    """What the diff adds at two places or more: condition terms (their code) and ``if`` headers."""
+    terms: dict[str, int] = {}
+    headers: dict[str, int] = {}
+    for section in sections:
+        if not section.path.endswith(".py"):
+            continue
+        for hunk in section.hunks:
+            for raw in hunk.lines:
+                stripped = raw[1:].strip()
+                if raw[:1] != "+" or not stripped:
+                    continue
+                for term in {ast.unparse(t) for _, t, _ in _condition_terms(stripped)}:
+                    terms[term] = terms.get(term, 0) + 1
+                if stripped.startswith("if ") and stripped.endswith(":"):
+                    headers[stripped] = headers.get(stripped, 0) + 1
+    return {t for t, n in terms.items() if n >= 2}, {h for h, n in headers.items() if n >= 2}
+
+
+def _site_mutations(text: str, terms: set[str]) -> list[tuple[str, str, str]]:
+    """A condition term the diff adds at several places dropped at this one (the others keep it)."""
+    out = []
+    indent = _indent(text)
+    for node, term, raw in _condition_terms(text.strip()):
+        if ast.unparse(term) not in terms:
+            continue
+        kept = [t for t in node.values if t is not term]
+        new = ast.unparse(kept[0] if len(kept) == 1 else ast.BoolOp(op=node.op, values=kept))
+        if len(kept) == 1 and isinstance(kept[0], (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)):
+            new = f"({new})"
+        out.append(("drop-site", indent + _spliced(raw, node, new),
+                    f"drop {ast.unparse(term)!r}, added at several places, here"))
+    return out
+
+
+def _widening_mutations(text: str) -> list[tuple[str, str, str]]:
+    """A condition the fix adds replaced by ``True`` (``if``, ``elif``), and a boolean ``return`` by ``return True``."""
+    stripped, indent = text.strip(), _indent(text)
+    found = _condition_test(stripped)
+    if found is not None:
+        test, raw = found
+        if isinstance(test, ast.Constant):
+            return []
+        return [("widen-predicate", indent + _spliced(raw, test, "True"), f"{_source_of(raw, test)} -> True")]
+    nodes, raw = _line_sites(stripped)
+    returned = next((n for n in nodes if isinstance(n, ast.Return) and n.value is not None), None)
+    if returned is None or not _is_booleanish(returned.value):
+        return []
+    return [("widen-predicate", indent + _spliced(raw, returned.value, "True"),
+             f"return {_source_of(raw, returned.value)} -> return True")]
+
+
+def _spelling_sets(tree: ast.AST) -> list[ast.Set | ast.Tuple | ast.List]:
+    """Literal collections of two or more members that stand for a family of accepted values: read by a
+    membership test, or a collection of strings assigned to a name (``SUPPORTED = {"fp8", "fp8_e4m3"}``, also
+    through ``frozenset(...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            found += [c for c in node.comparators if isinstance(c, (ast.Set, ast.Tuple, ast.List))]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            value = node.value
+            if isinstance(value, ast.Call) and _call_name(value) in ("frozenset", "set", "tuple") and \
+                    len(value.args) == 1:
+                value = value.args[0]
+            if isinstance(value, (ast.Set, ast.Tuple, ast.List)) and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+                found.append(value)
+    return [f for f in found if len(f.elts) >= 2]
+
+
+def _member_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
+    """A family of accepted values losing one member (``drop-element`` beyond a membership test on one line): in a
+    literal written one member a line, each member's line dropped in turn; in a literal on one line, each member
+    dropped in turn (where the line-level operator made the same mutant, it is kept once)."""
+    out, seen = [], set()
+    for i in _new_side(lines):
+        if lines[i].tag != "+":
+            continue
+        start = _statement_start(lines, i)
+        span = _statement_span(lines, start) if start is not None and start not in seen else None
+        if not span:
+            continue
+        seen.add(start)
+        text = "\n".join(lines[j].text.strip() for j in span)
+        tree, first, parsed = None, 1, ""
+        for parsed, first in ((text, 1), (text + " pass", 1), ("if 0: pass\n" + text + " pass", 2)):
+            try:
+                tree = ast.parse(parsed)
+                break
+            except (SyntaxError, ValueError):
+                continue
+        for literal in _spelling_sets(tree) if tree is not None else []:
+            if literal.lineno == literal.end_lineno:
+                if len(span) == 1:
+                    out += _members_dropped_on_line(lines[span[0]].text, text, literal, span[0], hunk)
+                continue
+            for element in literal.elts:
+                index = element.lineno - first
+                if element.lineno == element.end_lineno and 0 <= index < len(span) and \
+                        lines[span[index]].text.strip().rstrip(",").strip() == \
+                        ast.get_source_segment(parsed, element):
+                    out.append(("drop-element", span[index], _edited_body(hunk, {span[index]}),
+                                f"drop {ast.unparse(element)} from {ast.unparse(literal)}"))
+    return out
+
+
+def _members_dropped_on_line(line: str, text: str, literal: ast.expr, i: int, hunk: Hunk):
+    """Each member of a literal written on one line (``text``: the line stripped) left out in turn."""
+    raw, out = text.encode(), []
+    for k, element in enumerate(literal.elts):
+        kept = [e for j, e in enumerate(literal.elts) if j != k]
+        smaller = ast.Set(elts=kept) if isinstance(literal, ast.Set) else type(literal)(elts=kept, ctx=ast.Load())
+        new = _indent(line) + _spliced(raw, literal, ast.unparse(smaller))
+        out.append(("drop-element", i, _edited_body(hunk, set(), {i: new}),
+                    f"drop {ast.unparse(element)} from {ast.unparse(literal)}"))
+    return out
+
+
+def _long_condition_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
+    """An added ``if``/``elif`` whose condition runs over several lines, replaced by ``True``."""
+    out = []
+    for i in _new_side(lines):
+        keyword = _code_at(lines, i).split(" ", 1)[0].split("(", 1)[0]
+        span = _statement_span(lines, i) if lines[i].tag == "+" and keyword in ("if", "elif") else None
+        if not span or len(span) < 2:
+            continue
+        header = "\n".join(lines[j].text.strip() for j in span)
+        try:
+            ast.parse(("if 0: pass\n" if keyword == "elif" else "") + header + " pass")
+        except (SyntaxError, ValueError):
+            continue
+        out.append(("widen-predicate", i, _rewritten_statement(hunk, lines, span,
+                                                               f"{_indent(lines[i].text)}{keyword} (True):"),
+                    f"the condition of {lines[i].text.strip()!r}... -> True"))
+    return out
+
+
+def _is_booleanish(node: ast.expr) -> bool:
+    if isinstance(node, (ast.BoolOp, ast.Compare)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+        return True
+    return bool(PREDICATE_NAME.match(_call_name(node)))
+
+
+def _predicate_body_mutations(hunk: Hunk, lines: list[_Line], at_eof: bool) -> list[tuple[str, int, list[str], str]]:
+    """Each boolean function (``def is_...``, ``-> bool``) whose body the fix writes or changes: the whole body
+    replaced by ``return True``."""
+    out = []
+    for i in _new_side(lines):
+        if not lines[i].depth and _code_at(lines, i).startswith(("def ", "async def ")):
+            out += _predicate_body_mutation(hunk, lines, i, at_eof)
+    return out
+
+
+def _predicate_body_mutation(hunk: Hunk, lines: list[_Line], i: int, at_eof: bool):
+    span = _statement_span(lines, i)
+    header = "\n".join(lines[j].text.strip() for j in span) if span else ""
+    try:
+        node = ast.parse(header + " pass").body[0] if header.endswith(":") else None
+    except (SyntaxError, ValueError):
+        return []
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (
+            PREDICATE_NAME.match(node.name) or (isinstance(node.returns, ast.Name) and node.returns.id == "bool")):
+        return []
+    found = _block_body(lines, i, at_eof)
+    if found is None:
+        return []
+    body = [j for j in found[0] if j in _new_side(lines)]
+    if not any(lines[j].tag == "+" for j in [*span, *body]):
+        return []
+    statements = _parsed_statement(lines, [*span, *found[0]])
+    if statements is None or (len(statements.body) == 1 and isinstance(statements.body[0], ast.Return)
+                              and isinstance(statements.body[0].value, ast.Constant)):
+        return []
+    pad = _indent(lines[body[0]].text)
+    return [("widen-predicate", i, _edited_body(hunk, set(found[0]) - {body[0]}, {body[0]: pad + "return True"}),
+             f"the body of {node.name}() -> return True")]
+
+
+def _statement_start(lines: list[_Line], i: int) -> int | None:
+    """The new-side line where the statement holding line ``i`` starts (None when that is before the hunk)."""
+    for j in reversed([j for j in _new_side(lines) if j <= i]):
+        if not lines[j].depth:
+            return j
+    return None
+
+
+def _and_terms(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+        return _and_terms(node.left) + _and_terms(node.right)
+    return [node]
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    """The calls of ``tree`` in walk order (the same order in a deep copy of it)."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def _mask_rewrites(statement: ast.stmt) -> list[tuple[str, ast.stmt, str]]:
+    """A load or store's ``mask=`` dropped (its ``other=`` with it), and each term of a mask ``a & b & ...``
+    dropped in turn: the bound of one dimension, or of one of K and V, no longer checked."""
+    out = []
+    for k, call in enumerate(_calls(statement)):
+        mask = next((kw for kw in call.keywords if kw.arg == "mask"), None)
+        if mask is None:
+            continue
+        fresh = copy.deepcopy(statement)
+        target = _calls(fresh)[k]
+        target.keywords = [kw for kw in target.keywords if kw.arg not in ("mask", "other")]
+        out.append(("drop-mask", fresh, f"{_call_name(call)}(): mask={ast.unparse(mask.value)} dropped"))
+        terms = _and_terms(mask.value)
+        for t in range(len(terms) if len(terms) > 1 else 0):
+            fresh = copy.deepcopy(statement)
+            keyword = next(kw for kw in _calls(fresh)[k].keywords if kw.arg == "mask")
+            keyword.value = functools.reduce(lambda a, b: ast.BinOp(left=a, op=ast.BitAnd(), right=b),
+                                             [x for j, x in enumerate(_and_terms(keyword.value)) if j != t])
+            out.append(("narrow-mask", fresh, f"mask {ast.unparse(mask.value)} -> {ast.unparse(keyword.value)}"))
+    return out
+
+
+def _clamped_value(call: ast.Call) -> list[tuple[ast.expr, str]]:
+    """What a clamp call becomes with its bounds (or one of two nested bounds) dropped: (replacement, what)."""
+    name = _call_name(call)
+    if name in CLAMP_CALLS:
+        if isinstance(call.func, ast.Attribute) and not (isinstance(call.func.value, ast.Name)
+                                                        and call.func.value.id in ("torch", "tl", "np", "numpy")):
+            return [(call.func.value, "clamp dropped")]
+        return [(call.args[0], "clamp dropped")] if call.args else []
+    pair = MIN_CALLS if name in MIN_CALLS else MAX_CALLS if name in MAX_CALLS else None
+    if pair is None or len(call.args) != 2 or call.keywords:
+        return []
+    other = MAX_CALLS if pair is MIN_CALLS else MIN_CALLS
+    for k, inner in enumerate(call.args):
+        if _call_name(inner) in other and len(inner.args) == 2 and not inner.keywords:
+            bound = call.args[1 - k]
+            value = inner.args[1] if isinstance(inner.args[0], ast.Constant) else inner.args[0]
+            outer_only = ast.Call(func=call.func, args=[value, bound], keywords=[])
+            return [(value, "clamp dropped"), (inner, "outer bound dropped"), (outer_only, "inner bound dropped")]
+    return []
+
+
+def _clamp_rewrites(statement: ast.stmt) -> list[tuple[str, ast.stmt, str]]:
+    """Each clamp of ``statement`` (``torch.clamp(x, ...)``, ``x.clamp(...)``, ``min(max(x, lo), hi)``) dropped to
+    its value, and a nested one's bounds one at a time."""
+    out = []
+    for k, call in enumerate(_calls(statement)):
+        for choice, (_, what) in enumerate(_clamped_value(call)):
+            fresh = copy.deepcopy(statement)
+            target = _calls(fresh)[k]
+            _replace_node(fresh, target, _clamped_value(target)[choice][0])
+            out.append(("drop-clamp", fresh, f"{ast.unparse(call)}: {what}"))
+    return out
+
+
+def _replace_node(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for parent in ast.walk(tree):
+        for name, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, name, new)
+            elif isinstance(value, list):
+                for j, item in enumerate(value):
+                    if item is old:
+                        value[j] = new
+
+
+def _statement_mutations(hunk: Hunk, lines: list[_Line]) -> list[tuple[str, int, list[str], str]]:
+    """Masks and clamps in the simple statements the fix adds or changes, each statement rewritten whole (a call
+    spanning lines is taken with every line of it)."""
+    out, seen = [], set()
+    for i in _new_side(lines):
+        code = _code(lines[i].text, lines[i].mask)
+        if lines[i].tag != "+" or not re.search(r"\bmask\s*=(?!=)|\bclamp_?\(|\bclip_?\(|\b(min|max)(imum)?\(", code):
+            continue
+        start = _statement_start(lines, i)
+        if start is None or start in seen:
+            continue
+        seen.add(start)
+        span = _statement_span(lines, start)
+        statement = _parsed_statement(lines, span) if span else None
+        if statement is None or isinstance(statement, (ast.If, ast.For, ast.While, ast.With, ast.Try,
+                                                       ast.FunctionDef, ast.ClassDef)):
+            continue
+        indent = _indent(lines[start].text)
+        for op, rewritten, what in _mask_rewrites(statement) + _clamp_rewrites(statement):
+            out.append((op, start, _rewritten_statement(hunk, lines, span, indent + ast.unparse(rewritten)), what))
+    return out
+
+
+def _rewritten_statement(hunk: Hunk, lines: list[_Line], span: list[int], text: str) -> list[str]:
+    """The hunk's body with the statement on ``span`` replaced by ``text``. Where the statement ends on a line of
+    closing brackets that ``text`` ends with too, that line stays as it is: a hunk whose context ends in removed
+    lines would only apply at the end of the file (git's rule for a hunk without trailing context)."""
+    closing = lines[span[-1]].text.strip()
+    if len(span) > 1 and closing and set(closing) <= set(")]}:") and text.endswith(closing):
+        return _edited_body(hunk, set(span[1:-1]), {span[0]: text[:-len(closing)]})
+    return _edited_body(hunk, set(span[1:]), {span[0]: text})
+
+
+def _bound_mutations(text: str) -> list[tuple[str, str, str]]:
+    """A slice bound or a ``range`` stop moved by one either way (an off-by-one at the edge of a loop or a
+    slice, where no comparison says it)."""
+    out = []
+    nodes, raw = _line_sites(text.strip())
+    bounds = [b for n in nodes if isinstance(n, ast.Slice) for b in (n.lower, n.upper) if b is not None]
+    bounds += [n.args[1 if len(n.args) > 1 else 0] for n in nodes if _call_name(n) == "range" and
+               isinstance(n.func, ast.Name) and n.args and not any(isinstance(a, ast.Starred) for a in n.args)]
+    for bound in bounds:
+        written = _source_of(raw, bound)
+        for step in (1, -1):
+            if isinstance(bound, ast.Constant) and type(bound.value) is int:
+                new = str(bound.value + step)
+            else:
+                wrapped = written if isinstance(bound, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) \
+                    else f"({written})"
+                new = f"{wrapped} {'+' if step > 0 else '-'} 1"
+            out.append(("shift-bound", _indent(text) + _spliced(raw, bound, new), f"{written} -> {new}"))
+    return out
+
+
+def _site_block_mutations(hunk: Hunk, lines: list[_Line], at_eof: bool,
+                          headers: set[str]) -> list[tuple[str, int, list[str], str]]:
+    """An ``if`` block the fix adds at several places (the same header), dropped whole at this one."""
+    out = []
+    for i in _new_side(lines):
+        header = lines[i].text.strip()
+        if lines[i].tag != "+" or lines[i].depth or header not in headers:
+            continue
+        found = _block_body(lines, i, at_eof)
+        if found is None or _code_at(lines, found[1]).startswith(("elif", "else")):
+            continue
+        body, _ = found
+        if all(lines[j].tag == "+" for j in body if j in _new_side(lines)):
+            out.append(("drop-site", i, _edited_body(hunk, {i, *body}),
+                        f"drop the block {header!r}, added at several places, here"))
+    return out
+
+
+def _post_image(source: str, section: FileSection) -> str | None:
+    """The file ``section`` makes of ``source``, its hunks applied where their headers say; None where a context
+    or removed line is not the source's (the mutant is then left to grading to apply or not)."""
+    old, out, cursor = source.splitlines(), [], 0
+    for hunk in section.hunks:
+        start = int(HUNK_HEADER.match(hunk.header).group(1))
+        begin = start - 1 if hunk.old_count else start
+        if begin < cursor:
+            return None
+        out += old[cursor:begin]
+        cursor = begin
+        for raw in hunk.lines:
+            tag, text = raw[:1], raw[1:]
+            if tag in (" ", "-"):
+                if cursor >= len(old) or old[cursor] != text:
+                    return None
+                cursor += 1
+            if tag in (" ", "+"):
+                out.append(text)
+    return "\n".join(out + old[cursor:]) + "\n"
+
+
+def leaves_unparsable(mutant: Mutant, base_source: Callable[[str], str | None] | None) -> bool:
+    """Whether a line mutant leaves its Python file unparsable (then it is never made: it could only be caught by a
+    syntax error, which says nothing of the rubric). Where the base's file is not known it is not judged here."""
+    if mutant.line is None or not mutant.path.endswith(".py"):
+        return False
+    section = next((s for s in parse_sections(mutant.diff) if s.path == mutant.path), None)
+    if section is None:
+        return False
+    new_file = section.old_path in (None, "/dev/null")
+    source = "" if new_file else base_source(section.old_path) if base_source else None
+    text = _post_image(source, section) if source is not None else None
+    if text is None:
+        return False
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return True
+    return False
+
+
 def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = None) -> list[Mutant]:
     """Every mutant of ``diff``, in the module docstring's order; ``base_source(path)`` (optional) tells
     docstring state."""
@@ -655,6 +1141,7 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
                                f"leave out hunk {hi} ({hunk.header})",
                                _render_with(sections, fi, recount(section, bodies))))
     line_mutants: list[Mutant] = []
+    repeated_terms, repeated_headers = _repeated_sites(sections)
     for fi, section in enumerate(sections):
         source = base_source(section.old_path) if base_source and section.old_path not in (None, "/dev/null") \
             else None
@@ -715,6 +1202,20 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
                                                                  old_end >= len(source.splitlines()))
             for op, li, body, what in _structure_mutations(hunk, lines, at_eof):
                 add(op, li, body, what)
+            for li, line in enumerate(lines):
+                if line.tag != "+" or not _is_code(line.mask, line.text):
+                    continue
+                for op, new_text, what in _alias_mutations(line.text, line.mask) + \
+                        _site_mutations(line.text, repeated_terms) + _widening_mutations(line.text) + \
+                        _bound_mutations(line.text):
+                    body = list(hunk.lines)
+                    body[li] = "+" + new_text
+                    add(op, li, body, f"{what} in {line.text.strip()!r}")
+            for op, li, body, what in _site_block_mutations(hunk, lines, at_eof, repeated_headers) + \
+                    _predicate_body_mutations(hunk, lines, at_eof) + _long_condition_mutations(hunk, lines) + \
+                    _member_mutations(hunk, lines) + \
+                    _statement_mutations(hunk, lines):
+                add(op, li, body, what)
             order = ["revert-condition"] + [op for op, _, _ in TEXT_OPERATORS] + \
                 ["shift-boundary", "widen-platform", "capability-down", "capability-up", "swap-operands",
                  "delete-statement", *LATER_OPERATORS]
@@ -724,7 +1225,7 @@ def derive_mutants(diff: str, base_source: Callable[[str], str | None] | None = 
     seen: set[str] = {diff}
     unique = []
     for mutant in made:
-        if mutant.diff in seen:
+        if mutant.diff in seen or leaves_unparsable(mutant, base_source):
             continue
         seen.add(mutant.diff)
         unique.append(mutant)

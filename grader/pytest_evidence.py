@@ -10,6 +10,13 @@ the test (``ran``: the diff's path -> tree line numbers), as the judge bounded t
 (``GRADER_ONLY_TESTS``, a JSON list of node ids in the judge's folder) deselects every other test before any is
 reported. The last line, ``session_end``, is written when pytest's session ends. Log parsing stays in
 ``grader.run``.
+
+Each test's ``collected`` record also names the declared case values it exercises (``cases``: axis -> sorted
+values): those of its ``cases`` markers (on the test, its class or module, or its ``pytest.param``), and the
+``str`` of each parametrize argument whose name is an axis one of its criteria declares (``[criteria.cN.cases]`` of
+the task's rubric.toml). ``marked_cases`` holds the markers' share alone: a marked value no criterion of the test
+declares is a typo that ``check-task`` refuses, while a parametrized value outside the declared ones only counts
+for nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tomllib
+from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +52,53 @@ def _criteria_of(item) -> list[dict]:
         weight = float(mark.kwargs.get("weight", 1.0))
         found.extend({"id": cid, "weight": weight} for cid in mark.args)
     return found
+
+
+@cache
+def _declared_axes(tests_dir: Path) -> dict[str, dict[str, list[str]]]:
+    """criterion -> axis -> declared values, from the rubric.toml of the task folder above ``tests_dir`` (empty
+    where there is none or it does not read: the rubric's own validation reports that)."""
+    for folder in (tests_dir, *tests_dir.parents):
+        rubric = folder / "rubric.toml"
+        if rubric.is_file():
+            try:
+                criteria = tomllib.loads(rubric.read_text(encoding="utf-8")).get("criteria", {})
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return {}
+            return {cid: dict(c["cases"]) for cid, c in criteria.items()
+                    if isinstance(c, dict) and isinstance(c.get("cases"), dict)}
+    return {}
+
+
+def _as_values(value) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, (list, tuple, set, frozenset)) else [str(value)]
+
+
+def _marked_cases(item) -> dict[str, set[str]]:
+    marked: dict[str, set[str]] = {}
+    for mark in item.iter_markers("cases"):
+        for axis, value in mark.kwargs.items():
+            marked.setdefault(axis, set()).update(_as_values(value))
+    return marked
+
+
+def _parametrized_cases(item, criteria: list[str]) -> dict[str, set[str]]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if not params:
+        return {}
+    declared = _declared_axes(Path(str(item.path)).parent)
+    axes = {axis for cid in criteria for axis in declared.get(cid, {})}
+    return {name: {str(value)} for name, value in params.items() if name in axes}
+
+
+def _cases_of(item, criteria: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(every case value the test exercises, the markers' share of them), each axis -> sorted values."""
+    marked = _marked_cases(item)
+    exercised = {axis: set(values) for axis, values in marked.items()}
+    for axis, values in _parametrized_cases(item, criteria).items():
+        exercised.setdefault(axis, set()).update(values)
+    return ({axis: sorted(values) for axis, values in sorted(exercised.items())},
+            {axis: sorted(values) for axis, values in sorted(marked.items())})
 
 
 def _first_doc_line(item) -> str:
@@ -75,7 +132,9 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_collection_finish(session):
     """Every collected test up front, so tests that never get to run (time limit, crash) still count."""
     for item in session.items:
-        _emit({"event": "collected", **_describe(item)})
+        described = _describe(item)
+        cases, marked = _cases_of(item, [c["id"] for c in described["criteria"]])
+        _emit({"event": "collected", **described, "cases": cases, "marked_cases": marked})
 
 
 def _lines_ran() -> dict[str, set[int]]:

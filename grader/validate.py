@@ -1,9 +1,11 @@
 """validate-rubrics: check each rubric against reality by grading its base and its reference fix.
 
 Every fix criterion must be unmet on the base and met on the reference, every preserve criterion met on both,
-every conditional criterion met on the reference. A criterion that cannot be evaluated here (no GPU) is
-reported as such, not passed; but a fix criterion the base leaves not evaluated while the reference is evaluated
-is broken: the checks that should catch the bug did not decide on the bug.
+every conditional criterion met on the reference. Met is scoring's met (``grader.score.MET_AT``): every evaluated
+check of the criterion passes, so a reference that fails one case of a criterion does not validate it. A criterion
+that cannot be evaluated here (no GPU) is reported as such, not passed; but a fix criterion the base leaves not
+evaluated while the reference is evaluated is broken: the checks that should catch the bug did not decide on the
+bug.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from grader.core.environment import default_jobs, detect_gpu
 from grader.core.records import Candidate, CriterionResult, EvidenceEntry, GradingOptions
 from grader.core.paths import atomic_write
 from grader.core.rubric import REPO_ROOT, Task, all_tasks
+from grader.score import MET_AT
 
 REFERENCE_DIR = REPO_ROOT / "reference_impl"
 
@@ -60,8 +63,9 @@ def check_rules(task: Task, base: dict[str, CriterionResult], reference: dict[st
         if r.status == "not_evaluated" or (wanted_base and b.status == "not_evaluated"):
             v.unevaluated.append(f"{criterion.id}: {r.rationale if r.status == 'not_evaluated' else b.rationale}")
             continue
-        if r.score is None or r.score < 0.9:
-            v.problems.append(f"{criterion.id} ({criterion.kind}): reference scores {r.score} ({r.status})")
+        if r.score is None or r.score < MET_AT:
+            v.problems.append(f"{criterion.id} ({criterion.kind}): reference scores {r.score} ({r.status}), must be "
+                              f"met (every evaluated check passing): {r.rationale}")
         if wanted_base and b.status != wanted_base:
             v.problems.append(f"{criterion.id} ({criterion.kind}): base is {b.status}, must be {wanted_base}")
     return v

@@ -4,8 +4,10 @@ operator, without grading any (derivation only). Each mutant is also checked to 
 
     python scripts/mutation_operators.py [--task ID ...]
 
-prints a Markdown table (task, mutants, operators with their counts) and the mutants that would not apply or
-parse, which grading would count as not applicable.
+prints a Markdown table (task, mutants, operators with their counts, the case-space operators of
+``grader.mutate.CASE_SPACE_OPERATORS`` among them) and the mutants that would not apply or parse, which grading
+would count as not applicable (a line mutant that leaves its file unparsable is not made at all; a one-file
+reference's ``drop-file`` is the empty diff). The README's table of operators per task is this output.
 """
 
 from __future__ import annotations

@@ -435,7 +435,7 @@ def test_a_one_line_membership_guard_gets_mutants_beyond_dropping_its_file(apply
     operators = {m.operator for m in derive_mutants(make_diff({"pkg/cache.py": BASE_CACHE},
                                                               {"pkg/cache.py": new}))}
     # dropping the whole guard is dropping the file here: kept once, as drop-file
-    assert operators == {"drop-file", "not-in-to-in", "drop-exit"}
+    assert operators == {"drop-file", "not-in-to-in", "drop-exit", "widen-predicate"}
 
 
 def test_statements_continued_over_string_only_lines_are_taken_whole(make_git_tree):
@@ -454,3 +454,206 @@ def test_statements_continued_over_string_only_lines_are_taken_whole(make_git_tr
         done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
         assert done.returncode == 0, m.id
         ast.parse((tree / "pkg/f.py").read_text())
+
+
+# --- the case space a fix accepts: aliases, sites, predicates, bounds, masks, clamps ----------------------------------
+
+BASE_CASES = '''import torch
+import triton.language as tl
+
+
+def accepts(dtype, cap):
+    return cap >= 89
+''' + FILLER + '''
+
+def is_supported(dtype):
+    return False
+''' + FILLER + '''
+
+def kernel(k_ptr, v_ptr, offs, n, m):
+    k = tl.load(k_ptr + offs)
+    v = tl.load(v_ptr + offs)
+    return k, v
+''' + FILLER + '''
+
+def scale(x, lo, hi):
+    return x
+'''
+
+NEW_CASES = '''import torch
+import triton.language as tl
+
+
+def accepts(dtype, cap):
+    if dtype.startswith("fp8") and not is_xpu():
+        return cap >= 89
+    if dtype in {"bfloat16", "bf16"} and not is_xpu():
+        return cap >= 80
+    return True
+''' + FILLER + '''
+
+def is_supported(dtype):
+    spelled = dtype.lower()
+    return spelled == "auto" or "fp8" in dtype
+''' + FILLER + '''
+
+def kernel(k_ptr, v_ptr, offs, n, m):
+    k = tl.load(k_ptr + offs, mask=(offs < n) & (offs < m), other=0.0)
+    v = tl.load(
+        v_ptr + offs,
+        mask=offs < n,
+        other=0.0,
+    )
+    return k, v
+''' + FILLER + '''
+
+def scale(x, lo, hi):
+    y = torch.clamp(x, min=lo, max=hi)
+    z = min(max(x, lo), hi)
+    return y + z + x.clamp(lo, hi) + sum(x[:n] for n in range(hi))
+'''
+
+CASES_REFERENCE = make_diff({"pkg/cases.py": BASE_CASES}, {"pkg/cases.py": NEW_CASES})
+
+
+@pytest.fixture(scope="module")
+def case_mutants():
+    return derive_mutants(CASES_REFERENCE, {"pkg/cases.py": BASE_CASES}.get)
+
+
+@pytest.fixture(scope="module")
+def case_texts(case_mutants, tmp_path_factory):
+    """The file after each mutant, by operator: each applies with git apply, parses and differs from the fix."""
+    import ast
+
+    texts: dict[str, list[str]] = {}
+    for i, m in enumerate(m for m in case_mutants if m.operator != "drop-file"):  # the one file: no diff left
+        tree = tmp_path_factory.mktemp(f"case{i}")
+        (tree / "pkg").mkdir()
+        (tree / "pkg" / "cases.py").write_text(BASE_CASES)
+        subprocess.run(["git", "init", "-q", str(tree)], check=True)
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"{m.id}: {done.stderr}"
+        after = (tree / "pkg" / "cases.py").read_text()
+        ast.parse(after)
+        assert after != NEW_CASES, m.id
+        texts.setdefault(m.operator, []).append(after)
+    return texts
+
+
+def only_changed(after: str) -> list[str]:
+    """The lines of the mutant's file that the fix's file does not have."""
+    return changed_lines(NEW_CASES, after)[1]
+
+
+def test_narrow_alias_turns_a_family_of_spellings_into_one(case_texts):
+    changed = sorted(line.strip() for t in case_texts["narrow-alias"] for line in only_changed(t))
+    assert changed == ['if dtype == "fp8" and not is_xpu():', 'return spelled == "auto" or dtype == "fp8"']
+    assert len(case_texts["drop-element"]) == 2  # the literal set loses one member at a time
+
+
+def test_drop_site_drops_a_term_added_at_several_places_one_place_at_a_time(case_texts):
+    changed = sorted(line.strip() for t in case_texts["drop-site"] for line in only_changed(t))
+    assert changed == ["if dtype in {'bfloat16', 'bf16'}:", "if dtype.startswith('fp8'):"]
+    for text in case_texts["drop-site"]:
+        assert text.count("not is_xpu()") == 1  # the other site keeps it
+
+
+def test_widen_predicate_makes_added_conditions_and_boolean_returns_true(case_texts):
+    changed = sorted(line.strip() for t in case_texts["widen-predicate"] for line in only_changed(t))
+    # two conditions, two boolean returns in accepts(), is_supported()'s return, and its whole body
+    assert changed == ["if True:", "if True:", "return True", "return True", "return True", "return True"]
+    (body,) = [t for t in case_texts["widen-predicate"] if "spelled" not in t]
+    assert "def is_supported(dtype):\n    return True\n" in body
+
+
+def test_shift_bound_moves_slice_bounds_and_range_stops(case_texts):
+    changed = sorted(line.split("sum(")[1] for t in case_texts["shift-bound"] for line in only_changed(t))
+    assert changed == ["x[:n + 1] for n in range(hi))", "x[:n - 1] for n in range(hi))",
+                       "x[:n] for n in range(hi + 1))", "x[:n] for n in range(hi - 1))"]
+
+
+def test_masks_lose_one_dimension_or_go_whole_even_over_several_lines(case_texts):
+    narrowed = sorted(line.strip() for t in case_texts["narrow-mask"] for line in only_changed(t))
+    assert narrowed == ["k = tl.load(k_ptr + offs, mask=offs < m, other=0.0)",
+                        "k = tl.load(k_ptr + offs, mask=offs < n, other=0.0)"]
+    dropped = sorted(line.strip() for t in case_texts["drop-mask"] for line in only_changed(t))
+    # a call over several lines becomes one line, its closing bracket kept as the context it was
+    assert dropped == ["k = tl.load(k_ptr + offs)", "v = tl.load(v_ptr + offs"]
+    (several,) = [t for t in case_texts["drop-mask"] if "v = tl.load(v_ptr + offs\n    )\n" in t]
+    assert "mask=offs < n," not in several and "other=0.0," not in several
+
+
+def test_drop_clamp_leaves_the_value_and_drops_nested_bounds_one_at_a_time(case_texts):
+    changed = sorted(line.strip() for t in case_texts["drop-clamp"] for line in only_changed(t))
+    assert changed == ["return y + z + x + sum((x[:n] for n in range(hi)))", "y = x", "z = max(x, lo)",
+                       "z = min(x, hi)", "z = x"]
+
+
+def test_a_boolean_function_body_the_fix_writes_becomes_return_true():
+    base = "def helper():\n    return 1\n\n\ndef is_ready(x) -> bool:\n    return False\n\n\nZ = 1\n"
+    new = ("def helper():\n    return 1\n\n\ndef is_ready(x) -> bool:\n    if x is None:\n        return False\n"
+           "    ok = x > 0\n    return ok\n\n\nZ = 1\n")
+    mutants = derive_mutants(make_diff({"pkg/p.py": base}, {"pkg/p.py": new}), {"pkg/p.py": base}.get)
+    bodies = [m for m in mutants if m.operator == "widen-predicate" and "is_ready" in m.description]
+    assert len(bodies) == 1
+    added = [line for line in bodies[0].diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ["+    return True"]
+
+
+def test_a_mutant_that_would_not_parse_is_never_made():
+    """A clamp inside a multi-line ``if`` header cannot be rewritten as a statement; nothing unparsable is made
+    for it, and every mutant made parses against the base."""
+    from grader.mutate import Mutant, leaves_unparsable
+
+    base = "def f(x):\n    return x\n"
+    new = "def f(x):\n    if (x.clamp(0, 1) >\n            0):\n        return 1\n    return x\n"
+    mutants = derive_mutants(make_diff({"pkg/f.py": base}, {"pkg/f.py": new}), {"pkg/f.py": base}.get)
+    assert mutants and not any(leaves_unparsable(m, {"pkg/f.py": base}.get) for m in mutants)
+    reference = make_diff({"pkg/f.py": base}, {"pkg/f.py": new})
+    broken = Mutant("x:pkg/f.py:h0:l3", "x", "pkg/f.py", 0, 3, "unbalanced",
+                    reference.replace("+        return 1", "+        return (1"))
+    assert leaves_unparsable(broken, {"pkg/f.py": base}.get)
+    assert not leaves_unparsable(broken, lambda path: None)  # the base's file unknown: grading judges it
+
+
+def test_a_condition_over_several_lines_is_narrowed_and_widened(make_git_tree):
+    """The shape of a real fix: ``if x.startswith("fp8") and not (`` continued on the next lines. Its prefix test
+    is narrowed to one spelling, and its whole condition widened to ``True``; both apply and parse."""
+    import ast
+
+    base = "def check(x, cap):\n    return cap\n\n\nY = 1\n"
+    new = ('def check(x, cap):\n    if x.startswith("fp8") and not (\n        cap >= 89\n    ):\n'
+           '        raise ValueError(x)\n    return cap\n\n\nY = 1\n')
+    mutants = derive_mutants(make_diff({"pkg/c.py": base}, {"pkg/c.py": new}), {"pkg/c.py": base}.get)
+    texts = {}
+    for i, m in enumerate(m for m in mutants if m.operator in ("narrow-alias", "widen-predicate")):
+        tree = make_git_tree({"pkg/c.py": base}, name=f"l{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"{m.id}: {done.stderr}"
+        texts[m.operator] = (tree / "pkg/c.py").read_text()
+        ast.parse(texts[m.operator])
+    assert '    if (x == "fp8") and not (\n' in texts["narrow-alias"]
+    assert "    if (True\n    ):\n        raise ValueError(x)\n" in texts["widen-predicate"]
+
+
+def test_a_family_of_values_loses_one_member_in_every_shape(make_git_tree):
+    """drop-element beyond a membership test on one line: a set assigned to a name, and a literal written one
+    member a line (each member's line dropped), in a condition and in an assignment."""
+    import ast
+
+    base = "def ok(x):\n    return False\n\n\nY = 1\n"
+    new = ('FP8 = frozenset({"fp8", "fp8_e4m3"})\n\n\ndef ok(x):\n    if x in (\n        "fp8_e5m2",\n'
+           '        "fp8_inc",\n    ):\n        return True\n    return x in FP8\n\n\nY = 1\n')
+    mutants = [m for m in derive_mutants(make_diff({"pkg/d.py": base}, {"pkg/d.py": new}), {"pkg/d.py": base}.get)
+               if m.operator == "drop-element"]
+    texts = []
+    for i, m in enumerate(mutants):
+        tree = make_git_tree({"pkg/d.py": base}, name=f"d{i}")
+        done = subprocess.run(["git", "apply"], cwd=tree, input=m.diff, text=True, capture_output=True)
+        assert done.returncode == 0, f"{m.id}: {done.stderr}"
+        texts.append((tree / "pkg/d.py").read_text())
+        ast.parse(texts[-1])
+    assert len(texts) == 4
+    assert sum("frozenset({'fp8'})" in t for t in texts) == sum("frozenset({'fp8_e4m3'})" in t for t in texts) == 1
+    assert sum('"fp8_e5m2"' not in t for t in texts) == sum('"fp8_inc"' not in t for t in texts) == 1

@@ -273,6 +273,15 @@ def test_check_rules_reference_must_score_high(task):
     assert len(v.problems) == 1 and v.problems[0].startswith("c3 (conditional)") and "0.8" in v.problems[0]
 
 
+def test_check_rules_reference_must_meet_every_case_not_a_high_share(task):
+    """Met is MET_AT: a reference that fails one case of a criterion (0.95 of its weight passing, above the old 0.9
+    bar) does not validate it, and a base that fails one case of a preserve criterion breaks it."""
+    v = check_rules(task, statuses_to_results(task, GOOD_BASE), statuses_to_results(task, {**GOOD_REF, "c1": 0.95}))
+    assert len(v.problems) == 1 and v.problems[0].startswith("c1 (fix): reference scores 0.95 (partial), must be met")
+    v = check_rules(task, statuses_to_results(task, {**GOOD_BASE, "c5": 0.95}), statuses_to_results(task, GOOD_REF))
+    assert v.problems == ["c5 (preserve): base is partial, must be met"]
+
+
 def test_check_rules_conditional_ignores_base(task):
     base = {**GOOD_BASE, "c2": 1.0, "c4": None}
     v = check_rules(task, statuses_to_results(task, base), statuses_to_results(task, GOOD_REF))
@@ -310,3 +319,15 @@ def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
     other = out("s", "passed", c1=1)
     r = score_from_outcomes("c1", "t", [cpu_skipped, cuda, other])
     assert (r.coverage, r.not_run) == (round(1 / 3, 4), {"gpu": 1, "skipped": 1})
+
+
+def test_the_scoring_page_quotes_the_rule_as_the_code_has_it():
+    """docs/scoring.md states the rule once: its constants are score.py's and it names every verdict."""
+    from grader import score
+    from grader.core.records import VERDICTS
+    from grader.core.rubric import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "scoring.md").read_text()
+    for name in ("MET_AT", "UNMET_AT", "PARTIAL_BAND", "FAIL_BAND"):
+        assert f"`{name} = {getattr(score, name)}`" in page, name
+    assert all(f"| `{verdict}` |" in page for verdict in VERDICTS)

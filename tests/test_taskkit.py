@@ -393,6 +393,10 @@ def test_check_task_fails_an_unfilled_skeleton_on_what_is_left_to_write(skeleton
     for passing in ("rubric", "criteria", "sdist sha256", "base blobs", "requirements", "environment"):
         assert lines[passing][0] == "ok", (passing, lines[passing])
     assert lines["placeholders"][0] == "FAIL" and "TODO(new-task)" in lines["placeholders"][1]
+    # Every criterion declares a case space; only c4's (its module) is exercised by a check yet.
+    assert lines["case space"][0] == "ok"
+    assert lines["case coverage"][0] == "FAIL" and "c1: example_axis=TODO(new-task) exercised by no check of c1" \
+        in lines["case coverage"][1] and "c4:" not in lines["case coverage"][1]
     # The skeleton's one example test evidences c4; the other criteria have none yet.
     assert lines["hidden tests"] == ("FAIL", "no hidden test evidences c1, c2, c3, c5")
     assert lines["reference"] == ("FAIL", "still the new-task placeholder")
@@ -415,12 +419,18 @@ weight = 1.0
 core = true
 kind = "fix"
 
+[criteria.c1.cases]
+region = ["above"]
+
 [criteria.c2]
 title = "Values below the lower bound are raised"
 requires = "clamp returns lower for every value below it."
 weight = 1.0
 core = false
 kind = "fix"
+
+[criteria.c2.cases]
+region = ["below"]
 
 [criteria.c3]
 title = "Values within the bounds are unchanged"
@@ -429,12 +439,18 @@ weight = 1.0
 core = false
 kind = "fix"
 
+[criteria.c3.cases]
+region = ["within"]
+
 [criteria.c4]
 title = "vllm.utils.math_utils keeps what it had"
-requires = "The patched module still imports and defines every public name the base defines."
+requires = "The patched vllm.utils.math_utils still imports and defines every public name the base defines."
 weight = 1.0
 core = false
 kind = "preserve"
+
+[criteria.c4.cases]
+module = ["vllm.utils.math_utils"]
 
 [criteria.c5]
 title = "cdiv and round_up are unchanged"
@@ -442,6 +458,9 @@ requires = "cdiv and round_up give the base's results."
 weight = 1.0
 core = false
 kind = "preserve"
+
+[criteria.c5.cases]
+helper = ["cdiv", "round_up"]
 '''
 
 PROBES = '''\
@@ -491,6 +510,7 @@ def clamped(subject, values: list[int]) -> list[int]:
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(region="above")
 def test_values_above_upper_are_capped(subject, secret_generator):
     """Values above the upper bound come back as the upper bound."""
     values = torch.randint(UPPER + 1, 1000, (8,), generator=secret_generator).tolist()
@@ -498,6 +518,7 @@ def test_values_above_upper_are_capped(subject, secret_generator):
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(region="below")
 def test_values_below_lower_are_raised(subject, secret_generator):
     """Values below the lower bound come back as the lower bound."""
     values = torch.randint(-1000, LOWER, (8,), generator=secret_generator).tolist()
@@ -505,6 +526,7 @@ def test_values_below_lower_are_raised(subject, secret_generator):
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(region="within")
 def test_values_within_bounds_are_unchanged(subject, secret_generator):
     """Values within the bounds come back unchanged."""
     values = torch.randint(LOWER, UPPER + 1, (8,), generator=secret_generator).tolist()
@@ -512,6 +534,7 @@ def test_values_within_bounds_are_unchanged(subject, secret_generator):
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(module="vllm.utils.math_utils")
 def test_module_keeps_its_public_names(subject, base_subject):
     """vllm.utils.math_utils still imports and keeps every public name the base defines."""
     before = set(base_subject.call(f"{PROBES}.public_names"))
@@ -520,6 +543,7 @@ def test_module_keeps_its_public_names(subject, base_subject):
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(helper=["cdiv", "round_up"])
 def test_cdiv_and_round_up_agree_with_the_base(subject, base_subject, secret_generator):
     """cdiv and round_up give the base's results."""
     pairs = torch.randint(1, 500, (16, 2), generator=secret_generator).tolist()
@@ -633,6 +657,26 @@ def test_a_criterion_without_a_test_fails(filled):
         code, lines = filled.check("--no-grade")
         assert code == 1
         assert lines["hidden tests"] == ("FAIL", "no hidden test evidences c5")
+    finally:
+        tests.write_text(good)
+
+
+@pytest.mark.slow
+def test_check_task_cases_prints_the_clause_table_and_refuses_an_unexercised_value(filled):
+    done = filled.grade("check-task", TASK_ID, "--no-grade", "--cases")
+    assert done.returncode == 0, done.stdout + done.stderr
+    coverage = done.stdout.split("case coverage: ", 1)[1].splitlines()
+    assert coverage[1].strip() == "c1 'clamp returns upper for every value above it.' -> region=above -> 1 checks: " \
+                                  "test_values_above_upper_are_capped"
+    assert coverage[5].strip().startswith("c5 \"cdiv and round_up give the base's results.\" -> helper=cdiv, "
+                                          "helper=round_up -> 1 checks")
+    tests = filled.folder / "tests" / "test_demo_clamp.py"
+    good = tests.read_text()
+    tests.write_text(good.replace('cases(helper=["cdiv", "round_up"])', 'cases(helper="cdiv")'))
+    try:
+        code, lines = filled.check("--no-grade")
+        assert code == 1
+        assert lines["case coverage"] == ("FAIL", "c5: helper=round_up exercised by no check of c5")
     finally:
         tests.write_text(good)
 

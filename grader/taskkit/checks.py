@@ -2,10 +2,13 @@
 
 Each check gives one line: ``ok``, ``FAIL`` or ``fixed`` (``--fix`` rewrote a value that can be measured: the
 sdist's sha256 and the pre-image blobs in base.toml), and why. The checks, in the order an author meets them:
-the rubric's schema and criteria, placeholders left by ``new-task``, the pinned base (sdist sha256, blobs), the
-declared requirements, the environment check grading runs, the hidden tests (collected in the judge, as grading
-collects them: every criterion needs a test), the reference fix and the samples, and last (skipped by
-``--no-grade``) the designed statuses of the base, the reference and every sample, graded on CPU.
+the rubric's schema and criteria, each criterion's declared case space (every clause of its ``requires`` names a
+declared value), placeholders left by ``new-task``, the pinned base (sdist sha256, blobs), the declared
+requirements, the environment check grading runs, the hidden tests (collected in the judge, as grading collects
+them: every criterion needs a test), the case coverage (every declared value exercised by a check of its criterion,
+no marked value undeclared: ``grader.taskkit.cases``), the reference fix and the samples, and last (skipped by
+``--no-grade``) the designed statuses of the base, the reference and every sample, graded on CPU. A check may carry
+detail lines (the case coverage's clause -> values -> checks table), printed by ``check-task --cases``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import shutil
 import tempfile
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
@@ -27,6 +30,7 @@ from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, al
 from grader.run import environment_modules, environment_problem, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.protocol import base_environment, set_up_judge
+from grader.taskkit.cases import CollectedCheck, case_space_problems, clause_table, coverage_problems, read_collected
 from grader.taskkit.recipe_edit import RecipeEditError, rewrite_file
 from grader.core.environment import unmet
 from grader.core.paths import scratch_root
@@ -43,6 +47,7 @@ class Check:
     name: str
     status: str  # ok | FAIL | fixed
     reason: str
+    details: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def failed(self) -> bool:
@@ -78,6 +83,16 @@ def check_criteria(task: Task) -> Check:
     anchored = [f"{c.id}->{c.anchor}" for c in task.criteria.values() if c.anchor]
     return Check(task.id, "criteria", "ok", f"core {', '.join(task.core_criteria)}"
                  + (f"; anchors {', '.join(anchored)}" if anchored else ""))
+
+
+def check_case_space(task: Task) -> Check:
+    """Every criterion declares its case space, and every clause of its ``requires`` names a declared value."""
+    problems = case_space_problems(task)
+    if problems:
+        return Check(task.id, "case space", "FAIL", "; ".join(problems))
+    declared = ", ".join(f"{c.id} {sum(len(v) for v in c.cases.values())}" for c in task.criteria.values())
+    return Check(task.id, "case space", "ok", f"declared values per criterion: {declared}; every clause of "
+                 "every requires names one")
 
 
 def check_placeholders(paths: TaskPaths) -> Check:
@@ -185,9 +200,10 @@ def check_environment(task: Task, base: BuiltBase) -> Check:
 # --- the hidden tests -------------------------------------------------------------------------------------------------
 
 
-def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], list[str], int | None]:
+def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, CollectedCheck], list[str], int | None]:
     """The task's hidden tests as the judge collects them (``pytest --collect-only`` with the evidence plugin):
-    each test's node id with the criteria it names, the collection errors, and pytest's exit code."""
+    each test by node id with the criteria it names and the case values it exercises, the collection errors, and
+    pytest's exit code."""
     scratch = Path(tempfile.mkdtemp(prefix=owned_name(f"grader-collect-{task.id}"), dir=scratch_root()))
     try:
         judge = scratch / "judge"
@@ -195,22 +211,27 @@ def collect_tests(task: Task, base: BuiltBase) -> tuple[dict[str, list[str]], li
         folder = set_up_judge(judge, [*pytest_args(task), "--collect-only"], str(RUBRICS_DIR), base.path, base.path,
                               False, COLLECT_TIMEOUT_S, {})
         returncode, timed_out = ColdLauncher().run(folder.request)
-        outcomes, errors = parse_evidence(folder.evidence.read_text(), timed_out)
+        evidence = folder.evidence.read_text()
+        outcomes, errors = parse_evidence(evidence, timed_out)
         if timed_out:
             errors.append(f"collection took over {COLLECT_TIMEOUT_S} s")
         elif not outcomes and not errors and returncode not in (0, 5):
             errors.append(f"pytest exited with {returncode}: {folder.log.read_text()[-500:]}")
-        return {o.nodeid: sorted(o.criteria) for o in outcomes}, errors, returncode
+        collected = read_collected(evidence)
+        return {o.nodeid: collected.get(o.nodeid, CollectedCheck(o.nodeid, tuple(sorted(o.criteria))))
+                for o in outcomes}, errors, returncode
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def check_tests(task: Task, base: BuiltBase) -> Check:
+def check_tests(task: Task, base: BuiltBase) -> tuple[Check, dict[str, CollectedCheck] | None]:
     """Every criterion is evidenced by at least one collected hidden test, and every test names criteria of this
-    rubric."""
-    tests, errors, _ = collect_tests(task, base)
+    rubric; also the tests collected (None when collection failed)."""
+    collected, errors, _ = collect_tests(task, base)
     if errors:
-        return Check(task.id, "hidden tests", "FAIL", "collection failed: " + "; ".join(e[-400:] for e in errors))
+        return Check(task.id, "hidden tests", "FAIL", "collection failed: " +
+                     "; ".join(e[-400:] for e in errors)), None
+    tests = {nodeid: check.criteria for nodeid, check in collected.items()}
     problems = []
     unnamed = [nodeid for nodeid, criteria in tests.items() if not criteria]
     if unnamed:
@@ -222,9 +243,21 @@ def check_tests(task: Task, base: BuiltBase) -> Check:
     if uncovered:
         problems.append(f"no hidden test evidences {', '.join(uncovered)}")
     if problems:
-        return Check(task.id, "hidden tests", "FAIL", "; ".join(problems))
+        return Check(task.id, "hidden tests", "FAIL", "; ".join(problems)), collected
     counts = ", ".join(f"{cid} {sum(cid in c for c in tests.values())}" for cid in task.criteria)
-    return Check(task.id, "hidden tests", "ok", f"{len(tests)} collected; tests per criterion: {counts}")
+    return Check(task.id, "hidden tests", "ok", f"{len(tests)} collected; tests per criterion: {counts}"), collected
+
+
+def check_case_coverage(task: Task, collected: dict[str, CollectedCheck]) -> Check:
+    """Every declared value is exercised by a check of its criterion and every marked value is declared; the
+    clause -> values -> checks table as its details."""
+    table = tuple(clause_table(task, collected))
+    problems = coverage_problems(task, collected)
+    if problems:
+        return Check(task.id, "case coverage", "FAIL", "; ".join(problems), table)
+    exercised = sum(len(values) for c in task.criteria.values() for values in c.cases.values())
+    return Check(task.id, "case coverage", "ok", f"every one of {exercised} declared values is exercised by a check "
+                 f"of its criterion; {len(table)} clauses mapped to checks", table)
 
 
 # --- reference and samples --------------------------------------------------------------------------------------------
@@ -327,6 +360,7 @@ def static_checks(folder: Path, fix: bool, report: Callable[[Check], None]) -> t
     found.add(rubric)
     if task is not None:
         found.add(check_criteria(task))
+        found.add(check_case_space(task))
     found.add(check_placeholders(paths))
     if task is not None:
         _, task, sdist_sha256 = found.add_all(check_sdist(task, fix))
@@ -336,7 +370,9 @@ def static_checks(folder: Path, fix: bool, report: Callable[[Check], None]) -> t
         requirements = found.add(check_requirements(task))
         if base is not None and not requirements.failed:
             if not found.add(check_environment(task, base)).failed:
-                found.add(check_tests(task, base))
+                _, collected = found.add_all(check_tests(task, base))
+                if collected is not None:
+                    found.add(check_case_coverage(task, collected))
     found.add(check_reference(paths))
     found.add(check_samples(paths))
     return found, task

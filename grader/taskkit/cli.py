@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     c.add_argument("--no-grade", action="store_true",
                    help="skip grading the base, reference and samples (the slow step)")
     c.add_argument("--jobs", type=int, default=None, help="candidates graded at once (default: as grade)")
+    c.add_argument("--cases", action="store_true",
+                   help="also print, under the case coverage line, each criterion's clauses -> the declared values "
+                        "each names -> the checks that exercise them")
     r = sub.add_parser("task-requirements",
                        help="print every task's declared requirements (base.toml [environment]), one a line")
     r.add_argument("--install", action="store_true",
@@ -81,9 +84,14 @@ def run_check_task(args) -> int:
         if not folders:
             print(f"error: no task {args.task_id!r} under {RUBRICS_DIR}", file=sys.stderr)
             return 2
+    def report(check) -> None:
+        print(check.line(), flush=True)
+        for detail in check.details if args.cases else ():
+            print(f"      {detail}", flush=True)
+
     failed, to_grade = False, []
     for folder in folders:
-        checks, task = static_checks(folder, args.fix, lambda check: print(check.line(), flush=True))
+        checks, task = static_checks(folder, args.fix, report)
         failed |= any(c.failed for c in checks)
         if task is not None and gradable(checks):
             to_grade.append(task)
