@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from grader.report import comparable, differences  # noqa: E402
-from grader.sandbox.protocol import secret_seed  # noqa: E402
+from grader.core.paths import secret_seed  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from cost_model import sample_folders  # noqa: E402

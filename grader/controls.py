@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader.core.environment import environment_fingerprint
-from grader.core.paths import cache_dir, cache_lock
+from grader.core.paths import cache_dir, cache_lock, secret_digest
 from grader.core.records import DEFAULT_TIMEOUT_S, Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, Task, rubric_fingerprint
 
@@ -72,7 +72,8 @@ class Controls:
     def key(self, task: Task, reference: str, designed: dict[str, str]) -> str:
         base = self.bases.get(task)
         parts = [__version__, task.id, rubric_fingerprint(task), base.key, base.commit, environment_fingerprint(),
-                 str(self.options.gpu), str(self.options.contained), reference, repr(sorted(designed.items()))]
+                 str(self.options.gpu), str(self.options.contained), secret_digest(), reference,
+                 repr(sorted(designed.items()))]
         return hashlib.sha256("\0".join(parts).encode("utf-8", "replace")).hexdigest()[:24]
 
     def run(self, task: Task) -> str | None:

@@ -15,7 +15,7 @@ import pytest
 
 from grader.core import identity
 from grader.core.identity import IdentityError, engine_files, engine_fingerprint, grading_identity
-from grader.core.rubric import all_tasks
+from grader.core.rubric import RUBRICS_DIR, all_tasks, load_task
 from grader.ingest import ingest
 from grader.core.records import GradingOptions
 from grader.many_candidates import grade_many
@@ -136,3 +136,18 @@ def test_uncontained_evidence_is_never_served_to_a_contained_run(tmp_path, priva
     fresh = grade_once(tmp_path / "fresh", contained=True)  # a fresh --out, the same cache
     # The contained run's own evidence is reused: the cache still works within one containment.
     assert not fresh.stored and fresh.result.timings.get("evidence_cached") == 1.0
+
+
+def test_the_judge_secret_is_in_every_key_as_a_digest(tmp_path, monkeypatch):
+    """Evidence, stored results and call budgets drawn under one secret are never replayed under another."""
+    task = load_task(RUBRICS_DIR / "xpu-kv-cache-dtypes")
+    keys = []
+    for secret in ("one", "two"):
+        cache = tmp_path / secret
+        cache.mkdir()
+        (cache / "judge-secret").write_text(secret)
+        monkeypatch.setenv("GRADER_CACHE", str(cache))
+        identity = grading_identity(task, False, True)
+        assert secret not in identity.secret
+        keys.append(identity.key("evidence", "tree"))
+    assert keys[0] != keys[1]

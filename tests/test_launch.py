@@ -19,7 +19,8 @@ from grader.core.records import Candidate, GradingOptions
 from grader.core.rubric import REPO_ROOT, all_tasks
 from grader.run import path_scrubber
 from grader.sandbox.launch import ColdLauncher, WarmPool
-from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment, secret_seed
+from grader.core.paths import secret_seed
+from grader.sandbox.protocol import SINGLE_THREADED, JudgeRequest, base_environment
 from judge_harness import reporting_judge
 
 JUDGE_TEST = """
@@ -126,7 +127,7 @@ def test_the_caller_cannot_pass_a_thread_count_through():
 
 ASK_FOR_THE_SECRET = """
 import sys
-from grader.sandbox.protocol import secret_seed
+from grader.core.paths import secret_seed
 print("ready", flush=True)
 sys.stdin.read(1)
 print(secret_seed(), flush=True)

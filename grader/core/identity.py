@@ -23,6 +23,7 @@ from pathlib import Path
 
 from grader.core.records import SCHEMA_VERSION
 from grader.core.environment import environment_fingerprint
+from grader.core.paths import secret_digest
 from grader.core.rubric import BaseRecipe, Task, rubric_fingerprint
 
 # The folder that holds the ``grader`` package.
@@ -54,6 +55,8 @@ class Identity:
     contained: bool | None = None
     # Whether subjects recorded which changed lines ran (evidence then carries them; the verdict never reads them).
     traced: bool | None = None
+    # The judge's secret, as a digest (``core.paths.secret_digest``): deciding inputs are drawn from it.
+    secret: str | None = None
 
     def key(self, purpose: str, *parts: str | None) -> str:
         """The key of ``purpose`` (one per cache) for this identity and ``parts``: any bytes, any characters."""
@@ -78,10 +81,11 @@ def grading_identity(task: Task | None, gpu: bool | None, contained: bool | None
     """The identity of grading against ``task`` (None: a candidate without a known task) with these switches."""
     machine = machine_identity()
     if task is None:
-        return Identity(machine.environment, machine.engine, gpu=gpu, contained=contained, traced=traced)
+        return Identity(machine.environment, machine.engine, gpu=gpu, contained=contained, traced=traced,
+                        secret=secret_digest())
     return Identity(machine.environment, machine.engine, task=task.id,
                     rubric=f"{task.version}:{rubric_fingerprint(task)}", recipe=recipe_key(task.base), gpu=gpu,
-                    contained=contained, traced=traced)
+                    contained=contained, traced=traced, secret=secret_digest())
 
 
 def machine_identity() -> Identity:

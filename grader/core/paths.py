@@ -149,3 +149,32 @@ class CacheWriter:
                 print(f"warning: the {self.name} cannot be written ({path.parent}: {exc.strerror or exc}); "
                       "grading goes on without keeping entries there", file=sys.stderr, flush=True)
             return False
+
+
+def secret_seed(cache: Path | None = None) -> str:
+    """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
+    agree), never visible to a subject (the cache folder is hidden from it). ``cache``: the cache folder it lives
+    in (default ``cache_dir()``).
+
+    Made once: the first maker wins, since a hard link never replaces an existing file, and every judge of every
+    thread and process reads the winner's (candidates graded at once must draw the same inputs)."""
+    path = (cache or cache_dir()) / "judge-secret"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, draft = tempfile.mkstemp(prefix=".judge-secret-", dir=path.parent)  # mode 0600, a name of its own
+        try:
+            os.write(fd, os.urandom(16).hex().encode())
+            os.close(fd)
+            try:
+                os.link(draft, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(draft)
+    return path.read_text().strip()
+
+
+def secret_digest() -> str:
+    """What identifies the judge's secret in cache and store keys: a digest, never the secret. Evidence drawn
+    under one secret is never replayed under another."""
+    return hashlib.sha256(b"grader judge secret\0" + secret_seed().encode()).hexdigest()[:16]

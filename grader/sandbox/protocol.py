@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader.core.paths import CACHE_VARIABLE, SCRATCH_VARIABLE, cache_dir
+from grader.core.paths import CACHE_VARIABLE, SCRATCH_VARIABLE, cache_dir, secret_seed
 from grader.core.rubric import REPO_ROOT, SubjectPlatform
 from grader.sandbox.contain import UID_LOCKS_VARIABLE
 
@@ -230,29 +230,6 @@ def load_subjects(path: str | Path) -> dict[str, SubjectSpec]:
 
 
 # --- a judge's folder -------------------------------------------------------------------------------------------------
-
-
-def secret_seed(cache: Path | None = None) -> str:
-    """A per-installation secret from which judges draw deciding inputs: stable across runs (so identical runs
-    agree), never visible to a subject (the cache folder is hidden from it). ``cache``: the cache folder it lives
-    in (default ``cache_dir()``).
-
-    Made once: the first maker wins, since a hard link never replaces an existing file, and every judge of every
-    thread and process reads the winner's (candidates graded at once must draw the same inputs)."""
-    path = (cache or cache_dir()) / "judge-secret"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, draft = tempfile.mkstemp(prefix=".judge-secret-", dir=path.parent)  # mode 0600, a name of its own
-        try:
-            os.write(fd, os.urandom(16).hex().encode())
-            os.close(fd)
-            try:
-                os.link(draft, path)
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(draft)
-    return path.read_text().strip()
 
 
 def judge_environment(judge: Path, tree: Path, base_tree: Path, gpu: bool, timeout: float,
