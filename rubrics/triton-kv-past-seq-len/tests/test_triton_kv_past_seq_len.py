@@ -53,7 +53,8 @@ SEQ_LENS = ["1", "ragged", "block-aligned", "tile-aligned", "150"]
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(evidence=READS, launch="2d-prefill", dtype="fp32", seq_len=["1", "ragged", "tile-aligned"])
+@pytest.mark.cases(evidence=READS, launch="2d-prefill", dtype="fp32", seq_len=["1", "ragged", "tile-aligned"],
+                   query_blocks="one", feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -65,7 +66,8 @@ def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator,
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(evidence=READS, launch="3d-decode", dtype="fp32", seq_len=SEQ_LENS)
+@pytest.mark.cases(evidence=READS, launch="3d-decode", dtype="fp32", seq_len=SEQ_LENS, query_blocks="one",
+                   feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -78,7 +80,7 @@ def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_ge
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch=["2d-decode", "2d-prefill", "3d-decode"], dtype=["fp32", "fp16"],
-                   seq_len=SEQ_LENS, poison="mixed")
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_generator, device):
     """Non-causal decode through the 2D launch in fp32, and 2D prefill, 2D decode and 3D decode in fp16 (other
@@ -91,6 +93,29 @@ def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_
     got = attention.unified_many(runs, device, secret_generator)
     _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
            ["fp32 2D decode", "fp16 2D prefill", "fp16 2D decode", "fp16 3D decode"], reads=True)
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence="loads", launch="2d-prefill", dtype="fp32", seq_len=["ragged", "1"], poison="mixed",
+                   query_blocks="several", feature=["sliding-window", "softcap"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_generator, device):
+    """Non-causal prefills longer than one query block (every query block, not only the last), also with a
+    sliding window and softcap, load no slot past seq_len and give finite outputs with NaN/inf there. Which keys
+    early query blocks attend to is c4's, so only finiteness and loads are judged here. (The base kernel's
+    non-causal sliding window zeroes V by the query block's first position, not per query, so its windowed
+    outputs are not those of a per-query window; that is outside this task.)"""
+    gen = secret_generator
+    long = cases.make_batch(gen, [30, 9, 17, 1], [33, 50, 17, 1])
+    windowed = cases.make_batch(gen, *NON_CAUSAL_PREFILL)
+    runs = [(long, "mixed", {"causal": False}), (windowed, "mixed", {"causal": False, "window": 6, "softcap": 3.0})]
+    got = attention.unified_many(runs, device, gen)
+    failures = [f"{label}: {problem}" for launch, label in zip(got, ["30/9/17/1 queries", "sliding window 6"])
+                for problem in launch.read_problems()]
+    failures += [f"{label}: {int((~torch.isfinite(launch.output)).sum())} output values are not finite"
+                 for launch, label in zip(got, ["30/9/17/1 queries", "sliding window 6"])
+                 if not bool(torch.isfinite(launch.output).all())]
+    assert not failures, "; ".join(failures)
 
 
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
