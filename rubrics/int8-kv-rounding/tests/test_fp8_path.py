@@ -52,7 +52,9 @@ def _inputs(layout: str, fp8_dtype, in_dtype, gen: torch.Generator, qmax: float)
 
 
 @pytest.mark.criterion("c4")
-@pytest.mark.cases(fp8_dtype=["float8_e4m3fn", "float8_e4m3fnuz"], input_dtype=["fp32", "fp16"], evidence="bytes-and-scales")
+# The FP8 formats stored are cache dtypes too; the acceptance check below asks about them among the others.
+@pytest.mark.cases(fp8_dtype=["float8_e4m3fn", "float8_e4m3fnuz"], cache_dtype=["float8_e4m3fn", "float8_e4m3fnuz"],
+                   input_dtype=["fp32", "fp16"], evidence="bytes-and-scales")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", FP8_PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -98,7 +100,8 @@ def _store_by_dtype_cases() -> dict:
 
 
 @pytest.mark.criterion("c4")
-@pytest.mark.cases(cache_dtype=CACHE_DTYPES, evidence="accepted-cache-dtypes")
+@pytest.mark.cases(cache_dtype=CACHE_DTYPES, fp8_dtype=["float8_e4m3fn", "float8_e4m3fnuz"],
+                   evidence="accepted-cache-dtypes")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", FP8_PLATFORMS)
 def test_accepted_cache_dtypes_unchanged(kv_store, base_subject, device, platform):
