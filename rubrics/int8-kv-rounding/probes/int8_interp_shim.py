@@ -13,8 +13,13 @@ The interpreter runs Triton kernels on CPU with numpy, but it has two gaps that 
    ``InterpreterBuilder.create_extern_elementwise`` raises ``NotImplementedError``.
 2. fp32 -> fp8 conversion is wrong (the bit-level rounding forgets the carry into the exponent, e.g. -31.6
    becomes -16 in e4m3).
+3. The interpreter's ``dtype.to_ir`` knows no IR type for the fnuz formats (e4m3fnuz, e5m2fnuz), so a kernel
+   storing to an MI300's FP8 cache fails with "fail to convert fp8e4b8 to ir type".
 
-``install()`` fixes both for as long as it is installed, and ``uninstall()`` puts everything back:
+``install()`` fixes both for as long as it is installed, and ``uninstall()`` puts everything back.
+``install(backend="cuda")`` or ``install(backend="hip")`` stands for one GPU backend, as a kernel compiled for it
+would: the generic libdevice functions resolve to that backend's, and a call of the other backend's libdevice
+symbol raises ``WrongBackend`` (on the hardware it does not link). Without a backend both are evaluated.
 
 - ``_patch_lang`` (called by the interpreter for every kernel launch and device-function call) additionally
   binds the backend libdevice modules to the interpreter and points the generic libdevice stubs at the CUDA
@@ -23,6 +28,7 @@ The interpreter runs Triton kernels on CPU with numpy, but it has two gaps that 
   ``SYMBOLS``): round (half away from zero), rint / nearbyint (half to even), floor, ceil, trunc, the
   integer-returning variants (llrint, llround, float2int_rn/rz/rd/ru, ...), fabs and copysign. Any other
   symbol raises ``InterpreterUnsupported``: the grader then reports the criterion as not evaluated on CPU.
+- ``_patch_lang`` also gives ``dtype.to_ir`` the fnuz formats' types, which the interpreter's builder has.
 - ``create_fp_to_fp`` converts to and from the fp8 formats torch knows (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz) with
   torch's own round-to-nearest-even cast, saturating out-of-range finite values and infinities to the largest
   finite value first (what NVIDIA's ``cvt.rn.satfinite`` does); NaN stays NaN. Other conversions are left to
@@ -39,6 +45,17 @@ import numpy as np
 
 class InterpreterUnsupported(NotImplementedError):
     """A kernel used something the CPU interpreter cannot run faithfully, even with this shim."""
+
+
+class WrongBackend(RuntimeError):
+    """A kernel called a libdevice symbol of another GPU backend than the one it is compiled for."""
+
+
+# The interpreter builder's type getters for the fp8 formats its ``dtype.to_ir`` leaves out.
+_FNUZ_IR_TYPES = {"fp8e4b8": "get_fp8e4b8_ty", "fp8e5b16": "get_fp8e5b16_ty"}
+
+# Which backend owns a libdevice symbol, by its prefix.
+_SYMBOL_BACKENDS = (("__nv_", "cuda"), ("__ocml_", "hip"), ("__triton_hip_", "hip"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -100,8 +117,14 @@ def _unary_kind(symbol: str) -> str | None:
 SUPPORTED_KINDS = tuple(sorted(set(_ROUNDERS) | {"fabs", "copysign"}))
 
 
-def eval_libdevice(symbol: str, args: list[np.ndarray], out_dtype: np.dtype) -> np.ndarray:
-    """Evaluate one libdevice symbol on numpy arrays, returning an array of ``out_dtype``."""
+def eval_libdevice(symbol: str, args: list[np.ndarray], out_dtype: np.dtype,
+                   backend: str | None = None) -> np.ndarray:
+    """Evaluate one libdevice symbol on numpy arrays, returning an array of ``out_dtype``; with ``backend``, a
+    symbol of another backend raises ``WrongBackend``."""
+    owner = next((name for prefix, name in _SYMBOL_BACKENDS if symbol.startswith(prefix)), None)
+    if backend is not None and owner is not None and owner != backend:
+        raise WrongBackend(f"libdevice symbol {symbol} belongs to the {owner} backend; a kernel compiled for the "
+                           f"{backend} backend cannot call it")
     kind = _unary_kind(symbol)
     if kind is None:
         raise InterpreterUnsupported(f"libdevice symbol {symbol} has no CPU implementation in the grader")
@@ -190,26 +213,29 @@ _saved: dict = {}
 
 
 def _backend_libdevice_modules():
-    mods = []
+    mods = {}
     try:
         from triton.language.extra.cuda import libdevice as cuda_ld
 
-        mods.append(cuda_ld)
+        mods["cuda"] = cuda_ld
     except Exception:  # pragma: no cover - depends on the Triton build
-        cuda_ld = None
+        pass
     try:
         from triton.language.extra.hip import libdevice as hip_ld
 
-        mods.append(hip_ld)
+        mods["hip"] = hip_ld
     except Exception:  # pragma: no cover
         pass
-    return mods, cuda_ld
+    return mods
 
 
-def install() -> None:
-    """Install the corrections into ``triton.runtime.interpreter`` (idempotent)."""
+def install(backend: str | None = None) -> None:
+    """Install the corrections into ``triton.runtime.interpreter`` (idempotent), standing for ``backend``
+    ("cuda" or "hip") where one is named."""
     if _saved:
         return
+    if backend not in (None, "cuda", "hip"):
+        raise ValueError(f"unknown backend {backend!r}")
     import triton.language as tl
     import triton.language.core as tlcore
     import triton.language.extra.libdevice as generic_ld
@@ -219,24 +245,32 @@ def install() -> None:
     orig_patch_lang = interp._patch_lang
     orig_extern = builder_cls.create_extern_elementwise
     orig_fp_to_fp = builder_cls.create_fp_to_fp
-    backend_mods, cuda_ld = _backend_libdevice_modules()
+    backend_mods = _backend_libdevice_modules()
+    generic_target = backend_mods.get(backend or "cuda")
 
     def patch_lang(fn):
         scope = orig_patch_lang(fn)
-        for mod in backend_mods:
+        plain_to_ir = tlcore.dtype.to_ir
+
+        def to_ir(self, builder):
+            getter = _FNUZ_IR_TYPES.get(self.name)
+            return getattr(builder, getter)() if getter else plain_to_ir(self, builder)
+
+        scope.set_attr(tlcore.dtype, "to_ir", to_ir)
+        for mod in backend_mods.values():
             for name, member in inspect.getmembers(mod):
                 if tlcore.is_builtin(member):
                     interp._patch_attr(mod, name, member, interp.interpreter_builder, scope)
-        if cuda_ld is not None:
+        if generic_target is not None:
             for name, member in inspect.getmembers(generic_ld, inspect.isfunction):
-                impl = getattr(cuda_ld, name, None)
+                impl = getattr(generic_target, name, None)
                 if impl is not None and getattr(member, "__module__", "") == generic_ld.__name__:
                     scope.set_attr(generic_ld, name, impl)
         return scope
 
     def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
         out_np = interp._get_np_dtype(retType)
-        data = eval_libdevice(symbol, [a.data for a in argList], out_np)
+        data = eval_libdevice(symbol, [a.data for a in argList], out_np, backend)
         scalar = retType.scalar if hasattr(retType, "scalar") else retType
         return interp.TensorHandle(np.asarray(data, dtype=out_np), scalar)
 

@@ -31,6 +31,7 @@ GPU_RUN = gpu_enabled()
 INTERPRET = not GPU_RUN and os.environ.get("TRITON_INTERPRET") == "1"
 
 shim = load_beside(__file__, "kv_interp_shim")
+PLATFORMS = load_beside(__file__, "kv_cases").PLATFORMS
 
 PROBE = "int8_kv_probes.store_per_token_head"
 KERNEL = "_reshape_cache_per_token_head"
@@ -168,14 +169,8 @@ class KVStore:
         self.subject = subject
         self.gap = gap
 
-    def run(self, key, value, cache_dtype, device, slots=None, block_size=4):
-        """Store ``key``/``value`` ([tokens, heads, dim], any float dtype, on CPU) and return CPU results.
-
-        Returns ``(key_cache, value_cache, k_scale_cache, v_scale_cache, slots)`` where the caches are indexed
-        ``[block, slot_in_block, head, dim]``.
-        """
-        import torch
-
+    def runnable(self, device: str, platform: str) -> None:
+        """Skip, with the reason, where this run cannot give evidence for ``device`` as ``platform``."""
         if device == "cpu" and GPU_RUN:
             pytest.skip("variant: this run compiles Triton for the GPU, where the CUDA variant of this check runs")
         if device == "cpu" and not INTERPRET:
@@ -184,6 +179,19 @@ class KVStore:
             pytest.skip(f"environment: the Triton interpreter cannot run this kernel on CPU: {self.gap}")
         if device == "cuda" and not GPU_RUN:  # pragma: no cover - the shared conftest skips these already
             pytest.skip("environment: no CUDA GPU in this run")
+        if device == "cuda" and platform != "cuda":
+            pytest.skip(f"variant: {platform} is emulated through the interpreter only, in the CPU variant")
+
+    def run(self, key, value, cache_dtype, device, slots=None, block_size=4, platform="cuda"):
+        """Store ``key``/``value`` ([tokens, heads, dim], any float dtype, on CPU) as ``platform`` (``PLATFORMS``)
+        and return CPU results.
+
+        Returns ``(key_cache, value_cache, k_scale_cache, v_scale_cache, slots)`` where the caches are indexed
+        ``[block, slot_in_block, head, dim]``.
+        """
+        import torch
+
+        self.runnable(device, platform)
         tokens, heads, dim = key.shape
         if slots is None:
             slots = list(range(tokens))
@@ -197,7 +205,7 @@ class KVStore:
         vs = ks.clone()
         sent = {"key_cache": kc, "value_cache": vc, "k_scale_cache": ks, "v_scale_cache": vs}
         got = self.subject.call(PROBE, key=key, value=value, slot_mapping=torch.tensor(slots, dtype=torch.long),
-                                device=device, **sent)
+                                device=device, platform=PLATFORMS[platform], **sent)
         assert isinstance(got, dict) and set(got) == set(sent), f"the store probe answered {type(got).__name__}"
         for name, before in sent.items():
             after = got[name]
@@ -210,11 +218,3 @@ class KVStore:
 @pytest.fixture
 def kv_store(subject, _interpreter_checked, _interpreter_gap):
     return KVStore(subject, _interpreter_gap)
-
-
-@pytest.fixture
-def fp8_dtype():
-    """The FP8 dtype the base quantises to (``current_platform.fp8_dtype()``): e4m3fn on CUDA and on CPU."""
-    import torch
-
-    return torch.float8_e4m3fn

@@ -21,6 +21,14 @@ DEVICES = [
 
 INPUT_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]
 
+# The platforms a check names -> the subject's emulation of it (``int8_kv_probes``). "rocm" (an INT8 check: every
+# ROCm GPU stores INT8 alike) runs as an MI300; FP8 checks name the two ROCm FP8 formats apart.
+PLATFORMS = {"cuda": "cuda", "rocm": "rocm-gfx942", "rocm-gfx942": "rocm-gfx942", "rocm-gfx950": "rocm-gfx950"}
+INT8_PLATFORMS = ["cuda", "rocm"]
+# The FP8 format and range the base quantises to on each platform (vLLM's fp8_dtype() and get_fp8_min_max()).
+FP8_FORMATS = {"cuda": ("float8_e4m3fn", 448.0), "rocm-gfx950": ("float8_e4m3fn", 448.0),
+               "rocm-gfx942": ("float8_e4m3fnuz", 224.0)}
+
 # Positive INT8 rows (8 values; the first fixes the scale). All exactly representable in fp32 and fp16.
 INT8_POSITIVE_ROWS = {
     # scale 1: fractions below 4, where truncation and rounding differ by one step
@@ -98,9 +106,12 @@ def fp8_positive_grid(fp8_dtype) -> torch.Tensor:
     return torch.unique(vals)
 
 
-def fp8_offgrid_quantised(n: int, fp8_dtype, gen: torch.Generator) -> torch.Tensor:
-    """``n`` signed values in the fp8 range (quantised domain), the first at +-max, never near a midpoint."""
+def fp8_offgrid_quantised(n: int, fp8_dtype, gen: torch.Generator, qmax: float | None = None) -> torch.Tensor:
+    """``n`` signed values in the fp8 range up to ``qmax`` (the kernel's clamp; default the format's largest
+    value) in the quantised domain, the first at +-qmax, never near a midpoint."""
     grid = fp8_positive_grid(fp8_dtype)
+    if qmax is not None:
+        grid = grid[grid <= qmax]
     fmax = float(grid[-1])
     fractions = torch.tensor([0.0, 0.15, 0.3, 0.7, 0.85])
     idx = torch.randint(0, len(grid) - 1, (n,), generator=gen)
@@ -116,13 +127,15 @@ def fp8_offgrid_quantised(n: int, fp8_dtype, gen: torch.Generator) -> torch.Tens
     return q
 
 
-def fp8_expected_bytes(x: torch.Tensor, fp8_dtype, shim) -> tuple[torch.Tensor, torch.Tensor]:
-    """The base kernel's FP8 result: clamp(x / scale, -max, max) cast to fp8 (round to nearest even).
+def fp8_expected_bytes(x: torch.Tensor, fp8_dtype, shim, qmax: float | None = None) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
+    """The base kernel's FP8 result: clamp(x / scale, -qmax, qmax) cast to fp8 (round to nearest even), qmax
+    the platform's FP8 range (default the format's largest value).
 
     Returns (bytes as uint8, scales). The cast is torch's (with satfinite saturation, a no-op after the
     clamp), not the Triton interpreter's, whose own fp32 -> fp8 conversion rounds wrongly.
     """
-    fmax = float(torch.finfo(fp8_dtype).max)
+    fmax = float(torch.finfo(fp8_dtype).max) if qmax is None else qmax
     q = scaled(x, fmax).clamp(-fmax, fmax)
     return shim.torch_fp8_cast(q, fp8_dtype).view(torch.uint8), kernel_scale(x, fmax)
 

@@ -24,6 +24,7 @@ SOURCE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 
 
 @pytest.mark.criterion("c2", weight=0.25)
+@pytest.mark.cases(cache=["key", "value"], input_dtype=["fp32", "fp16"], evidence="huge-inputs")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
 @pytest.mark.parametrize("target", ["key", "value"])
@@ -178,6 +179,7 @@ def _stores_to(flow: _Flow, cache_ptr: str):
 
 @pytest.mark.static
 @pytest.mark.criterion("c2", weight=2.0)
+@pytest.mark.cases(cache=["key", "value"], evidence="static-clamp")
 @pytest.mark.parametrize("cache_ptr", ["key_cache_ptr", "value_cache_ptr"], ids=["key", "value"])
 def test_stored_values_are_clamped(vllm_tree, cache_ptr):
     """The kernel's quantised key/value store is fed from a clamp to [QUANT_MIN, QUANT_MAX] (tl.clamp or min/max)."""

@@ -15,6 +15,9 @@ from rubric_support import load_beside
 
 cases = load_beside(__file__, "kv_cases")
 DEVICES, INPUT_DTYPES, ROWS, ROW_IDS = cases.DEVICES, cases.INPUT_DTYPES, cases.INT8_POSITIVE_ROWS, cases.ROW_IDS
+# Every rounding check runs as each platform the kernel is compiled for: CUDA, and ROCm (the interpreter standing
+# for the HIP backend, whose libdevice is not CUDA's).
+PLATFORMS = cases.INT8_PLATFORMS
 
 
 def _check_int8(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
@@ -29,32 +32,36 @@ def _check_int8(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
         )
 
 
-def _store_row(kv_store, key, value, device):
-    kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device)
+def _store_row(kv_store, key, value, device, platform):
+    kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device, platform=platform)
     return kc[0, 0], vc[0, 0]
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"])
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
 @pytest.mark.parametrize("row_id", ROW_IDS)
-def test_positive_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
+def test_positive_keys_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Positive keys are rounded to nearest before the int8 store (2.625 -> 3, 0.6875 -> 1), not truncated."""
     key = cases.row(ROWS[row_id], in_dtype)
     value = cases.row(cases.BENIGN_ROW, in_dtype)
-    k_got, _ = _store_row(kv_store, key, value, device)
+    k_got, _ = _store_row(kv_store, key, value, device, platform)
     _check_int8(k_got, key[0], f"key cache, {row_id}")
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"])
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
 @pytest.mark.parametrize("row_id", ROW_IDS)
-def test_negative_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
+def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Negative keys round to nearest (-2.625 -> -3, -2.375 -> -2, -0.6875 -> -1), not toward zero."""
     key = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
     value = cases.row(cases.BENIGN_ROW, in_dtype)
-    k_got, _ = _store_row(kv_store, key, value, device)
+    k_got, _ = _store_row(kv_store, key, value, device, platform)
     _check_int8(k_got, key[0], f"key cache, negated {row_id}")
 
 
@@ -62,30 +69,35 @@ def test_negative_keys_round_to_nearest(kv_store, device, in_dtype, row_id):
 # with their sign and still move negative values toward zero (an added 0.5 before the truncating store is right
 # for positives only). The negated rows go to the value cache here, the key cache holding the benign row.
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"])
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
 @pytest.mark.parametrize("row_id", ROW_IDS)
-def test_negative_values_round_to_nearest(kv_store, device, in_dtype, row_id):
+def test_negative_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Negative entries of the value cache round to nearest too (-2.625 -> -3, -0.6875 -> -1), not toward zero."""
     key = cases.row(cases.BENIGN_ROW, in_dtype)
     value = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
-    _, v_got = _store_row(kv_store, key, value, device)
+    _, v_got = _store_row(kv_store, key, value, device, platform)
     _check_int8(v_got, value[0], f"value cache, negated {row_id}")
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"])
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
 @pytest.mark.parametrize("row_id", ROW_IDS)
-def test_values_round_to_nearest(kv_store, device, in_dtype, row_id):
+def test_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """The value cache is rounded to nearest too (2.625 -> 3), not only the key cache."""
     key = cases.row(cases.BENIGN_ROW, in_dtype)
     value = cases.row(ROWS[row_id], in_dtype)
-    _, v_got = _store_row(kv_store, key, value, device)
+    _, v_got = _store_row(kv_store, key, value, device, platform)
     _check_int8(v_got, value[0], f"value cache, {row_id}")
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype="fp32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
     """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
@@ -111,6 +123,7 @@ def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
 # 6/7 = 0.86, met. This test asks for both caches at once, over every row and input dtype; weight 2 (per device):
 # keys truncated leaves c3 at 6/9 = 0.67, values truncated at 0/9, and a kernel that rounds both keeps 9/9.
 @pytest.mark.criterion("c3", weight=2)
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_key_and_value_caches_both_round_every_row(kv_store, device):
     """Both the key cache and the value cache hold round-to-nearest values, for every row and input dtype."""

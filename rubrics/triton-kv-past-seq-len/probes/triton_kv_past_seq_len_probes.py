@@ -1,19 +1,23 @@
 """Probes for triton-kv-past-seq-len, run in the sandboxed subject next to the tree under grading.
 
 Each probe runs one of the candidate's public attention launchers on tensors the judge built (queries, paged
-caches whose unwritten slots hold what the judge chose, block tables) and sends the outputs back; it never
-decides whether they are right. On a CPU run the kernels go through the Triton interpreter (the grader sets
-``TRITON_INTERPRET=1``); on a GPU run they compile for the device the judge names.
+caches whose unwritten slots hold what the judge chose, block tables) and sends back what it saw: the output, the
+caches as the call left them, and, under the Triton interpreter, which elements of the caller's caches the
+kernels loaded; it never decides whether any of it is right. On a CPU run the kernels go through the Triton
+interpreter (the grader sets ``TRITON_INTERPRET=1``); on a GPU run they compile for the device the judge names.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import types
 
 from probe_support import Patches, import_module, outcome_of
 
 UNIFIED_MODULE = "vllm.v1.attention.ops.triton_unified_attention"
+DIFFKV_MODULE = "vllm.v1.attention.ops.triton_unified_attention_diffkv"
 PAGED_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
 ROCM_PLATFORM_MODULE = "vllm.platforms.rocm"
 # An architecture name that matches none vLLM has ROCm-specific kernels for: the paged-decode launcher then takes
@@ -31,6 +35,50 @@ def _on(device: str, value):
     import torch
 
     return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+@contextlib.contextmanager
+def _loads_of(caches: dict):
+    """Record which elements of each named cache tensor the interpreter loads while the block runs.
+
+    Every Triton load the interpreter executes (plain, block-pointer, tensor-descriptor) goes through
+    ``InterpreterBuilder.create_masked_load`` with the lanes' addresses and mask: the lanes the mask enables are
+    exactly the memory the kernel reads. Yields ``{name: sorted element offsets into that tensor}``, filled when
+    the block ends; ``None`` values where kernels do not run through the interpreter (nothing is recorded)."""
+    import numpy as np
+    import torch
+
+    seen = {name: None for name in caches}
+    if os.environ.get("TRITON_INTERPRET") != "1" or any(t.device.type != "cpu" for t in caches.values()):
+        yield seen
+        return
+    from triton.runtime import interpreter
+
+    spans = {name: (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), t.element_size())
+             for name, t in caches.items()}
+    hits = {name: [] for name in caches}
+    original = interpreter.InterpreterBuilder.create_masked_load
+
+    def recording_load(self, ptrs, mask, *args, **kwargs):
+        addresses = np.asarray(ptrs.data, dtype=np.uint64)[np.broadcast_to(np.asarray(mask.data, dtype=bool),
+                                                                           np.shape(ptrs.data))]
+        for name, (lo, hi, _) in spans.items():
+            inside = addresses[(addresses >= lo) & (addresses < hi)]
+            if inside.size:
+                hits[name].append(np.unique(inside))
+        return original(self, ptrs, mask, *args, **kwargs)
+
+    with Patches() as patches:
+        patches.set(interpreter.InterpreterBuilder, "create_masked_load", recording_load)
+        yield seen
+    for name, (lo, _, size) in spans.items():
+        found = np.unique(np.concatenate(hits[name])) if hits[name] else np.zeros(0, dtype=np.uint64)
+        seen[name] = torch.from_numpy(((found - lo) // size).astype(np.int64))
+
+
+def _observed(out, loads: dict, caches: dict) -> dict:
+    """What one launch left behind: its output, the caches as it left them, the cache elements it loaded."""
+    return {"output": out.cpu(), "loads": loads, "caches_after": {name: t.cpu() for name, t in caches.items()}}
 
 
 def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, max_seqlen_k,
@@ -56,17 +104,41 @@ def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_
             "softmax_segm_expsum": torch.empty(threshold, q.shape[1], segments, dtype=torch.float32,
                                                device=device),
         }
-    module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k, scale,
-                             causal, (window_left, -1), block_table, softcap, None, None, None, sinks=sinks,
-                             mm_prefix_range=mm_prefix_range, **split)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out.cpu()
+    caches = {"k": k_cache, "v": v_cache}
+    with _loads_of(caches) as loads:
+        module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k,
+                                 scale, causal, (window_left, -1), block_table, softcap, None, None, None,
+                                 sinks=sinks, mm_prefix_range=mm_prefix_range, **split)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return _observed(out, loads, caches)
+
+
+def _run_diffkv(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, scale, device):
+    import torch
+
+    q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens = (
+        _on(device, t) for t in (q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens))
+    out = torch.full_like(q, float("nan"))
+    caches = {"k": k_cache, "v": v_cache}
+    with _loads_of(caches) as loads:
+        module.unified_attention_diffkv(q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, scale, True, (-1, -1),
+                                        block_table, 0.0, max_seqlen_q=max_seqlen_q)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return _observed(out, loads, caches)
+
+
+def diffkv_attention_runs(cases: list[dict]) -> list[dict]:
+    """For each case (the arguments of one causal ``unified_attention_diffkv`` call): what it returned or raised,
+    as ``unified_attention_runs`` reports it."""
+    module = import_module(DIFFKV_MODULE)
+    return [outcome_of(_run_diffkv, module, **case) for case in cases]
 
 
 def unified_attention_runs(cases: list[dict]) -> list[dict]:
     """For each case (the keyword arguments of one ``unified_attention`` call, as the judge built them):
-    ``{"returned": output}`` or ``{"raised": type, "message": text}``."""
+    ``{"returned": {"output", "loads", "caches_after"}}`` or ``{"raised": type, "message": text}``."""
     module = import_module(UNIFIED_MODULE)
     return [outcome_of(_run_unified, module, **case) for case in cases]
 
@@ -95,20 +167,22 @@ def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, 
         _on(device, t) for t in (query, key_cache, value_cache, block_table, seq_lens, alibi_slopes, sinks))
     out = torch.full_like(query, float("nan"))
     one = torch.tensor(1.0, dtype=torch.float32, device=device)
-    module.chunked_prefill_paged_decode(
-        query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
-        value_cache=value_cache, block_table=block_table,
-        query_start_loc=torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device), seq_lens=seq_lens,
-        max_seq_len=max_seq_len, max_query_len=1, k_scale=one, v_scale=one, alibi_slopes=alibi_slopes,
-        sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out.cpu()
+    caches = {"k": key_cache, "v": value_cache}
+    with _loads_of(caches) as loads:
+        module.chunked_prefill_paged_decode(
+            query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
+            value_cache=value_cache, block_table=block_table,
+            query_start_loc=torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device), seq_lens=seq_lens,
+            max_seq_len=max_seq_len, max_query_len=1, k_scale=one, v_scale=one, alibi_slopes=alibi_slopes,
+            sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return _observed(out, loads, caches)
 
 
 def paged_decode_runs(cases: list[dict]) -> list[dict]:
-    """For each case (one decode batch for ``chunked_prefill_paged_decode``, as the judge built it):
-    ``{"returned": output}`` or ``{"raised": type, "message": text}``."""
+    """For each case (one decode batch for ``chunked_prefill_paged_decode``, as the judge built it): what it
+    returned or raised, as ``unified_attention_runs`` reports it."""
     _import_rocm_platform_helpers()
     module = import_module(PAGED_MODULE)
     return [outcome_of(_run_paged, module, **case) for case in cases]

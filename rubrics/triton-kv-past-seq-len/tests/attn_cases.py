@@ -28,7 +28,7 @@ DEVICES = [
 # What an unwritten slot may hold: freed blocks are never cleared, so any bit pattern, NaN and infinities
 # included, can sit past seq_len. 0 * NaN and 0 * inf are NaN, so a masked-out weight does not neutralise them.
 # "mixed" draws NaN, +inf or -inf for each unwritten slot.
-POISONS = {"nan": float("nan"), "inf": float("inf"), "mixed": "mixed"}
+POISONS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "mixed": "mixed"}
 POISON_IDS = list(POISONS)
 
 HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 32
@@ -193,3 +193,53 @@ def mismatch(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, device: 
         return (f"output differs from the fp32 reference by up to {float(err.max()):.4g} (token {token}; "
                 f"atol {tol['atol']}, rtol {tol['rtol']})")
     return None
+
+
+# Where a cache layout keeps its slot index: unified [block, slot, kv_head, dim]; paged K
+# [block, kv_head, dim // x, slot, x] and paged V [block, kv_head, dim, slot].
+SLOT_DIM = {"unified": {"k": 1, "v": 1}, "paged": {"k": 3, "v": 3}}
+
+
+@dataclass
+class Launch:
+    """One launch as the judge sent it and as the subject saw it: the output, the caches as the call left them,
+    and the cache elements the kernels loaded (``None`` where kernels do not run through the interpreter)."""
+
+    batch: Batch
+    device: str
+    layout: str                    # "unified" or "paged"
+    sent: dict                     # {"k": cache, "v": cache} as sent
+    output: torch.Tensor
+    loads: dict
+    caches_after: dict
+
+    def written_slots(self) -> set[int]:
+        """``block * block_size + slot`` of every slot that holds a key of some sequence (position < seq_len)."""
+        bs = self.batch.block_size
+        return {int(self.batch.block_table[i, p // bs]) * bs + p % bs
+                for i, s in enumerate(self.batch.seq_lens) for p in range(s)}
+
+    def read_problems(self) -> list[str]:
+        """What the launch did beyond reading written slots: changed a cache it was given, loaded a slot no
+        sequence wrote (past its seq_len), or loaded nothing of the cache it was given (it read a copy)."""
+        problems, written, bs = [], self.written_slots(), self.batch.block_size
+        for name, sent in self.sent.items():
+            after = self.caches_after[name]
+            if after.shape != sent.shape or not torch.equal(after.contiguous().view(torch.uint8),
+                                                            sent.contiguous().view(torch.uint8)):
+                problems.append(f"the call rewrote the caller's {name.upper()} cache (in place)")
+            loaded = self.loads.get(name)
+            if loaded is None:
+                continue
+            if loaded.numel() == 0:
+                problems.append(f"the kernels loaded nothing from the caller's {name.upper()} cache (a copy of it "
+                                "was read)")
+                continue
+            coords = torch.unravel_index(loaded, tuple(sent.shape))
+            slots = (coords[0] * bs + coords[SLOT_DIM[self.layout][name]]).unique().tolist()
+            unwritten = sorted(set(slots) - written)
+            if unwritten:
+                where = ", ".join(f"block {s // bs} slot {s % bs}" for s in unwritten[:4])
+                problems.append(f"the kernels loaded {len(unwritten)} {name.upper()} cache slots past seq_len "
+                                f"({where}{', ...' if len(unwritten) > 4 else ''})")
+        return problems

@@ -5,7 +5,9 @@ tensors built here, in one of two ways the grader decides for the whole run (``g
 
 - CPU (no GPU evidence): ``TRITON_INTERPRET=1`` in the judge and the subject; the kernels run through the Triton
   interpreter, which loads exactly the lanes a kernel's masks allow, so a read past ``seq_len`` brings the
-  poison the judge put there into the output just as the hardware does. Tests parametrised with ``cpu`` run.
+  poison the judge put there into the output just as the hardware does, and the probe records the cache elements
+  every load enabled, so a read is seen even where the kernel sanitises what it loaded. Tests parametrised with
+  ``cpu`` run.
 - GPU (``GRADER_GPU=1`` and CUDA visible): the kernels compile natively; ``cuda`` cases run and ``cpu`` cases are
   skipped as variants.
 
@@ -42,7 +44,8 @@ def _skip_unless_runnable(device: str) -> None:
 
 
 class Attention:
-    """Builds the launch arguments for a batch and runs them in the subject; every output comes back as data."""
+    """Builds the launch arguments for a batch and runs them in the subject; what each launch did comes back as
+    an ``attn_cases.Launch``."""
 
     def __init__(self, subject):
         self.subject = subject
@@ -52,6 +55,20 @@ class Attention:
         """``unified_attention`` on ``batch`` with its cache's unwritten slots holding ``fill``; the output."""
         return self.unified_many([(batch, fill, dict(causal=causal, window=window, softcap=softcap, sinks=sinks,
                                                      mm_ranges=mm_ranges, segments=segments))], device, gen)[0]
+
+    def diffkv_many(self, runs, device: str, gen) -> list:
+        """Causal ``unified_attention_diffkv`` launches (the other kernel calling the tile-bound helper) in one
+        probe call: ``[(batch, fill), ...]``."""
+        _skip_unless_runnable(device)
+        sent = []
+        for batch, fill in runs:
+            k_cache, v_cache = cases.unified_caches(batch, fill, gen)
+            sent.append({"q": batch.q, "k_cache": k_cache, "v_cache": v_cache, "block_table": batch.block_table,
+                         "cu_seqlens_q": batch.cu_seqlens_q, "seq_lens": batch.seq_lens_tensor,
+                         "max_seqlen_q": max(batch.q_lens), "scale": batch.scale, "device": device})
+        outcomes = self.subject.call(f"{PROBES}.diffkv_attention_runs", cases=sent)
+        return [_launch(o, "unified_attention_diffkv", b, device, "unified", c["k_cache"], c["v_cache"])
+                for o, (b, _), c in zip(outcomes, runs, sent)]
 
     def unified_many(self, runs, device: str, gen) -> list:
         """Several ``unified_attention`` launches in one probe call: ``[(batch, fill, options), ...]``."""
@@ -72,8 +89,9 @@ class Attention:
                 "sinks": opts.get("sinks"), "segments": opts.get("segments", 0),
                 "mm_prefix_range": None if mm is None else mm_prefix_tensor(mm), "device": device,
             })
-        return [_returned(o, "unified_attention") for o in
-                self.subject.call(f"{PROBES}.unified_attention_runs", cases=sent)]
+        outcomes = self.subject.call(f"{PROBES}.unified_attention_runs", cases=sent)
+        return [_launch(o, "unified_attention", b, device, "unified", c["k_cache"], c["v_cache"])
+                for o, (b, _, _), c in zip(outcomes, runs, sent)]
 
     def paged(self, batch, device: str, fill, gen, *, window: int = 0, alibi=None, sinks=None):
         """``chunked_prefill_paged_decode`` (a decode batch) on ``batch`` with unwritten slots holding ``fill``."""
@@ -91,8 +109,9 @@ class Attention:
                 "max_seq_len": max(batch.seq_lens), "scale": batch.scale, "sliding_window": opts.get("window", 0),
                 "alibi_slopes": opts.get("alibi"), "sinks": opts.get("sinks"), "device": device,
             })
-        return [_returned(o, "chunked_prefill_paged_decode") for o in
-                self.subject.call(f"{PROBES}.paged_decode_runs", cases=sent)]
+        outcomes = self.subject.call(f"{PROBES}.paged_decode_runs", cases=sent)
+        return [_launch(o, "chunked_prefill_paged_decode", b, device, "paged", c["key_cache"], c["value_cache"])
+                for o, (b, _, _), c in zip(outcomes, runs, sent)]
 
 
 def mm_prefix_tensor(ranges):
@@ -104,10 +123,12 @@ def mm_prefix_tensor(ranges):
     return torch.tensor(rows, dtype=torch.int32).view(len(ranges), width, 2)
 
 
-def _returned(outcome: dict, what: str):
+def _launch(outcome: dict, what: str, batch, device: str, layout: str, k_cache, v_cache):
     if "raised" in outcome:
         raise AssertionError(f"{what} raised {outcome['raised']}: {outcome['message']}")
-    return outcome["returned"]
+    seen = outcome["returned"]
+    return cases.Launch(batch, device, layout, {"k": k_cache, "v": v_cache}, seen["output"], seen["loads"],
+                        seen["caches_after"])
 
 
 @pytest.fixture(scope="session")

@@ -22,17 +22,21 @@ cases = load_beside(__file__, "attn_cases")
 DEVICES, POISONS, POISON_IDS = cases.DEVICES, cases.POISONS, cases.POISON_IDS
 PROBES = "triton_kv_past_seq_len_probes"
 BLOCK_Q = 8  # query positions per query block of the unified kernel at these shapes
+# What a read criterion's check judges: the outputs against the oracle, and the loads the interpreter recorded
+# (plus the caches as the call left them).
+READS = ["outputs", "loads"]
 
 
-def _check(got, want, dtype, device, what: str) -> None:
-    why = cases.mismatch(got, want, dtype, device)
-    assert why is None, f"{what}: {why}"
-
-
-def _check_all(outputs, expected, labels, dtype, device) -> None:
-    """Every labelled output matches its oracle; the failures are listed together."""
-    failures = [f"{label}: {why}" for got, want, label in zip(outputs, expected, labels)
-                if (why := cases.mismatch(got, want, dtype, device)) is not None]
+def _judge(launches, expected, labels, *, reads: bool) -> None:
+    """Every launch's output matches its oracle and, where ``reads``, it loaded no unwritten slot of the caches
+    it was given, left them as they were, and read them rather than a copy; the failures are listed together."""
+    failures = []
+    for launch, want, label in zip(launches, expected, labels):
+        why = cases.mismatch(launch.output, want, launch.batch.dtype, launch.device)
+        if why is not None:
+            failures.append(f"{label}: {why}")
+        if reads:
+            failures.extend(f"{label}: {problem}" for problem in launch.read_problems())
     assert not failures, "; ".join(failures)
 
 
@@ -40,122 +44,172 @@ def _check_all(outputs, expected, labels, dtype, device) -> None:
 
 # Non-causal batches (cross-attention over an encoder's keys, bidirectional decoders). Every sequence has at most
 # BLOCK_Q queries, so its single query block's causal-style bound lies past seq_len: the base's loop bound
-# max(bound, seq_len) reaches into the unwritten tail. Lengths cover a tail inside the tile and a sequence that
-# ends exactly at a tile edge (32), where the over-read starts a tile of its own.
-NON_CAUSAL_PREFILL = ([5, 1, 8], [21, 13, 32])
-NON_CAUSAL_DECODE = ([1, 1, 1, 1], [20, 45, 7, 32])
+# max(bound, seq_len) reaches into the unwritten tail. Lengths cover one key (a block of 15 unwritten slots), a
+# tail inside the tile, a sequence ending at a block edge (16) and at a tile edge (32), where the over-read
+# starts a block or tile of its own, and a long one (150) that spans several split-KV segments.
+NON_CAUSAL_PREFILL = ([5, 1, 8, 1], [21, 13, 32, 1])
+NON_CAUSAL_DECODE = ([1, 1, 1, 1, 1, 1], [20, 45, 1, 32, 16, 150])
+SEQ_LENS = ["1", "ragged", "block-aligned", "tile-aligned", "150"]
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch="2d-prefill", dtype="fp32", seq_len=["1", "ragged", "tile-aligned"],
+                   query_blocks="one", feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator, device, poison):
-    """Non-causal unified attention (2D launch) gives finite, exact outputs when unwritten KV slots hold NaN/inf."""
+    """Non-causal unified attention (2D launch) is exact with NaN/inf past seq_len and loads none of those slots."""
     batch = cases.make_batch(secret_generator, *NON_CAUSAL_PREFILL)
     got = attention.unified(batch, device, POISONS[poison], secret_generator, causal=False)
-    _check(got, cases.attention_oracle(batch, causal=False), batch.dtype, device,
-           f"non-causal prefill, unwritten slots = {poison}")
+    _judge([got], [cases.attention_oracle(batch, causal=False)], [f"non-causal prefill, unwritten = {poison}"],
+           reads=True)
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch="3d-decode", dtype="fp32", seq_len=SEQ_LENS, query_blocks="one",
+                   feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
-    """Non-causal decode through the split-KV (3D) launch is finite and exact with NaN/inf past seq_len."""
+    """Non-causal decode through the split-KV (3D) launch is exact with NaN/inf past seq_len and loads none."""
     batch = cases.make_batch(secret_generator, *NON_CAUSAL_DECODE)
     got = attention.unified(batch, device, POISONS[poison], secret_generator, causal=False, segments=4)
-    _check(got, cases.attention_oracle(batch, causal=False), batch.dtype, device,
-           f"non-causal 3D decode, unwritten slots = {poison}")
+    _judge([got], [cases.attention_oracle(batch, causal=False)], [f"non-causal 3D decode, unwritten = {poison}"],
+           reads=True)
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-decode", "2d-prefill", "3d-decode"], dtype=["fp32", "fp16"],
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_generator, device):
-    """Non-causal decode through the 2D launch, in fp32 and in fp16, stays finite and exact with NaN/inf past seq_len."""
+    """Non-causal decode through the 2D launch in fp32, and 2D prefill, 2D decode and 3D decode in fp16 (other
+    tile sizes), stay exact with NaN/inf past seq_len and load none of those slots."""
     fp32 = cases.make_batch(secret_generator, *NON_CAUSAL_DECODE)
-    fp16 = cases.make_batch(secret_generator, *NON_CAUSAL_PREFILL, dtype=torch.float16)
-    got = attention.unified_many([(fp32, "mixed", {"causal": False}),
-                                  (fp16, "mixed", {"causal": False})], device, secret_generator)
-    _check(got[0], cases.attention_oracle(fp32, causal=False), fp32.dtype, device, "fp32 non-causal 2D decode")
-    _check(got[1], cases.attention_oracle(fp16, causal=False), fp16.dtype, device, "fp16 non-causal prefill")
+    fp16_prefill = cases.make_batch(secret_generator, *NON_CAUSAL_PREFILL, dtype=torch.float16)
+    fp16_decode = cases.make_batch(secret_generator, *NON_CAUSAL_DECODE, dtype=torch.float16)
+    runs = [(fp32, "mixed", {"causal": False}), (fp16_prefill, "mixed", {"causal": False}),
+            (fp16_decode, "mixed", {"causal": False}), (fp16_decode, "mixed", {"causal": False, "segments": 4})]
+    got = attention.unified_many(runs, device, secret_generator)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
+           ["fp32 2D decode", "fp16 2D prefill", "fp16 2D decode", "fp16 3D decode"], reads=True)
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence="loads", launch="2d-prefill", dtype="fp32", seq_len=["ragged", "1"], poison="mixed",
+                   query_blocks="several", feature=["sliding-window", "softcap"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_generator, device):
+    """Non-causal prefills longer than one query block (every query block, not only the last), also with a
+    sliding window and softcap, load no slot past seq_len and give finite outputs with NaN/inf there. Which keys
+    early query blocks attend to is c4's, so only finiteness and loads are judged here. (The base kernel's
+    non-causal sliding window zeroes V by the query block's first position, not per query, so its windowed
+    outputs are not those of a per-query window; that is outside this task.)"""
+    gen = secret_generator
+    long = cases.make_batch(gen, [30, 9, 17, 1], [33, 50, 17, 1])
+    windowed = cases.make_batch(gen, *NON_CAUSAL_PREFILL)
+    runs = [(long, "mixed", {"causal": False}), (windowed, "mixed", {"causal": False, "window": 6, "softcap": 3.0})]
+    got = attention.unified_many(runs, device, gen)
+    failures = [f"{label}: {problem}" for launch, label in zip(got, ["30/9/17/1 queries", "sliding window 6"])
+                for problem in launch.read_problems()]
+    failures += [f"{label}: {int((~torch.isfinite(launch.output)).sum())} output values are not finite"
+                 for launch, label in zip(got, ["30/9/17/1 queries", "sliding window 6"])
+                 if not bool(torch.isfinite(launch.output).all())]
+    assert not failures, "; ".join(failures)
 
 
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
 
-PAGED_DECODE = ([1, 1, 1, 1], [20, 45, 7, 33])
+PAGED_DECODE = ([1, 1, 1, 1, 1, 1], [20, 45, 7, 33, 1, 150])
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence=READS, feature="plain", dtype="fp32", block_size="16", seq_len=["1", "ragged", "150"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_paged_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
-    """chunked_prefill_paged_decode's Triton kernel is finite and exact when the last block's tail holds NaN/inf."""
+    """chunked_prefill_paged_decode's kernel is exact with NaN/inf past seq_len and loads none of those slots."""
     batch = cases.make_batch(secret_generator, *PAGED_DECODE)
     got = attention.paged(batch, device, POISONS[poison], secret_generator)
-    _check(got, cases.attention_oracle(batch), batch.dtype, device, f"paged decode, unwritten slots = {poison}")
+    _judge([got], [cases.attention_oracle(batch)], [f"paged decode, unwritten = {poison}"], reads=True)
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence=READS, feature=["sliding-window", "alibi", "sinks", "plain"], dtype=["fp32", "fp16"],
+                   block_size=["16", "48"], seq_len=["1", "ragged", "block-aligned", "150"], poison="mixed")
 @pytest.mark.parametrize("device", DEVICES)
 def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generator, device):
-    """Paged decode with a sliding window, ALiBi, sinks, fp16, or a 48-slot block stays finite past seq_len."""
+    """Paged decode with a sliding window, ALiBi, sinks, fp16, or 48-slot blocks (also block-aligned lengths)
+    stays exact past seq_len and loads none of those slots."""
     gen = secret_generator
     base = cases.make_batch(gen, *PAGED_DECODE)
     fp16 = cases.make_batch(gen, *PAGED_DECODE, dtype=torch.float16)
     # A block size that is not a power of two: the kernel walks it in tiles of 32 that straddle blocks.
-    odd_block = cases.make_batch(gen, [1, 1, 1], [50, 17, 40], block_size=48)
+    odd_block = cases.make_batch(gen, [1, 1, 1, 1], [50, 17, 48, 1], block_size=48)
+    aligned = cases.make_batch(gen, [1, 1, 1], [16, 32, 64])
     alibi = torch.rand(cases.HEADS, generator=gen) * 0.5
     sinks = torch.randn(cases.HEADS, generator=gen)
     runs = [(base, "mixed", {"window": 12}), (base, "mixed", {"alibi": alibi}),
-            (base, "mixed", {"sinks": sinks}), (fp16, "mixed", {}), (odd_block, "mixed", {})]
+            (base, "mixed", {"sinks": sinks}), (fp16, "mixed", {}), (odd_block, "mixed", {}),
+            (aligned, "mixed", {})]
     got = attention.paged_many(runs, device, gen)
     expected = [cases.attention_oracle(base, window=12), cases.attention_oracle(base, alibi=alibi),
                 cases.attention_oracle(base, sinks=sinks), cases.attention_oracle(fp16),
-                cases.attention_oracle(odd_block)]
-    labels = ["sliding window 12", "alibi", "sinks", "fp16", "48-slot blocks"]
-    failures = [f"{label}: {why}" for g, w, label, (b, _, _) in zip(got, expected, labels, runs)
-                if (why := cases.mismatch(g, w, b.dtype, device)) is not None]
-    assert not failures, "; ".join(failures)
+                cases.attention_oracle(odd_block), cases.attention_oracle(aligned)]
+    _judge(got, expected, ["sliding window 12", "alibi", "sinks", "fp16", "48-slot blocks", "block-aligned"],
+           reads=True)
 
 
 # --- c3: prefix-LM and mixed causal batches stop at seq_len ---------------------------------------------------
 
-MM_BATCH = ([1, 6], [23, 30])
-MM_RANGES = [[(2, 9)], [(10, 20), (24, 27)]]
-MIXED_BATCH = ([3, 1, 7], [19, 26, 40])
-MIXED_CAUSAL = [True, False, True]
+MM_BATCH = ([1, 6, 1], [23, 30, 1])
+MM_RANGES = [[(2, 9)], [(10, 20), (24, 27)], []]
+MIXED_BATCH = ([3, 1, 7, 1], [19, 26, 40, 1])
+MIXED_CAUSAL = [True, False, True, False]
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill")
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("poison", ["nan", "mixed"])
+@pytest.mark.parametrize("poison", POISON_IDS)
 def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
-    """Unified attention with bidirectional multimodal ranges (PrefixLM) is finite and exact with NaN/inf past seq_len."""
+    """Unified attention with bidirectional multimodal ranges (PrefixLM) is exact with NaN/inf past seq_len and
+    loads none of those slots."""
     batch = cases.make_batch(secret_generator, *MM_BATCH)
     got = attention.unified(batch, device, POISONS[poison], secret_generator, mm_ranges=MM_RANGES)
-    _check(got, cases.attention_oracle(batch, mm_ranges=MM_RANGES), batch.dtype, device,
-           f"mm_prefix ranges {MM_RANGES}, unwritten slots = {poison}")
+    _judge([got], [cases.attention_oracle(batch, mm_ranges=MM_RANGES)],
+           [f"mm_prefix ranges {MM_RANGES}, unwritten = {poison}"], reads=True)
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence=READS, mode="per-sequence-causal", launch="2d-prefill")
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("poison", ["nan", "mixed"])
+@pytest.mark.parametrize("poison", POISON_IDS)
 def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
-    """A batch mixing causal and non-causal sequences (per-sequence flags) is finite and exact with NaN/inf past seq_len."""
+    """A batch mixing causal and non-causal sequences (per-sequence flags) is exact with NaN/inf past seq_len and
+    loads none of those slots."""
     batch = cases.make_batch(secret_generator, *MIXED_BATCH)
     got = attention.unified(batch, device, POISONS[poison], secret_generator, causal=MIXED_CAUSAL)
-    _check(got, cases.attention_oracle(batch, causal=MIXED_CAUSAL), batch.dtype, device,
-           f"per-sequence causal {MIXED_CAUSAL}, unwritten slots = {poison}")
+    _judge([got], [cases.attention_oracle(batch, causal=MIXED_CAUSAL)],
+           [f"per-sequence causal {MIXED_CAUSAL}, unwritten = {poison}"], reads=True)
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed")
 @pytest.mark.parametrize("device", DEVICES)
-def test_mm_prefix_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device):
-    """A decode batch with multimodal ranges through the split-KV (3D) launch is finite and exact with NaN/inf past seq_len."""
-    batch = cases.make_batch(secret_generator, [1, 1, 1], [23, 40, 9])
-    ranges = [[(3, 12)], [(0, 30)], []]
-    got = attention.unified(batch, device, "mixed", secret_generator, mm_ranges=ranges, segments=4)
-    _check(got, cases.attention_oracle(batch, mm_ranges=ranges), batch.dtype, device, f"3D decode, ranges {ranges}")
+def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention, secret_generator, device):
+    """Decode batches with multimodal ranges, and with per-sequence causal flags, through the split-KV (3D) launch
+    are exact with NaN/inf past seq_len and load none of those slots."""
+    gen = secret_generator
+    ranged = cases.make_batch(gen, [1, 1, 1, 1], [23, 40, 9, 1])
+    ranges = [[(3, 12)], [(0, 30)], [], []]
+    flagged = cases.make_batch(gen, [1, 1, 1, 1], [20, 45, 32, 1])
+    flags = [False, True, False, True]
+    runs = [(ranged, "mixed", {"mm_ranges": ranges, "segments": 4}),
+            (flagged, "mixed", {"causal": flags, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(ranged, mm_ranges=ranges), cases.attention_oracle(flagged, causal=flags)],
+           [f"3D decode, ranges {ranges}", f"3D decode, per-sequence causal {flags}"], reads=True)
 
 
 # --- c4: full-range modes still see the whole sequence (conditional on c1) ------------------------------------
@@ -165,45 +219,50 @@ def test_mm_prefix_split_kv_decode_ignores_unwritten_slots(attention, secret_gen
 # this criterion judges what is attended, not what is read.
 
 
-@pytest.mark.criterion("c4", weight=2)
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(mode="non-causal", launch="2d-prefill")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_long_queries_attend_every_key(attention, secret_generator, device):
     """Non-causal queries of every query block attend to all seq_len keys, not only those a causal mask allows."""
     batch = cases.make_batch(secret_generator, [30, 9, 17], [33, 50, 17])
     got = attention.unified(batch, device, "garbage", secret_generator, causal=False)
-    _check(got, cases.attention_oracle(batch, causal=False), batch.dtype, device, "non-causal, 30/9/17 queries")
+    _judge([got], [cases.attention_oracle(batch, causal=False)], ["non-causal, 30/9/17 queries"], reads=False)
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(mode="mm-prefix", launch="2d-prefill")
 @pytest.mark.parametrize("device", DEVICES)
 def test_mm_prefix_range_ahead_of_queries_is_attended(attention, secret_generator, device):
     """Prefill queries inside a multimodal range attend to the range's keys ahead of them, to its end."""
     batch = cases.make_batch(secret_generator, [40, 12], [40, 30])
     ranges = [[(0, 35)], [(20, 29)]]
     got = attention.unified(batch, device, "garbage", secret_generator, mm_ranges=ranges)
-    _check(got, cases.attention_oracle(batch, mm_ranges=ranges), batch.dtype, device, f"mm ranges {ranges}")
+    _judge([got], [cases.attention_oracle(batch, mm_ranges=ranges)], [f"mm ranges {ranges}"], reads=False)
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(mode="per-sequence-non-causal", launch="2d-prefill")
 @pytest.mark.parametrize("device", DEVICES)
 def test_per_sequence_non_causal_long_queries_attend_every_key(attention, secret_generator, device):
     """In a mixed batch, a non-causal sequence's long prefill attends to all of its keys; causal ones stay causal."""
     batch = cases.make_batch(secret_generator, [24, 20, 3], [24, 37, 21])
     flags = [False, False, True]
     got = attention.unified(batch, device, "garbage", secret_generator, causal=flags)
-    _check(got, cases.attention_oracle(batch, causal=flags), batch.dtype, device, f"per-sequence causal {flags}")
+    _judge([got], [cases.attention_oracle(batch, causal=flags)], [f"per-sequence causal {flags}"], reads=False)
 
 
 # --- c5: causal attention and the paged decode's other behaviour unchanged -------------------------------------
 
 
-@pytest.mark.criterion("c5", weight=2)
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature=["plain", "sliding-window", "softcap", "sinks"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_unified_attention_unchanged(attention, secret_generator, device):
-    """Causal unified attention (2D prefill+decode, 3D decode, sliding window with softcap, sinks) matches the oracle."""
+    """Causal unified attention (2D prefill+decode, 3D decode, sliding window with softcap, sinks) matches the
+    oracle and, as the base, loads nothing past seq_len."""
     gen = secret_generator
-    prefill_mix = cases.make_batch(gen, [12, 1, 20, 5], [40, 17, 20, 29])
-    decode = cases.make_batch(gen, [1, 1, 1], [33, 16, 70])
+    prefill_mix = cases.make_batch(gen, [12, 1, 20, 5, 1], [40, 17, 20, 29, 1])
+    decode = cases.make_batch(gen, [1, 1, 1, 1], [33, 16, 70, 1])
     sinks = torch.randn(cases.HEADS, generator=gen)
     runs = [(prefill_mix, "mixed", {}), (decode, "mixed", {"segments": 4}),
             (prefill_mix, "garbage", {"window": 9, "softcap": 2.0}),
@@ -213,13 +272,29 @@ def test_causal_unified_attention_unchanged(attention, secret_generator, device)
                 cases.attention_oracle(prefill_mix, window=9, softcap=2.0), cases.attention_oracle(decode, sinks=sinks)]
     labels = ["2D, NaN/inf past seq_len", "3D decode, NaN/inf past seq_len", "sliding window 9 with softcap 2",
               "3D decode with sinks"]
-    _check_all(got, expected, labels, prefill_mix.dtype, device)
+    _judge(got, expected, labels, reads=True)
 
 
-@pytest.mark.criterion("c5", weight=2)
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site="diffkv", feature="plain")
+@pytest.mark.parametrize("device", DEVICES)
+def test_diffkv_causal_attention_unchanged(attention, secret_generator, device):
+    """unified_attention_diffkv, the other kernel that takes its tile bounds from the shared helper, still runs
+    causal prefill+decode and decode batches exactly and loads nothing past seq_len."""
+    gen = secret_generator
+    prefill_mix = cases.make_batch(gen, [12, 1, 5, 1], [40, 17, 29, 1])
+    decode = cases.make_batch(gen, [1, 1, 1], [33, 16, 7])
+    got = attention.diffkv_many([(prefill_mix, "mixed"), (decode, "mixed")], device, gen)
+    _judge(got, [cases.attention_oracle(prefill_mix), cases.attention_oracle(decode)],
+           ["diffkv prefill+decode", "diffkv decode"], reads=True)
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site="paged-decode", feature=["plain", "sliding-window", "alibi", "sinks", "48-slot-blocks"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_paged_decode_unchanged(attention, secret_generator, device):
-    """Paged decode still matches the oracle: block-aligned lengths, GQA, sliding window, ALiBi, sinks, 48-slot blocks."""
+    """Paged decode still matches the oracle: block-aligned lengths, GQA, sliding window, ALiBi, sinks, 48-slot
+    blocks."""
     gen = secret_generator
     aligned = cases.make_batch(gen, [1, 1, 1], [16, 32, 64])
     ragged = cases.make_batch(gen, [1, 1, 1, 1], [20, 45, 7, 33])
@@ -234,13 +309,16 @@ def test_paged_decode_unchanged(attention, secret_generator, device):
                 cases.attention_oracle(ragged, window=10), cases.attention_oracle(ragged, alibi=alibi),
                 cases.attention_oracle(ragged, sinks=sinks), cases.attention_oracle(odd_block)]
     labels = ["block-aligned, NaN in spare blocks", "ragged", "sliding window 10", "alibi", "sinks", "48-slot blocks"]
-    _check_all(got, expected, labels, torch.float32, device)
+    _judge(got, expected, labels, reads=False)
 
 
-MODULES = ["vllm.v1.attention.ops.triton_attention_helpers", "vllm.v1.attention.ops.triton_unified_attention"]
+MODULES = ["vllm.v1.attention.ops.triton_attention_helpers", "vllm.v1.attention.ops.triton_unified_attention",
+           "vllm.v1.attention.ops.triton_unified_attention_diffkv",
+           "vllm.v1.attention.ops.chunked_prefill_paged_decode"]
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(site="public-names")
 @pytest.mark.parametrize("module", MODULES)
 def test_module_keeps_its_public_names(subject, base_subject, module):
     """The attention modules still import and keep every public name the base defines."""
