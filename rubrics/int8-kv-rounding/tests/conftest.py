@@ -17,9 +17,7 @@ probe answers turns into a skip: a launch that raises fails its test.
 
 from __future__ import annotations
 
-import ast
 import os
-import re
 
 import pytest
 
@@ -34,13 +32,7 @@ shim = load_beside(__file__, "kv_interp_shim")
 PLATFORMS = load_beside(__file__, "kv_cases").PLATFORMS
 
 PROBE = "int8_kv_probes.store_per_token_head"
-KERNEL = "_reshape_cache_per_token_head"
-SOURCE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 
-# libdevice functions the interpreter corrections evaluate (kv_interp_shim.SYMBOLS, by Python name).
-SUPPORTED_LIBDEVICE = {"round", "rint", "nearbyint", "floor", "ceil", "trunc", "llrint", "llround", "lrint",
-                       "lround", "fabs", "copysign"}
-SUPPORTED_CONVERSION = re.compile(r"(float|double)2(u?int|u?ll)_(rn|rz|rd|ru)")
 
 
 @pytest.fixture(scope="session")
@@ -76,88 +68,6 @@ def _interpreter_checked():
         pytest.skip("environment: the Triton interpreter's libdevice/fp8 corrections do not hold on this install")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# What the interpreter cannot run, read off the kernel's source (the judge's own measurement, never a probe's)
-# ---------------------------------------------------------------------------------------------------------
-def _libdevice_aliases(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
-    """Names bound to a libdevice module, and names bound to single libdevice functions (name -> function)."""
-    modules, functions = set(), {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            source = node.module or ""
-            for alias in node.names:
-                if alias.name in ("libdevice", "tldevice"):
-                    modules.add(alias.asname or alias.name)
-                elif source.split(".")[-1] in ("libdevice", "tldevice"):
-                    functions[alias.asname or alias.name] = alias.name
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[-1] == "libdevice" and alias.asname:
-                    modules.add(alias.asname)
-    return modules, functions
-
-
-def _dotted(expr: ast.AST) -> str:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if isinstance(expr, ast.Name):
-        parts.append(expr.id)
-    return ".".join(reversed(parts))
-
-
-def _supported(name: str) -> bool:
-    return name in SUPPORTED_LIBDEVICE or bool(SUPPORTED_CONVERSION.fullmatch(name))
-
-
-def interpreter_gap_in_source(text: str) -> str | None:
-    """Why the corrected interpreter cannot run the kernel (and the module-level functions it calls), or None.
-
-    Looks for inline assembly and for libdevice functions the corrections have no CPU implementation of. A
-    source that does not parse is left to fail in the subject."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    if KERNEL not in functions:
-        return None
-    modules, single = _libdevice_aliases(tree)
-    todo, seen = [KERNEL], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in ast.walk(functions[name]):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            dotted = _dotted(func)
-            if dotted.split(".")[-1] == "inline_asm_elementwise":
-                return f"{name} uses {dotted} (inline assembly)"
-            if isinstance(func, ast.Attribute):
-                owner = _dotted(func.value)
-                if (owner in modules or owner.split(".")[-1] == "libdevice") and not _supported(func.attr):
-                    return f"{name} calls {dotted}, which has no CPU implementation in the grader"
-            elif isinstance(func, ast.Name):
-                if func.id in single and not _supported(single[func.id]):
-                    return f"{name} calls libdevice {single[func.id]}, which has no CPU implementation in the grader"
-                if func.id in functions:
-                    todo.append(func.id)
-    return None
-
-
-@pytest.fixture(scope="session")
-def _interpreter_gap(vllm_tree):
-    """The reason the CPU interpreter cannot run the candidate's kernel, or None (always None on a GPU run)."""
-    if not INTERPRET:
-        return None
-    path = vllm_tree / SOURCE
-    return interpreter_gap_in_source(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
 class KVStore:
     """Drives ``triton_reshape_and_cache_flash_per_token_head_quant`` in the subject on small tensors."""
 
@@ -165,9 +75,8 @@ class KVStore:
     FP8_SENTINEL_BYTE = 0x11
     SCALE_SENTINEL = -3.0
 
-    def __init__(self, subject, gap):
+    def __init__(self, subject):
         self.subject = subject
-        self.gap = gap
 
     def runnable(self, device: str, platform: str) -> None:
         """Skip, with the reason, where this run cannot give evidence for ``device`` as ``platform``."""
@@ -175,8 +84,6 @@ class KVStore:
             pytest.skip("variant: this run compiles Triton for the GPU, where the CUDA variant of this check runs")
         if device == "cpu" and not INTERPRET:
             pytest.skip("environment: the Triton interpreter is off in this run and no GPU is in use")
-        if device == "cpu" and self.gap:
-            pytest.skip(f"environment: the Triton interpreter cannot run this kernel on CPU: {self.gap}")
         if device == "cuda" and not GPU_RUN:  # pragma: no cover - the shared conftest skips these already
             pytest.skip("environment: no CUDA GPU in this run")
         if device == "cuda" and platform != "cuda":
@@ -216,5 +123,5 @@ class KVStore:
 
 
 @pytest.fixture
-def kv_store(subject, _interpreter_checked, _interpreter_gap):
-    return KVStore(subject, _interpreter_gap)
+def kv_store(subject, _interpreter_checked):
+    return KVStore(subject)
