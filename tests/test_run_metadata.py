@@ -94,6 +94,7 @@ def test_outputs_are_readable_by_other_users_whatever_the_umask(graded):
 def test_the_terminal_closes_with_verdicts_per_task_and_the_exit_reason(graded):
     proc, _, doc = graded
     lines = proc.stderr.splitlines()
-    assert [line.split()[1:] for line in lines if line.startswith(TASK + " ")] == [["0", "1", "0", "0", "0", "0", "0", "0", "1"]]
+    # Full, partial and fail always; the other verdicts only where some candidate has them.
+    assert [line.split()[1:] for line in lines if line.startswith(TASK + " ")] == [["0", "1", "0", "1"]]
     assert lines[-1] == "exit " + doc["run"]["exit_reason"]
     assert "\x1b" not in proc.stderr  # not a terminal: plain lines

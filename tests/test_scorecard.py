@@ -193,10 +193,10 @@ def test_judge_verdicts_from_the_seed_labels_meet_the_bundle_ids():
     first = labels["entries"][0]
     cid = ids[first["bundle_position"]]
     other = "fail" if first["overall"] != "fail" else "full"
-    rows = build_index([result(cid, first["overall"]), result(ids[1], other)],
-                       page_name, judge).tables[0].rows
-    assert rows[0].judge == first["overall"] and rows[0].agreement == "agree"
-    assert rows[1].judge == labels["entries"][1]["overall"]
+    rows = {row.id: row for row in build_index([result(cid, first["overall"]), result(ids[1], other)],
+                                               page_name, judge).tables[0].rows}
+    assert rows[cid].judge == first["overall"] and rows[cid].agreement == "agree"
+    assert rows[ids[1]].judge == labels["entries"][1]["overall"]
 
 
 # ---------------------------------------------------------------- candidate page: skips, sentences, requirements
