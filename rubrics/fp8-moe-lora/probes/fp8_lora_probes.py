@@ -125,19 +125,37 @@ def _patch_platform(patches: Patches) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Tensor methods that hand a tensor's values to the host (a device-to-host copy, so a sync on a GPU) without going
+# through an aten op the dispatch mode sees: tolist and numpy read the storage directly.
+_HOST_READ_METHODS = {torch.Tensor.tolist: "tolist", torch.Tensor.numpy: "numpy", torch.Tensor.cpu: "cpu",
+                      torch.Tensor.item: "item", torch.Tensor.__bool__: "__bool__", torch.Tensor.__int__: "__int__",
+                      torch.Tensor.__float__: "__float__", torch.Tensor.__index__: "__index__",
+                      torch.Tensor.__array__: "__array__"}
+
+
 class _SyncGuard:
-    """CPU stand-in for CUDA's sync debug mode: records every read of a tensor's value on the host
-    (aten._local_scalar_dense, which .item(), bool() and int() go through; is_nonzero; equal) except reads of the
+    """CPU stand-in for CUDA's sync debug mode: records every read of a tensor's value on the host, both the aten
+    ops (aten._local_scalar_dense, which .item(), bool() and int() go through; is_nonzero; equal) and the Tensor
+    methods that copy values to the host without an aten op (tolist, numpy, cpu, __array__), except reads of the
     host-side flag tensors named as allowed. On a GPU each such read of a device tensor syncs."""
 
     paused = 0
 
     def __init__(self, allowed: list[torch.Tensor]):
+        from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
 
         guard = self
         self.allowed = {t.untyped_storage().data_ptr() for t in allowed}
         self.reads: list[str] = []
+
+        class _Methods(TorchFunctionMode):
+            def __torch_function__(self, func, types_, args=(), kwargs=None):
+                name = _HOST_READ_METHODS.get(func)
+                if name is not None and not _SyncGuard.paused and args and isinstance(args[0], torch.Tensor) and \
+                        args[0].untyped_storage().data_ptr() not in guard.allowed:
+                    guard.reads.append(f"Tensor.{name} on tensor of shape {tuple(args[0].shape)}")
+                return func(*args, **(kwargs or {}))
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
@@ -152,13 +170,16 @@ class _SyncGuard:
                 return func(*args, **kwargs)
 
         self.mode = _Mode()
+        self.methods = _Methods()
 
     def __enter__(self):
+        self.methods.__enter__()
         self.mode.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
+        self.mode.__exit__(*exc)
+        return self.methods.__exit__(*exc)
 
 
 @contextlib.contextmanager

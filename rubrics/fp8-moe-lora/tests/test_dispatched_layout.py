@@ -78,6 +78,7 @@ def test_lora_input_follows_dispatched_tokens(H, subject, secret_generator, sche
 # A scheme whose dispatched LoRA input is wrong fails its three cases above; with this test failing too, c4 falls
 # below met (9 of 13). One or two wrong cases of a scheme leave it met (11 or 10 of 13).
 @pytest.mark.criterion("c4", weight=1)
+@pytest.mark.cases(scheme=SCHEMES, dispatch=list(DISPATCHES))
 def test_lora_input_follows_dispatched_tokens_in_every_case(H, subject, secret_generator):
     """The LoRA shrink input follows the dispatched tokens for every scheme and dispatch at once."""
     failures = []

@@ -21,6 +21,7 @@ def _run_real(H, subject, g, scheme):
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", GPU_SCHEMES)
 def test_fp8_moe_lora_matches_fp32_reference_on_gpu(H, subject, secret_generator, scheme):
     """On CUDA, an FP8 MoE with a LoRA adapter matches an fp32 reference within 5% (relative)."""
@@ -33,6 +34,7 @@ def test_fp8_moe_lora_matches_fp32_reference_on_gpu(H, subject, secret_generator
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(path="plain", fp8_dtype="float8_e4m3fn", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", GPU_SCHEMES)
 def test_base_gemm_gets_fp8_input_on_gpu(H, subject, secret_generator, scheme):
     """On CUDA with LoRA active, the base w13 GEMM still gets FP8 activations and their scale."""

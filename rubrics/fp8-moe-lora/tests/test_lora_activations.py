@@ -18,12 +18,15 @@ def _assert_shrink_got_real_values(H, run, p):
     x = run.lora[0].x
     assert x.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz), (
         f"LoRA shrink got the FP8-quantized activations ({x.dtype}) without their scale")
+    assert x.dtype == p.hidden.dtype, (
+        f"LoRA shrink got {x.dtype} activations for a {p.hidden.dtype} layer (its LoRA weights are {p.hidden.dtype})")
     assert x.shape == p.hidden.shape, f"LoRA input shape {tuple(x.shape)} != {tuple(p.hidden.shape)}"
     err = H.rel_err(x, p.hidden)
     assert err < 0.08, f"LoRA input differs from the layer input by {err:.3g} (relative)"
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_lora_shrink_gets_real_valued_activations(H, subject, secret_generator, scheme):
     """The w13 LoRA shrink of an FP8 MoE receives real-valued activations of the input's magnitude."""
@@ -34,6 +37,7 @@ def test_lora_shrink_gets_real_valued_activations(H, subject, secret_generator, 
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="overlapped", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, subject, secret_generator, scheme):
     """With the LoRA kernels overlapped on an auxiliary stream, the w13 shrink still gets real-valued activations."""
@@ -52,6 +56,7 @@ ROCM_FP8 = "float8_e4m3fnuz"
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="rocm-fp8", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_lora_shrink_gets_real_valued_activations_with_rocm_fp8(H, subject, secret_generator, scheme):
     """Where the platform's FP8 dtype is float8_e4m3fnuz (ROCm MI300), the w13 LoRA shrink still gets real-valued activations."""
@@ -62,6 +67,7 @@ def test_lora_shrink_gets_real_valued_activations_with_rocm_fp8(H, subject, secr
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_fp8_moe_with_lora_matches_fp32_reference(H, subject, secret_generator, scheme):
     """An FP8 MoE with a LoRA adapter matches an fp32 reference within 5% (relative)."""
@@ -74,11 +80,11 @@ def test_fp8_moe_with_lora_matches_fp32_reference(H, subject, secret_generator, 
     assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
 
 
-def _check_base_gemm(H, run, p, scheme):
+def _check_base_gemm(H, run, p, scheme, fp8_dtype=torch.float8_e4m3fn):
     assert len(run.gemm) >= 2, "the base fused-MoE GEMMs were not launched"
     g = run.gemm[0]
     assert g.use_fp8_w8a8, "base w13 GEMM no longer runs as an FP8 w8a8 GEMM"
-    assert g.A.dtype == torch.float8_e4m3fn, f"base w13 GEMM got activations of dtype {g.A.dtype}"
+    assert g.A.dtype == fp8_dtype, f"base w13 GEMM got activations of dtype {g.A.dtype}, not the platform's {fp8_dtype}"
     assert g.A_scale is not None, "base w13 GEMM got no activation scale"
     M, K = p.hidden.shape
     if scheme in ("fp8-tensor-dynamic", "fp8-tensor-static"):
@@ -96,6 +102,7 @@ def _check_base_gemm(H, run, p, scheme):
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(path="plain", fp8_dtype="float8_e4m3fn", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_base_gemm_gets_fp8_input_and_scale_with_lora(H, subject, secret_generator, scheme):
     """With LoRA active, the base w13 GEMM still gets FP8 activations plus the matching scale."""
@@ -116,51 +123,77 @@ def _wrong_cases(cases):
     return failures
 
 
-# c1 names every FP8 scheme: one scheme whose LoRA input (or output) is wrong fails its four tests above, which
-# alone leaves c1 at 12/16 = 0.75, still met. This test fails too whenever any scheme or path is wrong. Weight 2:
-# one scheme wrong in every test gives 12/18 (CPU), and with the GPU tests (3 schemes, not the static one) 15/21,
-# both below met; one wrong test of one scheme stays met (15/18 on CPU, 18/21 with GPU). A fix that misses only
-# the ROCm FP8 dtype fails its four tests and this one: 12/18 and 15/21.
-@pytest.mark.criterion("c1", weight=2)
-def test_lora_shrink_and_output_right_for_every_fp8_scheme(H, subject, secret_generator):
-    """For every FP8 scheme, plain, overlapped and with ROCm's FP8 dtype, LoRA gets real-valued activations and the output is right."""
+
+
+# The tests above hold the activations at one point (bfloat16, hidden size 128, 4 tokens). The corners below move
+# every other axis c1 names, on every scheme and path (c3 takes the first corner): float16 activations (whose LoRA
+# weights are float16: a fix that hands the shrink bfloat16 shows), hidden size 256 (block quantization then has two
+# scale groups per token: a dequantization that uses one scale per token shows), 1 token and an odd 7. Fixed
+# corners, not draws: every secret grades the same cases.
+CORNERS = [("float16", 256, 7), ("bfloat16", 128, 1)]
+PATHS = {"plain": {}, "overlapped": {"overlap": True}, "rocm-fp8": {"fp8_dtype": ROCM_FP8}}
+CORNER_AXES = {"scheme": SCHEMES, "path": list(PATHS), "dtype": ["bfloat16", "float16"], "hidden": ["128", "256"],
+               "tokens": ["1", "4", "7"]}
+
+
+def _corner_runs(H, subject, g, corners=CORNERS):
+    """(name, problem, adapter, path, run or what the candidate's code raised) for every scheme, path and corner."""
+    runs = []
+    for dtype, hidden, tokens in corners:
+        for scheme in SCHEMES:
+            # 32 experts keep 7 tokens on the naive LoRA block assignment (as the tests' 16 do for 4)
+            p = H.make_problem(scheme, g, M=tokens, K=hidden, E=32, dtype=getattr(torch, dtype))
+            lo = H.make_lora(p, (MAPPING * 2)[:tokens], g)
+            for path, options in PATHS.items():
+                run = H.run_moe_outcome(subject, p, lo, **options)
+                runs.append((f"{scheme}/{path}/{dtype}/hidden {hidden}/{tokens} tokens", p, lo, path, run))
+    return runs
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(**CORNER_AXES)
+def test_lora_shrink_and_output_right_at_every_corner(H, subject, secret_generator):
+    """At float16, hidden size 256, 1 and 7 tokens, on every FP8 scheme and path, LoRA gets real-valued activations of the input's dtype and the output is right."""
     cases = []
-    for scheme in SCHEMES:
-        p = H.make_problem(scheme, secret_generator)
-        lo = H.make_lora(p, MAPPING, secret_generator)
-        for path, options in (("plain", {}), ("overlapped", {"overlap": True}), ("rocm-fp8", {"fp8_dtype": ROCM_FP8})):
-            run = H.run_moe_outcome(subject, p, lo, **options)
-            compare_output = path == "plain"  # the reference output is the CUDA FP8 path's
+    for name, p, lo, path, run in _corner_runs(H, subject, secret_generator):
 
-            def check(run=run, p=p, lo=lo, compare_output=compare_output):
-                assert not isinstance(run, str), f"the layer raised {run}"
-                _assert_shrink_got_real_values(H, run, p)
-                if compare_output:
-                    ref = H.reference_moe(p, lo)
-                    assert run.out.shape == ref.shape, f"output shape {tuple(run.out.shape)} != {tuple(ref.shape)}"
-                    err = H.rel_err(run.out, ref)
-                    assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
+        def check(run=run, p=p, lo=lo, compare_output=path == "plain"):  # the reference output is CUDA's FP8 path
+            assert not isinstance(run, str), f"the layer raised {run}"
+            _assert_shrink_got_real_values(H, run, p)
+            if compare_output:
+                ref = H.reference_moe(p, lo)
+                assert run.out.shape == ref.shape, f"output shape {tuple(run.out.shape)} != {tuple(ref.shape)}"
+                err = H.rel_err(run.out, ref)
+                assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
 
-            cases.append((f"{scheme}/{path}", check))
+        cases.append((name, check))
     failures = _wrong_cases(cases)
     assert not failures, f"{len(failures)} of {len(cases)} cases wrong: {failures}"
 
 
-# c3 names every FP8 scheme, one test each: one scheme wrong leaves c3 at 3/4 = 0.75, still met. Weight 2: one
-# scheme wrong gives 3/6 on CPU, and with the GPU tests (3 schemes, not the static one) 6/9, below met.
-@pytest.mark.criterion("c3", weight=2)
-def test_base_gemm_gets_fp8_input_and_scale_for_every_scheme(H, subject, secret_generator):
-    """With LoRA active, the base w13 GEMM gets FP8 activations and the matching scale for every FP8 scheme."""
+# c3 on every path: the overlapped path builds the base GEMM's call in a closure of its own (a fix that rebinds the
+# activations for LoRA before it runs changes what the base GEMM reads), and ROCm's FP8 dtype is float8_e4m3fnuz.
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(scheme=SCHEMES, path=list(PATHS), dtype="float16", hidden="256", tokens="7",
+                   fp8_dtype=["float8_e4m3fn", "float8_e4m3fnuz"])
+def test_base_gemm_gets_fp8_input_and_scale_on_every_path_and_corner(H, subject, secret_generator):
+    """With LoRA active, the base w13 GEMM gets the platform's FP8 activations and their scale on every path and corner."""
     cases = []
     for scheme in SCHEMES:
         p = H.make_problem(scheme, secret_generator)
         lo = H.make_lora(p, MAPPING, secret_generator)
-        run = H.run_moe_outcome(subject, p, lo)
+        for path in ("overlapped", "rocm-fp8"):
+            cases.append((f"{scheme}/{path}", p, path, H.run_moe_outcome(subject, p, lo, **PATHS[path])))
+    for name, p, _, path, run in _corner_runs(H, subject, secret_generator, CORNERS[:1]):
+        cases.append((name, p, path, run))
+    checks = []
+    for name, p, path, run in cases:
+        fp8 = getattr(torch, ROCM_FP8) if path == "rocm-fp8" else torch.float8_e4m3fn
 
-        def check(run=run, p=p, scheme=scheme):
+        def check(run=run, p=p, fp8=fp8):
             assert not isinstance(run, str), f"the layer raised {run}"
-            _check_base_gemm(H, run, p, scheme)
+            _check_base_gemm(H, run, p, p.scheme, fp8)
 
-        cases.append((scheme, check))
-    failures = _wrong_cases(cases)
-    assert not failures, f"{len(failures)} of {len(cases)} schemes wrong: {failures}"
+        checks.append((name, check))
+    failures = _wrong_cases(checks)
+    assert not failures, f"{len(failures)} of {len(checks)} cases wrong: {failures}"

@@ -31,6 +31,7 @@ def _check_with_lora(H, run, p, lo):
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(lora="without", dtype="bfloat16")
 @pytest.mark.parametrize("scheme", NO_LORA_SCHEMES)
 def test_moe_without_lora_is_bit_identical(H, subject, secret_generator, scheme):
     """A MoE without LoRA gives bit-identical output to the unmodified data path."""
@@ -39,6 +40,7 @@ def test_moe_without_lora_is_bit_identical(H, subject, secret_generator, scheme)
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(lora="with", dtype="bfloat16")
 @pytest.mark.parametrize("scheme", WITH_LORA_SCHEMES)
 def test_unquantized_activation_moe_with_lora_is_bit_identical(H, subject, secret_generator, scheme):
     """With LoRA, unquantized and weight-only MoE feed LoRA the layer input and keep their output."""
@@ -47,21 +49,20 @@ def test_unquantized_activation_moe_with_lora_is_bit_identical(H, subject, secre
     _check_with_lora(H, H.run_moe(subject, p, lo), p, lo)
 
 
-# c5 names three kinds of path: those without LoRA (one test per scheme, the block scheme on its fused SiLU+quant
-# path), weight-only quantized and unquantized MoE (each without and with LoRA). Alone, the tests above leave c5
-# met when one case is wrong entirely: int8 weight-only (both its tests) or unquantized gives 6/8 = 0.75, one
-# scheme's path without LoRA 7/8. This test fails whenever any of them does. Weight 2: the int8 or unquantized
-# case wrong gives 6/10, one scheme's path without LoRA 7/10, both below met.
+# Every case of c5 at once, in bfloat16 as above and again in float16 (a change that only moves float16 outputs,
+# such as a cast to bfloat16 for LoRA, shows there), each crash counted as wrong.
 @pytest.mark.criterion("c5", weight=2)
+@pytest.mark.cases(scheme=NO_LORA_SCHEMES, lora=["without", "with"], dtype=["bfloat16", "float16"])
 def test_every_unchanged_path_is_bit_identical(H, subject, secret_generator):
-    """Every path without LoRA, and unquantized and weight-only MoE with LoRA, keep bit-identical outputs."""
+    """Every path without LoRA, and unquantized and weight-only MoE with LoRA, keep bit-identical outputs in bfloat16 and float16."""
     failures = []
-    cases = [(scheme, False) for scheme in NO_LORA_SCHEMES] + [(scheme, True) for scheme in WITH_LORA_SCHEMES]
-    for scheme, with_lora in cases:
-        p = H.make_problem(scheme, secret_generator)
+    cases = [(scheme, False, dtype) for dtype in ("bfloat16", "float16") for scheme in NO_LORA_SCHEMES]
+    cases += [(scheme, True, dtype) for dtype in ("bfloat16", "float16") for scheme in WITH_LORA_SCHEMES]
+    for scheme, with_lora, dtype in cases:
+        p = H.make_problem(scheme, secret_generator, dtype=getattr(torch, dtype))
         lo = H.make_lora(p, MAPPING, secret_generator) if with_lora else None
         run = H.run_moe_outcome(subject, p, lo)
-        name = f"{scheme} {'with' if with_lora else 'without'} LoRA"
+        name = f"{scheme} {dtype} {'with' if with_lora else 'without'} LoRA"
         if isinstance(run, str):  # a crash is as wrong as a changed output
             failures.append(f"{name}: {run}")
             continue

@@ -76,16 +76,18 @@ def _clear_caches() -> None:
 
 def _fake_capability(patches: Patches, cap) -> None:
     """Make vLLM's platform (and torch.cuda, where no real device exists) report compute capability ``cap`` =
-    [major, minor] as a CUDA device, or as a ROCm device for [major, minor, "rocm"] (MI200, gfx90a, reports 9.0)."""
+    [major, minor] as a CUDA device, or as a ROCm device for [major, minor, "rocm"] (gfx90a reports 9.0, gfx942
+    9.4, gfx950 9.5), or be an XPU for [0, 0, "xpu"]: vLLM's XPU platform reports no capability (None)."""
     import torch
     from vllm.platforms import current_platform
     from vllm.platforms.interface import DeviceCapability, PlatformEnum
 
     major, minor, *kind = cap
     cls = type(current_platform)
-    patches.set(cls, "get_device_capability",
-                classmethod(lambda c, device_id=0: DeviceCapability(major, minor)))
-    patches.set(current_platform, "_enum", PlatformEnum.ROCM if kind == ["rocm"] else PlatformEnum.CUDA)
+    capability = None if kind == ["xpu"] else DeviceCapability(major, minor)
+    patches.set(cls, "get_device_capability", classmethod(lambda c, device_id=0: capability))
+    enum = {"rocm": PlatformEnum.ROCM, "xpu": PlatformEnum.XPU}.get(kind[0] if kind else "", PlatformEnum.CUDA)
+    patches.set(current_platform, "_enum", enum)
     if not torch.cuda.is_available():
         # Only where no real device exists: on a GPU, Triton compiles for what torch reports, which must stay true.
         patches.set(torch.cuda, "get_device_capability", lambda device=None: (major, minor))

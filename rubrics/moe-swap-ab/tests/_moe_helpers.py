@@ -369,6 +369,8 @@ TARGETS = [
     # FP8 w8a8 is not only block-quantized: per-tensor and per-channel scales are FP8 w8a8 launches too
     ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}),
     ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}),
+    # an FP8 w8a8 model may compute in float16 as well as in bfloat16
+    ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}),
 ]
 # each c4 pair: (index into TARGETS, twin scenario, twin capability)
 C4_PAIRS = {
@@ -382,6 +384,12 @@ C4_PAIRS = {
     "int8_w8a8": (3, ("int8_w8a8_block", 24, 32, 128, {}), (9, 0)),
     "fp8_tensor_sm100": (4, ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}), (10, 0)),
     "fp8_channel_sm89": (5, ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}), (8, 9)),
+    # the other members of the GPU families above: Ampere SM86, Blackwell SM103 and SM110, and SM121
+    "sm86": (0, ("fp8_block", 1, 16, 64, {}), (8, 6)),
+    "sm103": (2, ("fp8_block", 16, 16, 64, {}), (10, 3)),
+    "sm110": (1, ("fp8_block", 4, 16, 128, {}), (11, 0)),
+    "sm121": (3, ("fp8_block", 24, 32, 128, {}), (12, 1)),
+    "fp16_out_sm100": (6, ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}), (10, 0)),
 }
 # c5: cases the change must not touch, with the capability they launch under
 C5_CASES = {
@@ -398,6 +406,15 @@ C5_CASES = {
     "fp8_block_sm100": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (10, 0)),
     "fp8_block_sm120": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (12, 0)),
     "fp8_block_rocm_gfx90a": (("fp8_block", 4, 16, 128, {}), (9, 0, "rocm")),
+    # the rest of the GPU families, and platforms that report no capability: the launch is the base's (its
+    # numerics then are the SM80 launch's, which runs the same kernel with the same arguments)
+    "fp8_block_sm86": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (8, 6)),
+    "fp8_block_sm103": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (10, 3)),
+    "fp8_block_sm110": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (11, 0)),
+    "fp8_block_sm121": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (12, 1)),
+    "fp8_block_rocm_gfx942": (("fp8_block", 4, 16, 128, {}), (9, 4, "rocm")),
+    "fp8_block_rocm_gfx950": (("fp8_block", 4, 16, 128, {}), (9, 5, "rocm")),
+    "fp8_block_xpu": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (0, 0, "xpu")),
 }
 # c2: a small grid of launches in which a switch must be seen both on and off
 C2_GRID = [(("fp8_block", 4, 16, 128, {}), cap) for cap in CAPS] + [
@@ -443,9 +460,13 @@ def key_of(s) -> str:
 GUARD = 16  # NaN elements after every row of A and B in the numerics tests
 
 
-def launch_of(s, seed=0, generator=None, out_dtype="bf16"):
+def launch_of(s, seed=0, generator=None, out_dtype=None):
+    """The launch of scenario ``s``; its output dtype is ``out_dtype`` where given (the numerics runs choose
+    theirs), else the scenario's own (bf16 unless it names one)."""
     quant, M, BM, BN, extra = s
-    return make_case(quant, M, BM, BN, seed=seed, generator=generator, out_dtype=out_dtype, **extra)
+    extra = dict(extra)
+    own = extra.pop("out_dtype", "bf16")
+    return make_case(quant, M, BM, BN, seed=seed, generator=generator, out_dtype=out_dtype or own, **extra)
 
 
 def guarded_operands(launch: dict, interpreted: bool) -> dict:

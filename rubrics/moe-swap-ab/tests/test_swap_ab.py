@@ -22,6 +22,7 @@ def _swap_kernels(h, source):
 # ------------------------------------------------------------------------------------------------ c1
 @pytest.mark.static
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(part="dot(b, a)")
 def test_kernel_has_swapped_operand_dot(h, kernel_source):
     """A fused-MoE Triton kernel multiplies the weight tile by the token tile: dot(B-side, A-side)."""
     flows = _swap_kernels(h, kernel_source)
@@ -31,6 +32,7 @@ def test_kernel_has_swapped_operand_dot(h, kernel_source):
 
 @pytest.mark.static
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(part="transpose back")
 def test_swapped_accumulator_is_transposed_back(h, kernel_source):
     """The accumulator built from the swapped dot (BLOCK_N x BLOCK_M) is transposed back before the epilogue."""
     flows = _swap_kernels(h, kernel_source)
@@ -41,6 +43,7 @@ def test_swapped_accumulator_is_transposed_back(h, kernel_source):
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c1", weight=2)
+@pytest.mark.cases(part=["dot(b, a)", "transpose back", "runs on the GPU"])
 def test_swapped_path_compiles_and_runs_on_gpu(h, subject):
     """On the GPU, the launch the candidate selects for FP8 block quant with BLOCK_M=16, BLOCK_N=64 runs a dot of shape BLOCK_N x BLOCK_M."""
     s = h.GPU_RUN_CASE
@@ -123,6 +126,7 @@ def _stability_errors(h, subject, generator) -> list[str]:
 
 
 @pytest.mark.criterion("c2", weight=2)
+@pytest.mark.cases(respect="at launch", capability=["sm80", "sm89", "sm90", "sm100", "sm120"])
 def test_switch_is_a_launch_time_constexpr(h, subject):
     """The launcher turns the new path on for some launches and leaves others exactly as the base, through constexpr switches only."""
     on, off, kernels = _c2_survey(h, subject)
@@ -132,6 +136,7 @@ def test_switch_is_a_launch_time_constexpr(h, subject):
 
 @pytest.mark.static
 @pytest.mark.criterion("c2", weight=2)
+@pytest.mark.cases(respect="guards", capability=["sm80", "sm89", "sm90", "sm100", "sm120"])
 def test_swapped_code_is_guarded_by_the_switch(h, subject, kernel_source):
     """In the launched kernel, the swapped dot and the transpose back sit under the switch that the launcher sets."""
     on, off, _ = _c2_survey(h, subject)
@@ -140,6 +145,7 @@ def test_swapped_code_is_guarded_by_the_switch(h, subject, kernel_source):
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(respect="same decision", capability=["sm80", "sm89", "sm90", "sm100", "sm120"])
 def test_switch_decision_is_stable(h, subject, secret_generator):
     """The launch decision depends on the launch conditions, not on tensor values or on earlier calls."""
     errors = _stability_errors(h, subject, secret_generator)
@@ -152,6 +158,8 @@ def test_switch_decision_is_stable(h, subject, secret_generator):
 # while a path that is never off stays unmet (1 of 6).
 @pytest.mark.static
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(respect=["at launch", "guards", "same decision"],
+                   capability=["sm80", "sm89", "sm90", "sm100", "sm120"])
 def test_switch_is_constexpr_guarded_and_stable_in_every_respect(h, subject, kernel_source, secret_generator):
     """The launch switch is a constexpr that is on for some launches and off for others, guards every swapped dot and transpose back, and decides alike for identical launches."""
     on, off, kernels = _c2_survey(h, subject)
@@ -163,10 +171,42 @@ def test_switch_is_constexpr_guarded_and_stable_in_every_respect(h, subject, ker
 
 
 # ------------------------------------------------------------------------------------------------ c4
+# Each c4 pair: the values of c4's declared axes its target (on SM90) and its twin exercise.
+_BLOCK_TARGET = {"scale": "block", "dtype": "fp8", "out_dtype": "bf16"}
+C4_PAIR_CASES = {
+    "sm80": dict(_BLOCK_TARGET, capability=["sm90", "sm80"], block_m="16"),
+    "sm86": dict(_BLOCK_TARGET, capability=["sm90", "sm86"], block_m="16"),
+    "sm89": dict(_BLOCK_TARGET, capability=["sm90", "sm89"], block_m="16"),
+    "sm100": dict(_BLOCK_TARGET, capability=["sm90", "sm100"], block_m="16"),
+    "sm103": dict(_BLOCK_TARGET, capability=["sm90", "sm103"], block_m="16"),
+    "sm110": dict(_BLOCK_TARGET, capability=["sm90", "sm110"], block_m="16"),
+    "sm120": dict(_BLOCK_TARGET, capability=["sm90", "sm120"], block_m="32"),
+    "sm121": dict(_BLOCK_TARGET, capability=["sm90", "sm121"], block_m="32"),
+    "block_m_64": dict(_BLOCK_TARGET, capability="sm90", block_m=["16", "64"]),
+    "block_m_128": dict(_BLOCK_TARGET, capability="sm90", block_m=["16", "128"]),
+    "bf16": dict(_BLOCK_TARGET, capability="sm90", block_m="16", dtype=["fp8", "bf16"]),
+    "int8_w8a8": dict(_BLOCK_TARGET, capability="sm90", block_m="32", dtype=["fp8", "int8"]),
+    "fp8_tensor_sm100": dict(_BLOCK_TARGET, scale="per-tensor", capability=["sm90", "sm100"], block_m="16"),
+    "fp8_channel_sm89": dict(_BLOCK_TARGET, scale="per-channel", capability=["sm90", "sm89"], block_m="16"),
+    "fp16_out_sm100": dict(_BLOCK_TARGET, capability=["sm90", "sm100"], block_m="16", out_dtype="fp16"),
+}
+
+
+def _marked(cases: dict) -> list:
+    return [pytest.param(name, id=name, marks=pytest.mark.cases(**axes)) for name, axes in sorted(cases.items())]
+
+
+def _all_values(cases: dict) -> dict:
+    """Every value each axis takes over ``cases``: what a test over all of them exercises."""
+    out: dict = {}
+    for axes in cases.values():
+        for axis, values in axes.items():
+            out.setdefault(axis, set()).update([values] if isinstance(values, str) else values)
+    return {axis: sorted(values) for axis, values in out.items()}
+
+
 @pytest.mark.criterion("c4")
-@pytest.mark.parametrize("twin", sorted([
-    "sm80", "sm89", "sm100", "sm120", "block_m_64", "block_m_128", "bf16", "int8_w8a8", "fp8_tensor_sm100",
-    "fp8_channel_sm89"]))
+@pytest.mark.parametrize("twin", _marked(C4_PAIR_CASES))
 def test_condition_targets_fp8_small_m_hopper(h, subject, twin):
     """FP8 w8a8 (block, per-tensor or per-channel scales) with BLOCK_M < 64 on SM90 takes the new path, and the twin launch that differs in one condition does not."""
     ti, twin_s, twin_cap = h.C4_PAIRS[twin]
@@ -182,6 +222,7 @@ def test_condition_targets_fp8_small_m_hopper(h, subject, twin):
 # (9 of 12). The targets are FP8 w8a8 with block, per-tensor and per-channel scales: a switch that takes only
 # block-quantized launches fails the per-tensor and per-channel pairs and this test (8 of 12).
 @pytest.mark.criterion("c4", weight=2)
+@pytest.mark.cases(**_all_values(C4_PAIR_CASES))
 def test_condition_targets_fp8_small_m_hopper_in_every_case(h, subject):
     """Every target takes the new path on SM90 and every twin that differs in one condition launches as the base."""
     wrong = []
@@ -198,11 +239,28 @@ def test_condition_targets_fp8_small_m_hopper_in_every_case(h, subject):
     assert not wrong, wrong
 
 
+# Each c5 launch: the values of c5's declared axes it exercises.
+_SM90 = {"platform": "cuda", "capability": "sm90"}
+C5_LAUNCH_CASES = {
+    "bf16_sm90": dict(_SM90, dtype="bf16", launch="other dtype"),
+    "fp16_sm90": dict(_SM90, dtype="fp16", launch="other dtype"),
+    "int8_w8a8_block_sm90": dict(_SM90, dtype="int8 w8a8", launch="other dtype"),
+    "int8_w8a8_channel_sm90": dict(_SM90, dtype="int8 w8a8", launch="other dtype"),
+    "int8_w8a16_sm90": dict(_SM90, dtype="int8 w8a16", launch="other dtype"),
+    "fp8_block_large_m_sm90": dict(_SM90, dtype="fp8", launch="large M"),
+    "fp8_tensor_large_m_sm90": dict(_SM90, dtype="fp8", launch="large M"),
+    **{f"fp8_{scale}_{sm}": {"platform": "cuda", "capability": sm, "dtype": "fp8", "launch": "other GPU"}
+       for scale, sm in (("block", "sm80"), ("block", "sm86"), ("channel", "sm89"), ("block", "sm100"),
+                         ("block", "sm103"), ("block", "sm110"), ("block", "sm120"), ("block", "sm121"))},
+    **{f"fp8_block_rocm_{arch}": {"platform": "rocm", "capability": arch, "dtype": "fp8", "launch": "other GPU"}
+       for arch in ("gfx90a", "gfx942", "gfx950")},
+    "fp8_block_xpu": {"platform": "xpu", "capability": "none", "dtype": "fp8", "launch": "other GPU"},
+}
+
+
 @pytest.mark.criterion("c5")
-@pytest.mark.parametrize("case", sorted([
-    "bf16_sm90", "fp16_sm90", "int8_w8a8_block_sm90", "int8_w8a8_channel_sm90", "int8_w8a16_sm90",
-    "fp8_block_large_m_sm90", "fp8_tensor_large_m_sm90", "fp8_block_sm80", "fp8_channel_sm89",
-    "fp8_block_sm100", "fp8_block_sm120", "fp8_block_rocm_gfx90a"]))
+@pytest.mark.cases(site="launch")
+@pytest.mark.parametrize("case", _marked(C5_LAUNCH_CASES))
 def test_other_cases_launch_as_before(h, subject, case):
     """A launch outside the FP8 / small-M / SM90 target passes the kernel, arguments, constexprs, grid and options of the base; an FP8 one for a CUDA GPU also still computes the float32 reference result (compiled on the GPU, or through the Triton interpreter on CPU) and reads nothing past the operands' rows."""
     s, cap = h.C5_CASES[case]
@@ -217,6 +275,7 @@ def test_other_cases_launch_as_before(h, subject, case):
 # static test alone weighs 1 of 17, so this test checks it too.
 @pytest.mark.static
 @pytest.mark.criterion("c5", weight=4)
+@pytest.mark.cases(**_all_values(C5_LAUNCH_CASES), site=["launch", "dot(a, b) path"])
 def test_other_cases_launch_as_before_in_every_case(h, subject, kernel_source):
     """Every launch outside the FP8 / small-M / SM90 target, on every platform in the survey, launches as the base (and FP8 ones for a CUDA GPU still compute the reference result), and fused_moe_kernel keeps its dot(A-side, B-side) path."""
     wrong = {}
@@ -246,6 +305,7 @@ def _original_dot_path_error(h, kernel_source) -> str | None:
 
 @pytest.mark.static
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(site="dot(a, b) path")
 def test_original_dot_path_kept(h, kernel_source):
     """fused_moe_kernel still has the original dot(A-side, B-side) path for the launches that do not swap."""
     err = _original_dot_path_error(h, kernel_source)
@@ -253,9 +313,22 @@ def test_original_dot_path_kept(h, kernel_source):
 
 
 # ------------------------------------------------------------------------------------------------ c3
-C3_CASE_IDS = sorted([
-    "block_n_ragged", "block_k_ragged", "block_nk_ragged_bias", "block_unrouted_bias_m1", "block_m24_e8",
-    "block_m3_topk4", "block_deep_k", "tensor_nk_ragged_bias", "channel_nk_ragged"])
+# Each numerics case: the values of c3's declared axes it exercises (N against BLOCK_N, K against BLOCK_K 128).
+C3_CASE_AXES = {
+    "block_n_ragged": dict(scale="block", n_tile="ragged", k_tile="aligned", bias="no bias", routed="routed"),
+    "block_k_ragged": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
+    "block_nk_ragged_bias": dict(scale="block", n_tile="ragged", k_tile="ragged", bias="bias", routed="routed"),
+    "block_unrouted_bias_m1": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="bias",
+                                   routed="unrouted"),
+    "block_m24_e8": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
+    "block_m3_topk4": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
+    "block_deep_k": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
+    "tensor_nk_ragged_bias": dict(scale="per-tensor", n_tile="ragged", k_tile="ragged", bias="bias",
+                                  routed="routed"),
+    "channel_nk_ragged": dict(scale="per-channel", n_tile="ragged", k_tile="ragged", bias="no bias",
+                              routed="routed"),
+}
+C3_CASE_IDS = sorted(C3_CASE_AXES)
 
 
 # Each launch's numerics are run once per process: a criterion's per-case tests and its all-cases test judge the
@@ -276,7 +349,9 @@ def _numerics_error(h, subject, s, cap, interpreted: bool) -> str | None:
 def _other_launch_numerics_error(h, subject, s, cap) -> str | None:
     """Numerics of a launch the fix must leave alone: FP8 launches for a CUDA GPU only, compiled where GPU evidence
     runs, else through the interpreter where it can run the kernel; elsewhere the launch alone decides."""
-    if not s[0].startswith("fp8") or len(cap) != 2:
+    if not s[0].startswith("fp8") or len(cap) != 2 or tuple(cap) not in h.CAPS:
+        # ROCm and XPU run no CUDA kernel here; a launch equal to the base's at another CUDA capability runs the
+        # kernel the SM80 case runs, with the same arguments
         return None
     if gpu_enabled():
         return _numerics_error(h, subject, s, cap, interpreted=False)
@@ -299,7 +374,7 @@ def _swap_numerics_errors(h, subject, cases, interpreted: bool) -> dict:
 @pytest.mark.gpu
 @pytest.mark.variant
 @pytest.mark.criterion("c3")
-@pytest.mark.parametrize("case", C3_CASE_IDS)
+@pytest.mark.parametrize("case", _marked(C3_CASE_AXES))
 def test_swapped_path_numerics(h, subject, case):
     """Under the launch that selects the swapped path, the FP8 fused-MoE output matches a float32 reference (rtol 2e-2, atol 2e-2 x max|ref|) and reads nothing past the operands' rows."""
     errors = _swap_numerics_errors(h, subject, [case], interpreted=False)
@@ -310,6 +385,7 @@ def test_swapped_path_numerics(h, subject, case):
 @pytest.mark.gpu
 @pytest.mark.variant
 @pytest.mark.criterion("c3", weight=3)
+@pytest.mark.cases(**_all_values(C3_CASE_AXES))
 def test_swapped_path_numerics_in_every_case(h, subject):
     """Every numerics case (block, per-tensor and per-channel scales, ragged N and K, bias, routing) matches the float32 reference on the GPU."""
     errors = _swap_numerics_errors(h, subject, C3_CASE_IDS, interpreted=False)
@@ -318,7 +394,7 @@ def test_swapped_path_numerics_in_every_case(h, subject):
 
 @pytest.mark.variant
 @pytest.mark.criterion("c3")
-@pytest.mark.parametrize("case", C3_CASE_IDS)
+@pytest.mark.parametrize("case", _marked(C3_CASE_AXES))
 def test_swapped_path_numerics_interpreted(h, subject, case):
     """Under the launch that selects the swapped path, the kernel run by the Triton interpreter on the FP8 code path, with float32 operands holding the same FP8 values, matches a float32 reference (rtol 1e-4) and reads nothing past the operands' rows."""
     skip_unless_interpretable()
@@ -328,6 +404,7 @@ def test_swapped_path_numerics_interpreted(h, subject, case):
 
 @pytest.mark.variant
 @pytest.mark.criterion("c3", weight=3)
+@pytest.mark.cases(**_all_values(C3_CASE_AXES))
 def test_swapped_path_numerics_interpreted_in_every_case(h, subject):
     """Every numerics case matches the float32 reference through the Triton interpreter."""
     skip_unless_interpretable()
