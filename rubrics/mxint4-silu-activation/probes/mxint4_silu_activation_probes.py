@@ -61,13 +61,22 @@ def _available(installed: bool, platform) -> bool:
 
 
 # name -> FusedMoEParallelConfig fields over the no-parallel config: plain tensor parallel, data parallel without
-# expert parallel, expert parallel over the allgather/reduce-scatter all2all, over DeepEP low latency, and EPLB.
+# expert parallel, expert parallel over the allgather/reduce-scatter all2all and over every other all2all backend of
+# this vLLM that runs on CUDA (batched-format ones: DeepEP low latency, NIXL EP; standard-format ones: DeepEP high
+# throughput and v2, naive, pplx, FlashInfer; MoRI needs ROCm's aiter, its config refuses CUDA), and EPLB.
+_EP = {"dp_size": 2, "ep_size": 2, "use_ep": True}
 PARALLEL = {
     "none": {},
     "tp2": {"tp_size": 2},
     "dp2": {"dp_size": 2},
-    "dp2-ep-allgather": {"dp_size": 2, "ep_size": 2, "use_ep": True, "all2all_backend": "allgather_reducescatter"},
-    "dp2-ep-deepep": {"dp_size": 2, "ep_size": 2, "use_ep": True, "all2all_backend": "deepep_low_latency"},
+    "dp2-ep-allgather": {**_EP, "all2all_backend": "allgather_reducescatter"},
+    "dp2-ep-deepep": {**_EP, "all2all_backend": "deepep_low_latency"},
+    "dp2-ep-deepep-ht": {**_EP, "all2all_backend": "deepep_high_throughput"},
+    "dp2-ep-deepep-v2": {**_EP, "all2all_backend": "deepep_v2"},
+    "dp2-ep-nixl": {**_EP, "all2all_backend": "nixl_ep"},
+    "dp2-ep-naive": {**_EP, "all2all_backend": "naive"},
+    "dp2-ep-pplx": {**_EP, "all2all_backend": "pplx"},
+    "dp2-ep-flashinfer": {**_EP, "all2all_backend": "flashinfer_nvlink_two_sided"},
     "eplb": {"enable_eplb": True},
 }
 

@@ -21,7 +21,9 @@ SM100_FAMILY = {"sm100": [10, 0], "sm103": [10, 3]}
 SUPPORTED_ROUTINGS = ["Renormalize", "RenormalizeNaive", "DeepSeekV3", "Llama4", "Simulated"]
 OTHER_ROUTINGS = ["Default", "TopK", "SigmoidRenorm", "MiniMax2", "Sigmoid", "DeepseekV4"]
 SUPPORTED_PARALLEL = ["none", "tp2", "dp2", "dp2-ep-allgather"]
-REFUSED_PARALLEL = ["dp2-ep-deepep", "eplb"]
+# Expert parallel over every CUDA all2all backend but allgather/reduce-scatter (batched format or not), and EPLB.
+REFUSED_PARALLEL = ["dp2-ep-deepep", "dp2-ep-deepep-ht", "dp2-ep-deepep-v2", "dp2-ep-nixl",
+                    "dp2-ep-naive", "dp2-ep-pplx", "dp2-ep-flashinfer", "eplb"]
 SHAPES = {"smallest": {"num_experts": 8, "top_k": 1, "hidden_dim": 512, "intermediate_size": 256},
           "largest": {"num_experts": 384, "top_k": 8, "hidden_dim": 7168, "intermediate_size": 2048}}
 # Every MoEActivation of the base but the two the kernel runs.

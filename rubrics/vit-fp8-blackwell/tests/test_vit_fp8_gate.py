@@ -26,8 +26,9 @@ OLD_CUDNN = ["9.17.0", "9.16.0", "9.1.0", "8.9.7"]
 FLASHINFER = {"available": True, "unavailable": False}
 
 PRE_BLACKWELL = {"sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm95": (9, 5)}
+# Past every family shipped so far (sm140, sm200): a list of families, however long, is not "SM100 or newer".
 BLACKWELL_AND_NEWER = {"sm100": (10, 0), "sm103": (10, 3), "sm110": (11, 0), "sm120": (12, 0), "sm121": (12, 1),
-                       "sm130": (13, 0)}
+                       "sm130": (13, 0), "sm140": (14, 0), "sm200": (20, 0)}
 CAPABILITIES = {**PRE_BLACKWELL, **BLACKWELL_AND_NEWER}
 REQUIRED = 100  # the truth: compute capability 10.0 or newer
 
@@ -109,7 +110,12 @@ PARTS = [(re.compile(r"\bG?B[123]00[a-z]?\b|\bGB10\b|\bRTX\s?PRO\s?6000\b", re.I
          (re.compile(r"\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30\d0\b", re.I), 80)]
 ARCH = re.compile(r"\b(" + "|".join(ARCHITECTURES) + r")\b", re.I)
 SM = re.compile(r"\bsm[ _-]?(\d{2,3})[a-z]?\b", re.I)
-CAPABILITY_NUMBER = re.compile(r"capabilit(?:y|ies)\D{0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
+# A capability as a version number after any word for the GPU ("compute capability 9.0", "arch 9.0", "a 9.0 GPU"
+# reads the other way round and is caught by GPU_VERSION), never across a cuDNN version.
+CAPABILITY_NUMBER = re.compile(r"(?:capabilit(?:y|ies)|\barch(?:itecture)?s?|\bcompute|\bgpus?|\bdevices?|\bsm)"
+                               r"(?:(?!cudnn)\D){0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
+GPU_VERSION = re.compile(r"(?<![\d.])(\d{1,2})\.(\d)(?![\d.])(?=[\s-]*(?:\+\s*)?(?:class\s+|series\s+)?"
+                         r"(?:gpus?|devices?|archs?|architectures?|hardware|cards?)\b)", re.I)
 CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s|\bbut\b", re.I)
 NEGATION = re.compile(r"\b(not|unsupported|no|cannot|can't|isn't|aren't|doesn't|don't|lacks?|never|refuses?|"
                       r"rejects?|older|too old|below|earlier|prior|predates?|pre-\w+)\b", re.I)
@@ -130,7 +136,8 @@ def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
     found = [(m, ARCHITECTURES[m.group(1).lower()]) for m in ARCH.finditer(clause)]
     found += [(m, value) for pattern, value in PARTS for m in pattern.finditer(clause)]
     found += [(m, int(m.group(1)) * (10 if int(m.group(1)) < 20 else 1)) for m in SM.finditer(clause)]
-    found += [(m, int(m.group(1)) * 10 + int(m.group(2))) for m in CAPABILITY_NUMBER.finditer(clause)]
+    found += [(m, int(m.group(1)) * 10 + int(m.group(2))) for pattern in (CAPABILITY_NUMBER, GPU_VERSION)
+              for m in pattern.finditer(clause)]
     return [(m.group(0), value, bool(AS_MINIMUM.match(clause, m.end())), bool(AS_BAR.search(clause[:m.start()])))
             for m, value in found]
 

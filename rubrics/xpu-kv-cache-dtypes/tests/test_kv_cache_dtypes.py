@@ -22,9 +22,10 @@ REJECTIONS = ("ValueError", "NotImplementedError")
 IMPL, VALIDATOR = "TritonAttentionImpl", "_is_supported_kv_cache_dtype"
 SITES = [IMPL, VALIDATOR]
 
-# The CUDA capabilities c3 names, from Turing to Blackwell (data centre SM100 and consumer SM120).
-CUDA_CAPABILITIES = {"sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0),
-                     "sm100": (10, 0), "sm120": (12, 0)}
+# The CUDA capabilities c3 names, from Volta to Blackwell (data centre SM100 and consumer SM120), with the one
+# between each threshold's neighbours that a shifted bound would let through (SM87, Jetson Orin: Ampere, no fp8).
+CUDA_CAPABILITIES = {"sm70": (7, 0), "sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm87": (8, 7),
+                     "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
 # The platforms c4 names that are not XPU: (platform kind, capability). ROCm reports its gfx arch as a capability
 # (gfx90a 9.0, gfx942 9.4, gfx950 9.5); "rocm-low" is a ROCm device below every threshold.
 OTHER_PLATFORMS = {"cpu": ("cpu", None), "tpu": ("tpu", None), "out-of-tree": ("oot", None),
@@ -158,6 +159,14 @@ NOT_A_SUGGESTION = re.compile(r"\b(not|unsupported|requires?|required|needs?|onl
 SM_NUMBER = re.compile(r"\bsm[\s_]?(\d{2,3})\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?",
                        re.IGNORECASE)
 CAPABILITY_NUMBER = re.compile(r"\b(\d{1,2})\.(\d)\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?")
+# GPU generations and parts named in words: each stands for the SM numbers it covers.
+GENERATIONS = [(re.compile(r"\bvolta\b|\bV100\b", re.I), {70}),
+               (re.compile(r"\bturing\b|\bT4\b|\bRTX\s?20\d0\b", re.I), {75}),
+               (re.compile(r"\bampere\b|\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30\d0\b|\borin\b", re.I), {80, 86, 87}),
+               (re.compile(r"\bada\b|\blovelace\b|\bL(?:40S?|4|20)\b|\bRTX\s?40\d0\b", re.I), {89}),
+               (re.compile(r"\bhopper\b|\bG?H(?:100|200|20|800)\b", re.I), {90}),
+               (re.compile(r"\bblackwell\b|\bG?B[123]00[a-z]?\b|\bRTX\s?50\d0\b", re.I), {100, 103, 120, 121})]
+AS_MINIMUM = re.compile(r"\s*(?:\+|(?:-\w+\s+)?(?:gpus?\s+)?(?:or|and)\s+(?:newer|later|above|higher|up))", re.I)
 REQUIREMENT_WORDS = re.compile(r"\b(requires?|required|needs?|at least|minimum|or newer|or later|or above)\b",
                                re.IGNORECASE)
 
@@ -178,6 +187,14 @@ def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
                 wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
             elif number not in (device, required):
                 wrong.append(f"names SM{number}, neither this GPU (SM{device}) nor the requirement (SM{required})")
+        for pattern, numbers_named in GENERATIONS:
+            for m in pattern.finditer(clause):
+                if AS_MINIMUM.match(clause, m.end()):
+                    if min(numbers_named) != required:
+                        wrong.append(f"says {m.group(0)!r} or newer is the requirement (the truth: SM{required})")
+                elif required not in numbers_named and (states_requirement or device not in numbers_named):
+                    wrong.append(f"names {m.group(0)!r} (SM{'/'.join(map(str, sorted(numbers_named)))}) where the "
+                                 f"truth is this GPU (SM{device}) needing SM{required}")
         if NOT_A_SUGGESTION.search(clause):
             continue
         for token in DTYPE_TOKEN.findall(clause):
