@@ -393,8 +393,7 @@ def _overruns(guards: list) -> list[int]:
 
 
 # A write past a row's end is a memory-safety defect whatever the numbers say: an op that overruns fails both
-# cases, which takes c2 below met (12 of 18 on CPU, 15 of 21 with the GPU cases; weights as set out below
-# test_matches_fp32_rmsnorm_bf16_gpu).
+# cases, which takes c2 below met.
 @pytest.mark.criterion("c2", weight=3)
 @pytest.mark.cases(evidence="writes-in-bounds", precision="fp32", shape="non-pow2")
 @pytest.mark.parametrize("tp", [1, 2], ids=lambda t: f"tp{t}")
