@@ -26,7 +26,8 @@ timing_stats = load_beside(Path(__file__).resolve().parents[3] / "bench" / "stat
 
 EPS = 1e-6
 TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
-CPU_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]
+CPU_DTYPES = [pytest.param(torch.float32, id="fp32", marks=pytest.mark.cases(precision="fp32")),
+              pytest.param(torch.float16, id="fp16", marks=pytest.mark.cases(precision="fp16"))]
 
 
 @pytest.fixture(scope="session")
@@ -197,6 +198,7 @@ def _spy_problems(subject, device, gen: torch.Generator, tp: int) -> list[str]:
     pytest.param(4, id="tp4", marks=pytest.mark.criterion("c1")),
     pytest.param(8, id="tp8", marks=pytest.mark.criterion("c1")),
 ])
+@pytest.mark.cases(evidence="op-trace")
 def test_no_fp32_copies_or_concat(subject, device, secret_generator, tp):
     """forward_qkv on 16-bit qkv makes no fp32 copy of q/k and no cat/chunk of the statistics."""
     problems = _spy_problems(subject, device, secret_generator, tp)
@@ -204,6 +206,7 @@ def test_no_fp32_copies_or_concat(subject, device, secret_generator, tp):
 
 
 @pytest.mark.criterion("c1", weight=1.0)
+@pytest.mark.cases(evidence="op-trace", tp=[str(tp) for tp in SPY_TPS])
 def test_no_fp32_copies_or_concat_at_every_tp(subject, device, secret_generator):
     """At tp_world 1, 2, 4 and 8 alike forward_qkv makes no fp32 copy of q/k and no cat/chunk temporaries."""
     wrong = [f"tp_world={tp}: {p}" for tp in SPY_TPS for p in _spy_problems(subject, device, secret_generator, tp)]
@@ -232,6 +235,7 @@ def _compiled_fp32_regressions(tree: Path) -> list[str]:
 
 @pytest.mark.static
 @pytest.mark.criterion("c1", weight=0.5)
+@pytest.mark.cases(evidence="static")
 def test_regressed_compiled_path_removed(vllm_tree):
     """rms_norm_tp.py no longer carries a torch.compile'd fp32-upcast + cat/chunk QK-norm path."""
     found = _compiled_fp32_regressions(vllm_tree)
@@ -326,6 +330,7 @@ def _digest_problems(samples) -> list[str]:
 # Five cases of weight 0.4 each (2.0 in all).
 @pytest.mark.gpu
 @pytest.mark.criterion("c1", weight=0.4)
+@pytest.mark.cases(evidence="speed")
 @pytest.mark.parametrize("case", [c[0] for c in SPEED_CASES])
 def test_faster_than_regressed_path(speed_results, case):
     """forward_qkv takes at most 0.9x the time of the base's regressed compiled fp32 path (H200, bf16), as the judge
@@ -349,16 +354,20 @@ def test_faster_than_regressed_path(speed_results, case):
 # (tokens, q width, kv width, activation scale, the norms' epsilon). Every other case builds the norms with the
 # constructor's default epsilon (1e-6, also MiniMax-M2's), which a kernel that ignores the norm's own epsilon
 # reproduces; the last case gives the norms 1e-2, as large as the mean square of its small activations.
+# One token and none are the batch corners (a decode step; an empty step, which must give empty q and k).
 C2_SHAPES = [
-    pytest.param(7, 96, 32, 1.0, EPS, id="t7_q96_kv32"),
-    pytest.param(3, 80, 24, 1.0, EPS, id="t3_q80_kv24_nonpow2"),
-    pytest.param(2, 6144, 1024, 1.0, EPS, id="t2_q6144_kv1024"),
-    pytest.param(5, 192, 64, 200.0, EPS, id="t5_large_values"),
-    pytest.param(6, 128, 32, 0.05, 1e-2, id="t6_small_values_eps1e-2"),
+    pytest.param(7, 96, 32, 1.0, EPS, id="t7_q96_kv32", marks=pytest.mark.cases(shape="narrow")),
+    pytest.param(3, 80, 24, 1.0, EPS, id="t3_q80_kv24_nonpow2", marks=pytest.mark.cases(shape="non-pow2")),
+    pytest.param(2, 6144, 1024, 1.0, EPS, id="t2_q6144_kv1024", marks=pytest.mark.cases(shape="wide")),
+    pytest.param(5, 192, 64, 200.0, EPS, id="t5_large_values", marks=pytest.mark.cases(shape="large-values")),
+    pytest.param(6, 128, 32, 0.05, 1e-2, id="t6_small_values_eps1e-2", marks=pytest.mark.cases(shape="own-eps")),
+    pytest.param(1, 96, 32, 1.0, EPS, id="t1_q96_kv32", marks=pytest.mark.cases(shape="one-token")),
+    pytest.param(0, 96, 32, 1.0, EPS, id="t0_q96_kv32", marks=pytest.mark.cases(shape="zero-tokens")),
 ]
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence="values", tp="1")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 @pytest.mark.parametrize("tokens,q_full,kv_full,scale,eps", C2_SHAPES)
 def test_matches_fp32_rmsnorm(subject, device, secret_generator, dtype, tokens, q_full, kv_full, scale, eps):
@@ -384,17 +393,17 @@ def _overruns(guards: list) -> list[int]:
 
 
 # A write past a row's end is a memory-safety defect whatever the numbers say: an op that overruns fails both
-# cases, which takes c2 below met (12 of 18 on CPU, 15 of 21 with the GPU cases; weights as set out below
-# test_matches_fp32_rmsnorm_bf16_gpu).
+# cases, which takes c2 below met.
 @pytest.mark.criterion("c2", weight=3)
+@pytest.mark.cases(evidence="writes-in-bounds", precision="fp32", shape="non-pow2")
 @pytest.mark.parametrize("tp", [1, 2], ids=lambda t: f"tp{t}")
 def test_writes_stay_inside_allocated_tensors(subject, device, secret_generator, tp):
     """forward_qkv writes nothing past the end of the tensors it allocates (row widths not a power of two)."""
-    obs, _, problems = _run_sim(subject, device, secret_generator, 3, 96 * tp, 32 * tp, tp, torch.float32,
-                                guard_elements=GUARD_ELEMENTS, guard_value=float(GUARD_VALUE))
+    # Only the writes are judged here: the values are c2's other checks at tp 1 and c3's at tp > 1.
+    obs, _, _ = _run_sim(subject, device, secret_generator, 3, 96 * tp, 32 * tp, tp, torch.float32,
+                         guard_elements=GUARD_ELEMENTS, guard_value=float(GUARD_VALUE))
     overrun = _overruns(obs["guards"])
     assert not overrun, f"written past the end of {len(overrun)} allocated tensor(s) (their sizes: {overrun})"
-    assert not problems, problems
 
 
 BF16_GPU_TOKENS = [1, 17, 1024]
@@ -402,6 +411,7 @@ BF16_GPU_TOKENS = [1, 17, 1024]
 
 @pytest.mark.gpu
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence="values", precision="bf16", shape="wide", tp="1")
 @pytest.mark.parametrize("tokens", BF16_GPU_TOKENS)
 def test_matches_fp32_rmsnorm_bf16_gpu(subject, device, secret_generator, tokens):
     """bf16 forward_qkv (MiniMax-M2 TP1 widths) equals fp32 RMSNorm within atol=rtol=3e-2 on the GPU."""
@@ -410,16 +420,13 @@ def test_matches_fp32_rmsnorm_bf16_gpu(subject, device, secret_generator, tokens
 
 
 
-# c2 names its cases: fp32 and 16-bit (fp16 on CPU, bf16 on the GPU), wide rows, large values, q and k and v.
-# Per-case checks alone left a whole case failing at met: wide rows or large values (2 of the 8 shape checks) at
-# 10/12 on CPU, large values at 13/15 and bf16 at 12/15 on the GPU. This test asks for every case at once (every
-# C2 shape in fp32 and fp16, and on the GPU bf16 at the MiniMax-M2 widths), weight 4, with the overrun checks at 3
-# each: CPU 5 shapes x 2 dtypes x 1 + 2 x 3 + 4 = 20, GPU 20 + 3 = 23. One shape failing in both dtypes (wide rows,
-# large values, or the norms' own epsilon ignored): 14/20 = 0.70 on CPU and 17/23 = 0.74 on the GPU; fp16
-# 11/20 and 14/23, bf16 16/23 = 0.70, fp32 5/20 and 8/23; an op that overruns (numbers right) 14/20 and 17/23.
-# wrong-tp-scaling, whose only c2 failure is the tp 2 overrun case (its numbers are wrong at tp 2), stays met:
-# 17/20 = 0.85 and 20/23 = 0.87.
+# c2 names its cases: fp32 and 16-bit (fp16 on CPU, bf16 on the GPU), wide rows, large values, the norms' own
+# epsilon, one token and none, q and k and v. This test asks for every case at once; with scoring by cases any
+# failing c2 check leaves c2 below met. The overrun checks judge the writes only, so wrong-tp-scaling (whose numbers
+# are wrong at tp 2, c3's case) keeps c2 met.
 @pytest.mark.criterion("c2", weight=4)
+@pytest.mark.cases(evidence="values", precision=["fp32", "fp16"], tp="1",
+                   shape=["narrow", "non-pow2", "wide", "large-values", "own-eps", "one-token", "zero-tokens"])
 def test_matches_fp32_rmsnorm_every_case(subject, device, secret_generator):
     """Every c2 case at once: fp32 and 16-bit, wide rows, large values (bf16 on the GPU); v passed through."""
     wrong = []
@@ -442,6 +449,7 @@ def test_matches_fp32_rmsnorm_every_case(subject, device, secret_generator):
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(eps="default-eps", width="narrow")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
 def test_tp_variance_aggregation(subject, device, secret_generator, dtype, tp):
@@ -450,8 +458,34 @@ def test_tp_variance_aggregation(subject, device, secret_generator, dtype, tp):
     assert not problems, f"tp_world={tp}: {problems}"
 
 
+# The norms' own epsilon must enter the rsqrt as it does at full width, after the division by tp_world: with the
+# default 1e-6 an epsilon scaled by 1/tp_world (folded into the rsqrt with the sum) is invisible, so these give
+# the norms 1e-2 on small activations, where it is as large as the mean square.
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(eps="own-eps", width="narrow")
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
+def test_tp_variance_aggregation_own_eps(subject, device, secret_generator, dtype, tp):
+    """Sharded forward_qkv with norms of epsilon 1e-2 on small activations equals full-width RMSNorm."""
+    q, k, v, qw, kw = make_inputs(secret_generator, 6, 64 * 8, 16 * 8)
+    inputs = (q * 0.05, k * 0.05, v, qw, kw)
+    _, _, problems = _run_sim(subject, device, None, 6, 64 * 8, 16 * 8, tp, dtype, inputs=inputs, eps=1e-2)
+    assert not problems, f"tp_world={tp}, epsilon 1e-2: {problems}"
+
+
+# MiniMax-M2's full widths sharded over 2 ranks: 3072 q channels a rank, more than one Triton block of 2048, so a
+# statistics kernel that reads one block a row (no loop) is wrong only here.
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(eps="default-eps", width="wide", precision="fp32", tp="2")
+def test_tp_variance_aggregation_wide_rows(subject, device, secret_generator):
+    """Sharded forward_qkv on rows wider than one block a rank equals full-width RMSNorm."""
+    _, _, problems = _run_sim(subject, device, secret_generator, 2, 6144, 2048, 2, torch.float32)
+    assert not problems, f"tp_world=2, q 6144 / kv 2048: {problems}"
+
+
 @pytest.mark.gpu
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(eps="default-eps", width="wide", precision="bf16")
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
 def test_tp_variance_aggregation_bf16_gpu(subject, device, secret_generator, tp):
     """bf16 sharded forward_qkv (MiniMax-M2 full widths) equals full-width fp32 RMSNorm on the GPU."""
@@ -478,6 +512,7 @@ def _tp_gt1_problems(subject, device, gen: torch.Generator, tp: int) -> list[str
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(tp="1")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_tp1_skips_all_reduce(subject, device, secret_generator, dtype):
     """With tp_world 1 forward_qkv calls no all-reduce and still normalizes correctly."""
@@ -486,6 +521,7 @@ def test_tp1_skips_all_reduce(subject, device, secret_generator, dtype):
 
 
 @pytest.mark.criterion("c4", weight=2 / 3)
+@pytest.mark.cases(precision="fp16")
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
 def test_tp_gt1_handled(subject, device, secret_generator, tp):
     """With tp_world > 1 every rank all-reduces its statistics and the gathered result is correct."""
@@ -498,6 +534,7 @@ def test_tp_gt1_handled(subject, device, secret_generator, tp):
 # 3.33/5 = 0.67, tp 1 failing 2/5 = 0.4, and wrong-tp-scaling (every tp > 1 wrong) stays partial at 2/5 = 0.4.
 # The same on the GPU (no GPU-only c4 check).
 @pytest.mark.criterion("c4", weight=1.0)
+@pytest.mark.cases(tp=["1", "2", "4", "8"], precision=["fp32", "fp16"])
 def test_every_tp_world_handled(subject, device, secret_generator):
     """tp_world 1 issues no all-reduce, and 2, 4 and 8 all-reduce on every rank, all with correct results."""
     wrong = [p for dtype in (torch.float32, torch.float16)
@@ -508,12 +545,21 @@ def test_every_tp_world_handled(subject, device, secret_generator):
 
 # --------------------------------------------------------------------------------------------- c5
 
+# The last two give the norms epsilon 1e-2 on small activations (scale 0.05), where a path that ignores the
+# norm's own epsilon, or scales it by 1/tp_world, is wrong.
 FALLBACK_CASES = [
     {"name": "tp1_fp32", "tokens": 5, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float32},
     {"name": "tp2_fp32", "tokens": 5, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float32},
     {"name": "tp4_fp16", "tokens": 4, "q": 256, "kv": 64, "tp": 4, "dtype": torch.float16},
     {"name": "tp8_fp32", "tokens": 3, "q": 384, "kv": 64, "tp": 8, "dtype": torch.float32},
+    {"name": "tp1_fp32_eps1e-2", "tokens": 4, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float32, "eps": 1e-2},
+    {"name": "tp2_fp16_eps1e-2", "tokens": 4, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float16, "eps": 1e-2},
 ]
+
+
+def _fallback_marks(c: dict):
+    precision = {torch.float32: "fp32", torch.float16: "fp16"}[c["dtype"]]
+    return pytest.mark.cases(tp=str(c["tp"]), precision=precision, eps="own-eps" if "eps" in c else "default-eps")
 
 
 @pytest.fixture(scope="module")
@@ -523,8 +569,10 @@ def fallback_results(subject_on, device):
     gen = _module_generator("fallback")
     inputs, cases = {}, []
     for c in FALLBACK_CASES:
-        inputs[c["name"]] = _cast(make_inputs(gen, c["tokens"], c["q"], c["kv"]), c["dtype"])
-        cases.append({"name": c["name"], **shard(inputs[c["name"]], c["tp"])})
+        q, k, v, qw, kw = make_inputs(gen, c["tokens"], c["q"], c["kv"])
+        scale = 0.05 if "eps" in c else 1.0
+        inputs[c["name"]] = _cast((q * scale, k * scale, v, qw, kw), c["dtype"])
+        cases.append({"name": c["name"], **shard(inputs[c["name"]], c["tp"], c.get("eps", EPS))})
     report = subject_on("without-triton").call("qknorm_fallback.run", cases=cases, device=device, timeout=300)
     return {"report": report, "inputs": inputs}
 
@@ -547,11 +595,12 @@ def _fallback_problems(fallback_results, case: str) -> list[str]:
     if "raised" in obs:
         return ["raised: " + str(obs["raised"])]
     spec = next(c for c in FALLBACK_CASES if c["name"] == case)
-    return check_observations(obs, fallback_results["inputs"][case], spec["tp"], spec["dtype"], TOL[spec["dtype"]])
+    return check_observations(obs, fallback_results["inputs"][case], spec["tp"], spec["dtype"], TOL[spec["dtype"]],
+                              spec.get("eps", EPS))
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.parametrize("case", [c["name"] for c in FALLBACK_CASES])
+@pytest.mark.parametrize("case", [pytest.param(c["name"], marks=_fallback_marks(c)) for c in FALLBACK_CASES])
 def test_fallback_without_triton(fallback_results, case):
     """With Triton unimportable (and no fused all-reduce op) forward_qkv still gives the RMSNorm results."""
     problems = _fallback_problems(fallback_results, case)
@@ -561,6 +610,7 @@ def test_fallback_without_triton(fallback_results, case):
 # c5 names tp_world 1, 2, 4 and 8: with one check per tp, one tp failing entirely left c5 at 3/4 = 0.75, met. This
 # test asks for all four at once (the same no-Triton run), weight 1: one tp failing gives 3/5 = 0.6, on CPU and GPU.
 @pytest.mark.criterion("c5", weight=1.0)
+@pytest.mark.cases(tp=["1", "2", "4", "8"], precision=["fp32", "fp16"], eps=["default-eps", "own-eps"])
 def test_fallback_without_triton_at_every_tp(fallback_results):
     """Without Triton forward_qkv gives the RMSNorm results at tp_world 1, 2, 4 and 8 alike, not just some."""
     wrong = []

@@ -45,10 +45,16 @@ def _moe_config(dims: dict):
     )
 
 
+# MXFP6 schemes built from their descriptors: the weight dtype, and whether the activations are FP8 (with static
+# a1/a2 scales) or left unquantized (weight-only).
+MXFP6_SCHEMES = {"w6a8": ("mxfp6_e3m2", True), "w6e2m3a8": ("mxfp6_e2m3", True),
+                 "w6a16": ("mxfp6_e3m2", False), "w6e2m3a16": ("mxfp6_e2m3", False)}
+
+
 def _quant_config(quant: dict):
     """``{"scheme": "w4a8", "w1_scale", "w2_scale", "a1_scale"?, "a2_scale"?}`` (no activation scales: the
-    config without them), ``{"scheme": "w4a16", "w1_scale", "w2_scale"}`` or ``{"scheme": "w6a8", "w1_scale",
-    "w2_scale", "a1_scale", "a2_scale"}`` (MXFP6 e3m2 weights, FP8 activations, built from its descriptors)."""
+    config without them), ``{"scheme": "w4a16", "w1_scale", "w2_scale"}`` or an MXFP6 scheme of ``MXFP6_SCHEMES``
+    (``a1_scale`` and ``a2_scale`` too where its activations are FP8)."""
     from vllm.model_executor.layers.fused_moe import config as c
 
     scheme = quant["scheme"]
@@ -58,12 +64,18 @@ def _quant_config(quant: dict):
                                              **scales)
     if scheme == "w4a16":
         return c.mxfp4_w4a16_moe_quant_config(quant["w1_scale"].clone(), quant["w2_scale"].clone())
-    if scheme == "w6a8":
+    if scheme in MXFP6_SCHEMES:
+        weight, fp8_activations = MXFP6_SCHEMES[scheme]
+        def activation(key: str):
+            if not fp8_activations:
+                return c.FusedMoEQuantDesc()
+            return c.FusedMoEQuantDesc("fp8", None, quant[key].clone(), None, None, None)
+
+        a1, a2 = activation("a1_scale"), activation("a2_scale")
         return c.FusedMoEQuantConfig(
-            _a1=c.FusedMoEQuantDesc("fp8", None, quant["a1_scale"].clone(), None, None, None),
-            _a2=c.FusedMoEQuantDesc("fp8", None, quant["a2_scale"].clone(), None, None, None),
-            _w1=c.FusedMoEQuantDesc("mxfp6_e3m2", None, quant["w1_scale"].clone(), None, None, None),
-            _w2=c.FusedMoEQuantDesc("mxfp6_e3m2", None, quant["w2_scale"].clone(), None, None, None),
+            _a1=a1, _a2=a2,
+            _w1=c.FusedMoEQuantDesc(weight, None, quant["w1_scale"].clone(), None, None, None),
+            _w2=c.FusedMoEQuantDesc(weight, None, quant["w2_scale"].clone(), None, None, None),
         )
     raise ValueError(f"unknown scheme {scheme!r}")
 

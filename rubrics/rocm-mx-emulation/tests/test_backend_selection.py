@@ -29,12 +29,15 @@ def _is(backend: dict, name: str) -> bool:
     return name in backend["equals"]
 
 
-# MI300 usually runs with AITER on, MI250 without: cover both switches.
-NON_GFX950 = [pytest.param("gfx942", True, id="gfx942-aiter"), pytest.param("gfx90a", False, id="gfx90a")]
+# MI300 usually runs with AITER on, MI250 without: every arch with the switch both ways.
+NON_GFX950 = [pytest.param(arch, aiter, id=f"{arch}-{'aiter' if aiter else 'noaiter'}",
+                           marks=pytest.mark.cases(aiter_ops="aiter-on" if aiter else "aiter-off"))
+              for arch in ("gfx942", "gfx90a") for aiter in (True, False)]
 ACT_SCHEMES = ["bf16", "mxfp4_dynamic", "fp8_static"]
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="oracle")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
@@ -47,6 +50,7 @@ def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="quark")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_quark_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter, scheme):
@@ -60,6 +64,7 @@ def test_quark_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter, sch
 
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(path="gpt-oss", scheme="bf16")
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_gpt_oss_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter):
     """The gpt-oss MXFP4 MoE method selects the emulation backend on gfx942/gfx90a."""
@@ -84,6 +89,7 @@ GFX950_CASES = [
 
 
 @pytest.mark.criterion("c5", weight=2)
+@pytest.mark.cases(platform="gfx950", path="oracle")
 @pytest.mark.parametrize("aiter,scheme,activation,moe_backend,expected", GFX950_CASES)
 def test_gfx950_keeps_native_selection(subject, aiter, scheme, activation, moe_backend, expected):
     """On gfx950 the oracle still selects the native MXFP4 MoE backend."""
@@ -93,6 +99,7 @@ def test_gfx950_keeps_native_selection(subject, aiter, scheme, activation, moe_b
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(platform="gfx950", path="oracle", scheme="mxfp4_dynamic")
 def test_gfx950_explicit_emulation_backend(subject):
     """On gfx950, --moe-backend emulation still selects the emulation backend."""
     got = _select(subject, devices.rocm("gfx950", False), "mxfp4_dynamic", "SILU", "emulation")
@@ -101,6 +108,7 @@ def test_gfx950_explicit_emulation_backend(subject):
 
 
 @pytest.mark.criterion("c5", weight=2)
+@pytest.mark.cases(platform="gfx950", path="quark", scheme="fp8_static")
 def test_gfx950_quark_w4a8_keeps_aiter(subject):
     """Quark's W4A8 (static FP8 activation) MoE on gfx950 with AITER keeps the AITER backend."""
     got = subject.call("rocm_mx_selection.quark_method_selection", device=devices.rocm("gfx950", True),
@@ -110,15 +118,18 @@ def test_gfx950_quark_w4a8_keeps_aiter(subject):
 
 # The fix is for the gfx9 GPUs without native OCP MX (gfx90a, gfx942). The base's OAI Triton MXFP4 gate also admits
 # the RDNA3/RDNA4 families (gfx11xx/gfx12xx), which the task leaves alone: a gate narrowed to gfx950 alone sends them
-# to emulation too. Their selection must be the base's, whatever it is.
-RDNA_ARCHS = ["gfx1100"]
+# to emulation too, and one narrowed to gfx950 and gfx11 sends RDNA4. Their selection must be the base's, whatever it
+# is: RDNA3 (gfx1100), RDNA3.5 (gfx1151) and RDNA4 (gfx1200, gfx1201).
+RDNA_ARCHS = ["gfx1100", "gfx1151", "gfx1200", "gfx1201"]
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(path="oracle")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
-@pytest.mark.parametrize("arch", RDNA_ARCHS)
-def test_rdna_selection_unchanged(subject, base_subject, arch, scheme):
-    """On an RDNA3 GPU (gfx1100), outside the gfx90a/gfx942 fix, the oracle selects the backend the base selects."""
+@pytest.mark.parametrize("platform", RDNA_ARCHS)
+def test_rdna_selection_unchanged(subject, base_subject, platform, scheme):
+    """On an RDNA GPU, outside the gfx90a/gfx942 fix, the oracle selects the backend the base selects."""
+    arch = platform
     want = _select(base_subject, devices.rocm(arch, False), scheme)
     got = _select(subject, devices.rocm(arch, False), scheme)
     assert got["backend"]["equals"] == want["backend"]["equals"], (
@@ -133,6 +144,7 @@ CUDA_CASES = [
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(platform="sm90", path="oracle", scheme="bf16")
 @pytest.mark.parametrize("activation,expected", CUDA_CASES)
 def test_cuda_selection_unchanged(subject, activation, expected):
     """On a CUDA SM90 GPU the oracle's MXFP4 MoE selection is unchanged."""
@@ -141,13 +153,44 @@ def test_cuda_selection_unchanged(subject, activation, expected):
     assert not got["experts"]["is_none"]
 
 
-# The fix touches TritonExperts, which every Triton MoE path shares, not only emulation. Outside emulation the
-# first GEMM must still get the scale of the already-quantized activations (a1q_scale); the oracle's CUDA and
-# gfx950 choices are only unchanged if the kernels behind them are. The spy stops the run at that GEMM.
-NON_EMULATION_PLATFORMS = [pytest.param(("cuda", (9, 0)), id="cuda-sm90"), pytest.param(("rocm", "gfx950"), id="gfx950")]
+CUDA_CAPS = {"sm80": (8, 0), "sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
+
+
+def _selection_or_error(subject, device: dict, scheme: str, activation: str) -> tuple:
+    """What the oracle selects (backend, whether experts exist), or the type of what it raised."""
+    try:
+        got = _select(subject, device, scheme, activation)
+    except ProbeRaised as exc:
+        return ("raised", exc.type)
+    return (tuple(got["backend"]["equals"]), got["experts"]["is_none"])
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(path="oracle", scheme=ACT_SCHEMES)
+@pytest.mark.parametrize("platform", list(CUDA_CAPS))
+def test_cuda_selection_as_base(subject, base_subject, platform):
+    """On CUDA SM80, SM90, SM100 and SM120 the oracle selects what the base selects (or raises as it does), for
+    every activation scheme and both MoE activations."""
+    device = devices.cuda(CUDA_CAPS[platform])
+    wrong = []
+    for scheme in ACT_SCHEMES:
+        for activation in ("SWIGLUOAI", "SILU"):
+            got = _selection_or_error(subject, device, scheme, activation)
+            want = _selection_or_error(base_subject, device, scheme, activation)
+            if got != want:
+                wrong.append(f"{platform} {scheme} {activation}: {got}, the base {want}")
+    assert not wrong, "; ".join(wrong)
+
+
+# The fix touches TritonExperts, which every Triton MoE path shares, not only emulation. Outside emulation the
+# first GEMM must still get the scale of the already-quantized activations (a1q_scale); the oracle's CUDA and
+# gfx950 choices are only unchanged if the kernels behind them are. The spy stops the run at that GEMM.
+NON_EMULATION_PLATFORMS = [pytest.param(("cuda", (9, 0)), id="cuda-sm90", marks=pytest.mark.cases(platform="sm90")),
+                           pytest.param(("rocm", "gfx950"), id="gfx950", marks=pytest.mark.cases(platform="gfx950"))]
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(path="non-emulation-triton")
 @pytest.mark.parametrize("plat", NON_EMULATION_PLATFORMS)
 def test_non_emulation_triton_moe_passes_activation_scale(subject, plat):
     """Non-emulation TritonExperts (FP8 W8A8, dynamic activations) hands a1q_scale to the first GEMM."""
@@ -178,6 +221,8 @@ def test_non_emulation_triton_moe_passes_activation_scale(subject, plat):
 # (gfx950 and CUDA selection, the non-emulation Triton path), so one broken case leaves c5 below met while a
 # change that only keeps the CUDA choices stays unmet.
 @pytest.mark.criterion("c5", weight=6)
+@pytest.mark.cases(platform=["gfx950", "sm90", *RDNA_ARCHS], path=["oracle", "quark", "non-emulation-triton"],
+                   scheme=ACT_SCHEMES)
 def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
     """Every gfx950, RDNA and CUDA selection case and the non-emulation Triton GEMM scale are as before, together."""
     cases = [(test_gfx950_keeps_native_selection, dict(zip(("aiter", "scheme", "activation", "moe_backend",
@@ -188,7 +233,7 @@ def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
     cases += [(test_cuda_selection_unchanged, dict(activation=c.values[0], expected=c.values[1]), f"cuda-{c.id}")
               for c in CUDA_CASES]
     cases += [(functools.partial(test_rdna_selection_unchanged, base_subject=base_subject),
-               dict(arch=arch, scheme=scheme), f"{arch}-{scheme}") for arch in RDNA_ARCHS for scheme in ACT_SCHEMES]
+               dict(platform=arch, scheme=scheme), f"{arch}-{scheme}") for arch in RDNA_ARCHS for scheme in ACT_SCHEMES]
     cases += [(test_non_emulation_triton_moe_passes_activation_scale, dict(plat=c.values[0]), f"triton-{c.id}")
               for c in NON_EMULATION_PLATFORMS]
     wrong = []

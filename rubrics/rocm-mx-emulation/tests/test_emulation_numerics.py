@@ -122,11 +122,8 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 TOL = 2e-3
 
-PLATFORMS = [
-    pytest.param(("rocm", "gfx942"), id="gfx942"),
-    pytest.param(("rocm", "gfx90a"), id="gfx90a"),
-    pytest.param(("rocm", "gfx950"), id="gfx950"),
-]
+PLATFORMS = [pytest.param(("rocm", arch), id=arch, marks=pytest.mark.cases(platform=arch))
+             for arch in ("gfx942", "gfx90a", "gfx950")]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -135,6 +132,7 @@ PLATFORMS = [
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(scales="static", scheme="w_mxfp4_a_fp8", inputs="random")
 @pytest.mark.parametrize("plat", PLATFORMS)
 def test_fp8_activation_emulation_matches_qdq_reference(subject, secret_generator, plat):
     """Emulated MXFP4 MoE with static FP8 activations equals a torch FP8 quantize-dequantize reference."""
@@ -156,6 +154,7 @@ DYNAMIC_INPUTS = ["random", "zeros"]
 
 
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(scales="dynamic", scheme="w_mxfp4_a_fp8")
 @pytest.mark.parametrize("inputs", DYNAMIC_INPUTS)
 @pytest.mark.parametrize("plat", PLATFORMS)
 def test_dynamic_fp8_activation_emulation_matches_qdq_reference(subject, secret_generator, plat, inputs):
@@ -183,10 +182,14 @@ def test_dynamic_fp8_activation_emulation_matches_qdq_reference(subject, secret_
 # ----------------------------------------------------------------------------------------------------------
 
 DTYPE_CASES = [
-    pytest.param(("rocm", "gfx942"), torch.float8_e4m3fnuz, id="gfx942-fnuz"),
-    pytest.param(("rocm", "gfx90a"), torch.float8_e4m3fn, id="gfx90a-fn"),
-    pytest.param(("rocm", "gfx950"), torch.float8_e4m3fn, id="gfx950-fn"),
-    pytest.param(("cuda", (9, 0)), torch.float8_e4m3fn, id="cuda-sm90-fn"),
+    pytest.param(("rocm", "gfx942"), torch.float8_e4m3fnuz, id="gfx942-fnuz",
+                 marks=pytest.mark.cases(platform="gfx942", fp8_dtype="float8_e4m3fnuz")),
+    pytest.param(("rocm", "gfx90a"), torch.float8_e4m3fn, id="gfx90a-fn",
+                 marks=pytest.mark.cases(platform="gfx90a", fp8_dtype="float8_e4m3fn")),
+    pytest.param(("rocm", "gfx950"), torch.float8_e4m3fn, id="gfx950-fn",
+                 marks=pytest.mark.cases(platform="gfx950", fp8_dtype="float8_e4m3fn")),
+    pytest.param(("cuda", (9, 0)), torch.float8_e4m3fn, id="cuda-sm90-fn",
+                 marks=pytest.mark.cases(platform="cuda-sm90", fp8_dtype="float8_e4m3fn")),
 ]
 
 
@@ -195,6 +198,7 @@ def _is_dtype(observed: dict, expected: torch.dtype) -> bool:
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(scheme="w_mxfp4_a_fp8")
 @pytest.mark.parametrize("plat,expected", DTYPE_CASES)
 def test_emulation_quant_dtype_is_platform_fp8(subject, plat, expected):
     """For w_mxfp4_a_fp8 the emulation experts' quant_dtype is the platform FP8 dtype."""
@@ -204,15 +208,37 @@ def test_emulation_quant_dtype_is_platform_fp8(subject, plat, expected):
     assert _is_dtype(got, expected), f"quant_dtype={got['value']} ({got['type']}), expected {expected}"
 
 
+# Every MXFP6 scheme with FP8 activations (e3m2 and e2m3 weights) on gfx942 (fnuz) and gfx950 (fn), and every
+# MXFP6 weight-only one, whose quant dtype is None.
+MXFP6_CASES = [
+    pytest.param("w6a8", ("rocm", arch), fp8, id=f"w_mxfp6_e3m2_a_fp8-{arch}",
+                 marks=pytest.mark.cases(scheme="w_mxfp6_e3m2_a_fp8", platform=arch, fp8_dtype=str(fp8)[6:]))
+    for arch, fp8 in (("gfx942", torch.float8_e4m3fnuz), ("gfx950", torch.float8_e4m3fn))
+] + [
+    pytest.param("w6e2m3a8", ("rocm", arch), fp8, id=f"w_mxfp6_e2m3_a_fp8-{arch}",
+                 marks=pytest.mark.cases(scheme="w_mxfp6_e2m3_a_fp8", platform=arch, fp8_dtype=str(fp8)[6:]))
+    for arch, fp8 in (("gfx942", torch.float8_e4m3fnuz), ("gfx950", torch.float8_e4m3fn))
+] + [
+    pytest.param(name, ("rocm", "gfx942"), None, id=f"{scheme}-gfx942",
+                 marks=pytest.mark.cases(scheme=scheme, platform="gfx942"))
+    for name, scheme in (("w6a16", "w_mxfp6_e3m2"), ("w6e2m3a16", "w_mxfp6_e2m3"))
+]
+
+
 @pytest.mark.criterion("c3")
-def test_emulation_quant_dtype_mxfp6_weights_fp8_activations(subject):
-    """For w_mxfp6_e3m2_a_fp8 on gfx942 the emulation experts' quant_dtype is float8_e4m3fnuz."""
+@pytest.mark.parametrize("mxfp6_scheme,plat,expected", MXFP6_CASES)
+def test_emulation_quant_dtype_mxfp6_weights(subject, mxfp6_scheme, plat, expected):
+    """For MXFP6 weights with FP8 activations the emulation experts' quant_dtype is the platform FP8 dtype; for
+    MXFP6 weights alone it is None."""
     s = torch.tensor([0.05])
-    quant = {"scheme": "w6a8", "a1_scale": s, "a2_scale": s,
+    quant = {"scheme": mxfp6_scheme, "a1_scale": s, "a2_scale": s,
              "w1_scale": torch.zeros(E, 2 * I, H // 32, dtype=torch.uint8),
              "w2_scale": torch.zeros(E, H, I // 32, dtype=torch.uint8)}
-    got = _quant_dtype(subject, ("rocm", "gfx942"), quant)
-    assert _is_dtype(got, torch.float8_e4m3fnuz), f"quant_dtype={got['value']} ({got['type']})"
+    got = _quant_dtype(subject, plat, quant)
+    if expected is None:
+        assert got["type"] == "builtins.NoneType", f"quant_dtype={got['value']} ({got['type']}) for weight-only MXFP6"
+    else:
+        assert _is_dtype(got, expected), f"quant_dtype={got['value']} ({got['type']}), expected {expected}"
 
 
 # BF16-activation (weight-only MXFP4) models get the emulation backend on gfx942/gfx90a too (c1): their
@@ -232,6 +258,7 @@ def _check_weight_only(subject, plat, g: torch.Generator) -> None:
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(scheme="w_mxfp4")
 @pytest.mark.parametrize("plat", WEIGHT_ONLY_PLATFORMS)
 def test_weight_only_emulation_keeps_activations_unquantized(subject, secret_generator, plat):
     """For weight-only MXFP4 (w_mxfp4) the emulation experts' quant_dtype is None and the MoE runs unquantized."""
@@ -242,11 +269,15 @@ def test_weight_only_emulation_keeps_activations_unquantized(subject, secret_gen
 # that get any scheme's quant dtype wrong (or cannot serve weight-only MXFP4) leave c3 below met, while experts
 # that only serve weight-only MXFP4 right stay unmet.
 @pytest.mark.criterion("c3", weight=2)
+@pytest.mark.cases(scheme=["w_mxfp4_a_fp8", "w_mxfp6_e3m2_a_fp8", "w_mxfp6_e2m3_a_fp8", "w_mxfp4", "w_mxfp6_e3m2",
+                           "w_mxfp6_e2m3"], platform=["gfx942", "gfx90a", "gfx950", "cuda-sm90"],
+                   fp8_dtype=["float8_e4m3fnuz", "float8_e4m3fn"])
 def test_emulation_quant_dtype_right_for_every_scheme(subject, secret_generator):
     """Every FP8-activation case reports the platform FP8 dtype and every weight-only case runs unquantized."""
     cases = [(test_emulation_quant_dtype_is_platform_fp8, dict(plat=c.values[0], expected=c.values[1]), c.id)
              for c in DTYPE_CASES]
-    cases.append((test_emulation_quant_dtype_mxfp6_weights_fp8_activations, {}, "gfx942-mxfp6"))
+    cases += [(test_emulation_quant_dtype_mxfp6_weights, dict(zip(("mxfp6_scheme", "plat", "expected"), c.values)),
+               c.id) for c in MXFP6_CASES]
     cases += [(_check_weight_only, dict(plat=c.values[0], g=secret_generator), f"weight-only-{c.id}")
               for c in WEIGHT_ONLY_PLATFORMS]
     wrong = []
@@ -264,6 +295,7 @@ def test_emulation_quant_dtype_right_for_every_scheme(subject, secret_generator)
 
 
 @pytest.mark.criterion("c4", weight=2)
+@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-tensor", evidence="output")
 @pytest.mark.parametrize("plat", [PLATFORMS[0], PLATFORMS[2]])
 def test_static_scales_applied_to_both_activations(subject, secret_generator, plat):
     """The output equals the reference that QDQs a1 with its static scale and a2 with its static scale."""
@@ -281,6 +313,8 @@ def test_static_scales_applied_to_both_activations(subject, secret_generator, pl
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-tensor", evidence="quantize-calls",
+                   platform="gfx942")
 def test_quantize_calls_receive_both_static_scales(subject, secret_generator):
     """Spies on vLLM's activation-quantize entry points see the static a1 scale and the static a2 scale."""
     plat = ("rocm", "gfx942")
@@ -300,6 +334,7 @@ def test_quantize_calls_receive_both_static_scales(subject, secret_generator):
 # sensible per-tensor scale, so the output must match the static reference exactly as with a single scale;
 # per-expert scale tensors must neither crash the emulation path nor be dropped for a dynamic QDQ.
 @pytest.mark.criterion("c4", weight=2)
+@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-expert", evidence="output")
 @pytest.mark.parametrize("plat", [PLATFORMS[0], PLATFORMS[2]])
 def test_per_expert_static_scales_applied(subject, secret_generator, plat):
     """Static a1/a2 scales given per expert (all equal) are applied like the single per-tensor scale."""

@@ -106,6 +106,7 @@ def switched_run_problems(subject, vllm_tree) -> list[str] | None:
 
 
 @pytest.mark.criterion("c1", weight=8)
+@pytest.mark.cases(path="repo-tests", arch=["gfx942", "gfx90a"])
 def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
     """The repo's switched oracle tests pass on every faked GPU, run on gfx942/gfx90a and catch a native pick."""
     problems = switched_run_problems(subject, vllm_tree)
@@ -123,6 +124,8 @@ def test_switched_oracle_tests_run_and_expect_emulation(subject, vllm_tree):
 # (14 of 32) and right with the tests untouched too (16 of 32).
 @pytest.mark.static
 @pytest.mark.criterion("c1", weight=10)
+@pytest.mark.cases(path=["oracle", "quark", "gpt-oss", "repo-tests"], arch=["gfx942", "gfx90a"],
+                   aiter_ops=["aiter-on", "aiter-off"], scheme=["bf16", "mxfp4_dynamic", "fp8_static"])
 def test_emulation_selected_and_expected_in_every_case(subject, vllm_tree):
     """Every selector (oracle, quark, gpt-oss) picks emulation for every activation scheme on gfx942 and gfx90a, and the repo's tests are switched to expect it (not skipped) and pass when run."""
     selection = load_beside(__file__, "test_backend_selection")

@@ -86,6 +86,7 @@ def gfx950_keyed_skips(text: str) -> int:
 
 @pytest.mark.static
 @pytest.mark.criterion("c1", weight=6)
+@pytest.mark.cases(path="repo-tests")
 def test_repo_tests_expect_emulation_on_non_gfx950(vllm_tree):
     """The repo's MXFP4 MoE tests gain an expectation of the emulation backend on non-gfx950 ROCm GPUs."""
     switched = []
@@ -101,6 +102,7 @@ def test_repo_tests_expect_emulation_on_non_gfx950(vllm_tree):
 
 @pytest.mark.static
 @pytest.mark.criterion("c1", weight=2)
+@pytest.mark.cases(path="repo-tests")
 def test_repo_tests_not_skipped_on_non_gfx950(vllm_tree):
     """No MXFP4/quark/gpt-oss test gains a skip keyed on gfx950 (skipping non-gfx950 GPUs instead of switching)."""
     added = {}

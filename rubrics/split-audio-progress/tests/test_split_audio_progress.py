@@ -46,50 +46,91 @@ def _poisoned(audio: torch.Tensor, start: int, stop: int, value: float | str) ->
 
 # --- c1: NaN and infinite samples in an overlap region ------------------------------------------------------------
 
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+NON_FINITE = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "mixed": "mixed"}
+
 
 @pytest.mark.criterion("c1")
+@pytest.mark.cases(dtype=list(DTYPES), value=list(NON_FINITE), where=["first-clip", "later-clip"])
 def test_non_finite_overlap_regions_are_split_and_finish(subject, secret_generator):
-    """split_audio finishes on audio whose overlap regions hold only NaN or infinite samples, in chunks that tile it."""
+    """split_audio finishes on audio whose overlap regions hold only NaN or infinite samples, in chunks that tile it.
+
+    Every dtype and non-finite value, from the first clip's overlap region on and from a later clip's on (the fixed
+    corners: the poison always covers a whole region, wherever the draw starts it)."""
     gen = secret_generator
-    nan = float("nan")
-    first = int(torch.randint(200, 2000, (1,), generator=gen))
-    later = int(torch.randint(5000, 6000, (1,), generator=gen))
-    cases = [
-        case(torch.full((12000,), nan), 3.0, 1.0, name="all-NaN audio"),
-        case(_poisoned(speech(gen, 12000), first, 3000, nan), 3.0, 1.0, name="NaN over the first overlap region"),
-        case(_poisoned(speech(gen, 15000), later, 15000, nan), 3.0, 1.0, name="NaN from a later chunk on"),
-        case(_poisoned(speech(gen, 11000, dtype=torch.float64), 1500, 2600, nan), 2.5, 0.8, window=128,
-             name="float64, NaN over the first overlap region"),
-        case(_poisoned(speech(gen, 12000), 1900, 3000, float("inf")), 3.0, 1.0, name="+inf over the first region"),
-        case(_poisoned(speech(gen, 15000), later, 15000, float("-inf")), 3.0, 1.0, name="-inf from a later chunk"),
-        case(_poisoned(speech(gen, 12000), 2000, 12000, "mixed"), 3.0, 1.0, name="NaN, +inf, -inf after 2 s"),
-    ]
+    cases = [case(torch.full((12000,), float("nan")), 3.0, 1.0, name="all-NaN audio")]
+    for dtype_name, dtype in DTYPES.items():
+        for value_name, value in NON_FINITE.items():
+            first = int(torch.randint(200, 2001, (1,), generator=gen))
+            later = int(torch.randint(5000, 6001, (1,), generator=gen))
+            cases += [
+                case(_poisoned(speech(gen, 12000, dtype=dtype), first, 3000, value), 3.0, 1.0,
+                     name=f"{dtype_name}, {value_name} over the first clip's overlap region"),
+                case(_poisoned(speech(gen, 15000, dtype=dtype), later, 15000, value), 3.0, 1.0,
+                     name=f"{dtype_name}, {value_name} from a later clip on"),
+            ]
+    cases.append(case(_poisoned(speech(gen, 11000, dtype=torch.float64), 1500, 2600, float("nan")), 2.5, 0.8,
+                      window=128, name="float64, NaN over the first overlap region, 2.5 s clips"))
     _assert_well_split(subject, cases, in_overlap=True)
 
 
 # --- c2: the overlap as long as a chunk, or longer ----------------------------------------------------------------
 
 
+def _silenced(audio: torch.Tensor, starts) -> torch.Tensor:
+    """``audio`` with one window of digital silence at each of ``starts`` (on every channel)."""
+    out = audio.clone()
+    for start in starts:
+        out[..., start:start + audio_cases.WINDOW] = 0.0
+    return out
+
+
+def _behind_every_cursor(audio: torch.Tensor) -> torch.Tensor:
+    """For 3 s clips with a 4 s overlap: silence over the first window (a split point at the cursor, where a search
+    region starting at the audio's start finds it), then whispers, each quieter than the next, half a second before
+    each clip boundary (3 s, 6 s, 9 s): the region of a clip cut at its boundary finds its quietest window behind
+    the cursor."""
+    out = _silenced(audio, [0])
+    for start, gain in ((2500, 1e-4), (5500, 3e-4), (8500, 1e-3)):
+        out[..., start:start + audio_cases.WINDOW] *= gain
+    return out
+
+
 @pytest.mark.criterion("c2")
+@pytest.mark.cases(overlap=["equals-clip", "longer-than-clip"],
+                   split_point=["at-cursor", "behind-cursor", "before-audio-start"],
+                   channels=["mono", "multichannel"], dtype=["float32", "float64"])
 def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_generator):
     """split_audio moves forward when the overlap is as long as the clip or longer.
 
-    The search region then starts at or behind the cursor, and the quietest window can be the cursor itself."""
+    The search region then starts at or behind the cursor, and the quietest window can be the cursor itself or a
+    window behind it. The fixed corners: silence at every clip boundary (the quietest window is the cursor, with
+    the overlap equal to the clip) and one clip before every boundary-to-be (the quietest window is behind the
+    cursor, with a 4 s overlap on 3 s clips: a guard for the split point equal to the cursor only moves back); mono
+    and [channels, samples] audio."""
     gen = secret_generator
-    at_cursor = speech(gen, 12000)
-    for start in range(0, 12000, 3000):
-        at_cursor[start:start + audio_cases.WINDOW] = 0.0
-    first_only = speech(gen, 10000)
-    first_only[:audio_cases.WINDOW] = 0.0
     cases = [
-        case(at_cursor, 3.0, 3.0, name="silence at the start of every clip"),
-        case(first_only, 3.0, 3.0, name="silence at the very start"),
+        case(_silenced(speech(gen, 12000), range(0, 12000, 3000)), 3.0, 3.0,
+             name="silence at the start of every clip"),
+        case(_silenced(speech(gen, 10000), [0]), 3.0, 3.0, name="silence at the very start"),
         case(torch.full((9500,), float("nan")), 3.0, 3.0, name="all-NaN audio"),
         case(speech(gen, 9000, dtype=torch.float64), 2.0, 2.0, name="float64 noise, 2 s clips"),
         case(speech(gen, 12000), 3.0, 4.0, name="noise, overlap longer than the clip"),
+        case(_silenced(speech(gen, 12000), (2000, 5000, 8000)), 3.0, 4.0,
+             name="the quietest window a second behind every cursor, overlap longer than the clip"),
+        case(_behind_every_cursor(speech(gen, 12000)), 3.0, 4.0,
+             name="silence at the start, then the quietest window behind every cursor"),
+        case(_behind_every_cursor(speech(gen, 12000, dtype=torch.float64)), 3.0, 4.0,
+             name="float64, silence at the start, then the quietest window behind every cursor"),
         case(audio_cases.quiet_stretches(speech(gen, 14000), gen, 6, 300), 3.0, 3.5,
              name="noise with pauses, overlap longer than the clip"),
         case(speech(gen, 3500), 3.0, 5.0, name="one clip and a bit, overlap longer than the clip"),
+        case(_silenced(speech(gen, 12000, channels=2), range(0, 12000, 3000)), 3.0, 3.0,
+             name="stereo, silence at the start of every clip"),
+        case(_behind_every_cursor(speech(gen, 12000, channels=2)), 3.0, 4.0,
+             name="stereo, the quietest window behind every cursor"),
+        case(speech(gen, 9000, channels=3, dtype=torch.float64), 2.0, 2.0, name="three float64 channels, 2 s clips"),
+        case(speech(gen, 3500, channels=1), 3.0, 5.0, name="one channel, 2D, overlap longer than the clip"),
     ]
     _assert_well_split(subject, cases, in_overlap=False)
 
@@ -98,6 +139,8 @@ def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_gener
 
 
 @pytest.mark.criterion("c3")
+@pytest.mark.cases(overlap=["no-overlap", "half-window", "one-window", "shorter-than-window"],
+                   channels=["mono", "one-channel", "stereo", "three-channel"], dtype=["float32", "float64"])
 def test_short_overlap_and_multichannel_audio_finish(subject, secret_generator):
     """split_audio finishes when its overlap region holds no whole energy window, and on multichannel audio.
 
@@ -105,10 +148,12 @@ def test_short_overlap_and_multichannel_audio_finish(subject, secret_generator):
     gen = secret_generator
     cases = [
         case(speech(gen, 10000), 3.0, 0.0, name="no overlap"),
+        case(speech(gen, 10000, dtype=torch.float64), 3.0, 0.0, name="float64, no overlap"),
         case(speech(gen, 10000), 3.0, 0.05, name="overlap of half a window"),
         case(speech(gen, 10000), 3.0, 0.1, name="overlap of exactly one window"),
         case(speech(gen, 9000), 2.0, 1.0, window=1500, name="window longer than the overlap"),
         case(speech(gen, 12000, channels=2), 3.0, 1.0, name="stereo"),
+        case(speech(gen, 12000, channels=2), 3.0, 0.0, name="stereo, no overlap"),
         case(speech(gen, 10000, channels=1), 3.0, 1.0, name="one channel, 2D"),
         case(speech(gen, 9000, channels=3, dtype=torch.float64), 2.5, 0.5, name="three channels, float64"),
     ]
@@ -132,33 +177,36 @@ def _region(wav: torch.Tensor, start: int, end: int, window: int = audio_cases.W
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(value=list(NON_FINITE), dtype=list(DTYPES))
 def test_find_split_point_stays_in_a_region_it_cannot_score(subject, secret_generator):
-    """find_split_point returns an index inside its search region when no window there has a finite energy."""
+    """find_split_point returns an index inside its search region when no window there has a finite energy: every
+    non-finite value in each dtype."""
     gen = secret_generator
     start = int(torch.randint(500, 2500, (1,), generator=gen))
     end = start + 1000
-    base = speech(gen, 6000)
-    cases = [
-        _region(_poisoned(base, start, end, float("nan")), start, end, name="NaN region"),
-        _region(_poisoned(base, start, end, float("inf")), start, end, name="+inf region"),
-        _region(_poisoned(base, start, end, "mixed"), start, end, name="NaN, +inf and -inf region"),
-        _region(_poisoned(base.double(), start, end, float("-inf")), start, end, name="float64 -inf region"),
-    ]
+    cases = []
+    for dtype_name, dtype in DTYPES.items():
+        base = speech(gen, 6000, dtype=dtype)
+        cases += [_region(_poisoned(base, start, end, value), start, end, name=f"{dtype_name} {value_name} region")
+                  for value_name, value in NON_FINITE.items()]
     _assert_points_in_region(subject, cases)
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(region=["shorter-than-window", "one-window", "empty", "multichannel"], dtype=list(DTYPES))
 def test_find_split_point_stays_in_a_region_without_a_window(subject, secret_generator):
     """find_split_point returns an index inside a search region too short for one window, and on 2D audio."""
     gen = secret_generator
     start = int(torch.randint(500, 2500, (1,), generator=gen))
-    wav = speech(gen, 6000)
-    cases = [
-        _region(wav, start, start + 60, name="region shorter than a window"),
-        _region(wav, start, start + audio_cases.WINDOW, name="region of exactly one window"),
-        _region(wav, start, start, name="empty region"),
-        _region(speech(gen, 6000, channels=2), start, start + 1000, name="stereo audio"),
-    ]
+    cases = []
+    for dtype_name, dtype in DTYPES.items():
+        wav = speech(gen, 6000, dtype=dtype)
+        cases += [
+            _region(wav, start, start + 60, name=f"{dtype_name} region shorter than a window"),
+            _region(wav, start, start + audio_cases.WINDOW, name=f"{dtype_name} region of exactly one window"),
+            _region(wav, start, start, name=f"{dtype_name} empty region"),
+            _region(speech(gen, 6000, channels=2, dtype=dtype), start, start + 1000, name=f"{dtype_name} stereo"),
+        ]
     _assert_points_in_region(subject, cases)
 
 
@@ -183,11 +231,24 @@ def _assert_split_as_base(subject, base_subject, cases: list[dict]) -> None:
 
 
 @pytest.mark.criterion("c5", weight=2)
+@pytest.mark.cases(site="split_audio", dtype=list(DTYPES), audio=["long", "about-one-clip"],
+                   search=["quietest-window", "first-of-equal", "last-whole-window"], sample_rate=["1000", "16000"])
 def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator):
-    """Finite audio is split at the same quietest windows as before, into the same chunks."""
+    """Finite audio is split at the same quietest windows as before, into the same chunks.
+
+    The fixed corners: digital silence over the first overlap region's last whole window, which the base's window
+    loop does not reach (a region of whole windows), and speech-to-text's own setting, 30 s clips at 16 kHz with a
+    1 s overlap and 1600-sample windows."""
     gen = secret_generator
     pauses = audio_cases.quiet_stretches
+    last_window = speech(gen, 12000)
+    last_window[3000 - audio_cases.WINDOW:3000] = 0.0
+    whisper = speech(gen, 16000 * 70)
+    whisper[16000 * 30 - 1600:16000 * 30] *= 0.001
     cases = [
+        case(last_window, 3.0, 1.0, name="silence over the first region's last whole window"),
+        {**case(whisper, 30.0, 1.0, window=1600, name="70 s at 16 kHz, whisper over a region's last window"),
+         "sample_rate": 16000},
         case(pauses(speech(gen, 14000), gen, 5, 250), 3.0, 1.0, name="noise with pauses"),
         case(pauses(speech(gen, 11111, dtype=torch.float64), gen, 4, 200), 2.5, 0.7, window=64,
              name="float64 noise with pauses"),
@@ -201,27 +262,36 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(site="split_audio", search="partly-nan", dtype="float32", sample_rate="1000")
 def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, secret_generator):
     """An overlap region with some NaN windows is still split at its quietest finite window, as before."""
     gen = secret_generator
     audio = speech(gen, 15000)
     for start in range(int(torch.randint(0, 500, (1,), generator=gen)), 15000, 1600):
         audio = _poisoned(audio, start, start + 150, float("nan"))
-    cases = [case(audio, 3.0, 1.0, name="NaN bursts of 150 samples every 1.6 s")]
+    # 128-sample windows: no search region is whole windows, so the last whole window is one the base scores too
+    cases = [case(audio, 3.0, 1.0, window=128, name="NaN bursts of 150 samples every 1.6 s")]
     _assert_split_as_base(subject, base_subject, cases)
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(site="find_split_point", dtype=list(DTYPES),
+                   search=["quietest-window", "first-of-equal", "last-whole-window"])
 def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, secret_generator):
-    """find_split_point returns the same index as before on finite audio, the first of equally quiet windows too."""
+    """find_split_point returns the same index as before on finite audio, the first of equally quiet windows too,
+    and not the region's last whole window, which the base's loop does not score (fixed corners in both dtypes)."""
     gen = secret_generator
-    wav = audio_cases.quiet_stretches(speech(gen, 8000), gen, 6, 150)
-    starts = torch.randint(0, 6000, (6,), generator=gen).tolist()
-    cases = [_region(wav, s, s + length, window) for s, length, window in
-             zip(starts, (1000, 1500, 800, 2000, 1001, 640), (100, 100, 64, 250, 100, 32))]
-    silent = speech(gen, 4000)
-    silent[1200:1800] = 0.0
-    cases += [_region(silent, 1000, 2000, 100), _region(silent, 1150, 2150, 50)]
+    cases = []
+    for dtype in DTYPES.values():
+        wav = audio_cases.quiet_stretches(speech(gen, 8000, dtype=dtype), gen, 6, 150)
+        starts = torch.randint(0, 6000, (6,), generator=gen).tolist()
+        cases += [_region(wav, s, s + length, window) for s, length, window in
+                  zip(starts, (1000, 1500, 800, 2000, 1001, 640), (100, 100, 64, 250, 100, 32))]
+        silent = speech(gen, 4000, dtype=dtype)
+        silent[1200:1800] = 0.0
+        silent[2900:3000] = 0.0
+        cases += [_region(silent, 1000, 2000, 100), _region(silent, 1150, 2150, 50),
+                  _region(silent, 2000, 3000, 100), _region(silent, 2500, 3000, 50)]
     sent = [{k: c[k] for k in ("wav", "start_idx", "end_idx", "min_energy_window")} for c in cases]
     got = subject.call(f"{PROBES}.split_point_runs", cases=sent)
     want = base_subject.call(f"{PROBES}.split_point_runs", cases=sent)
@@ -230,6 +300,7 @@ def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, 
 
 
 @pytest.mark.criterion("c5")
+@pytest.mark.cases(site="public-names")
 def test_module_keeps_its_public_names(subject, base_subject):
     """vllm.multimodal.audio still imports and keeps every public name the base defines."""
     before = set(base_subject.call(f"{PROBES}.public_names"))
