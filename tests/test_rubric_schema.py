@@ -15,13 +15,15 @@ import pytest
 from grader.core.rubric import REPO_ROOT, RubricError, key_line, load_task
 
 TASK = "int8-kv-rounding"
+# The task's own version line, whatever its version: the typo is written beside it.
+VERSION = re.search(r"^version = \d+$", (REPO_ROOT / "rubrics" / TASK / "rubric.toml").read_text(), re.M).group(0)
 
 # (what is written, the edit, the key and the words of the refusal)
 TYPOS = {
     "wieght": (("weight = 1.0\ncore = false\nkind = \"preserve\"", "wieght = 1.5\ncore = false\nkind = \"preserve\""),
                "criteria.c2.wieght", "unknown key"),
     "core as a string": (("core = false", 'core = "false"'), "criteria.c2.core", "must be true or false"),
-    "verison": (("version = 3", "version = 3\nverison = 4"), "verison", "unknown key"),
+    "verison": ((VERSION, VERSION + "\nverison = 4"), "verison", "unknown key"),
 }
 
 
