@@ -39,8 +39,8 @@ class Batch:
     """Queries, the written keys and values per sequence (fp32 copies of what the cache holds), and where they
     live in the paged cache."""
 
-    q: torch.Tensor                # [sum(q_lens), HEADS, HEAD_SIZE], in the kernel's dtype
-    keys: list[torch.Tensor]       # per sequence [seq_len, KV_HEADS, HEAD_SIZE], fp32
+    q: torch.Tensor                # [sum(q_lens), HEADS, head_size], in the kernel's dtype
+    keys: list[torch.Tensor]       # per sequence [seq_len, KV_HEADS, head_size], fp32
     values: list[torch.Tensor]
     q_lens: list[int]
     seq_lens: list[int]
@@ -48,6 +48,8 @@ class Batch:
     block_table: torch.Tensor      # [num_seqs, width] int32: physical block of each logical block
     num_blocks: int
     dtype: torch.dtype
+    # The kernels pad the head dimension to a power of two and mask the rest: 40 exercises that mask, 32 does not.
+    head_size: int = HEAD_SIZE
 
     @property
     def cu_seqlens_q(self) -> torch.Tensor:
@@ -59,11 +61,12 @@ class Batch:
 
     @property
     def scale(self) -> float:
-        return 1.0 / math.sqrt(HEAD_SIZE)
+        return 1.0 / math.sqrt(self.head_size)
 
 
 def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, block_size: int = 16,
-               dtype: torch.dtype = torch.float32, spare_blocks: int = 2, extra_columns: int = 2) -> Batch:
+               dtype: torch.dtype = torch.float32, spare_blocks: int = 2, extra_columns: int = 2,
+               head_size: int = HEAD_SIZE) -> Batch:
     """Draw queries, keys and values with ``gen`` and place each sequence's blocks at shuffled physical blocks.
 
     The block table is wider than any sequence needs (``extra_columns``); its unused entries point at spare
@@ -84,10 +87,10 @@ def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, 
         # Rounded through the kernel's dtype so the fp32 oracle sees exactly what the cache holds.
         return torch.randn(*shape, generator=gen).to(dtype).float()
 
-    keys = [draw(s, KV_HEADS, HEAD_SIZE) for s in seq_lens]
-    values = [draw(s, KV_HEADS, HEAD_SIZE) for s in seq_lens]
-    q = draw(sum(q_lens), HEADS, HEAD_SIZE).to(dtype)
-    return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype)
+    keys = [draw(s, KV_HEADS, head_size) for s in seq_lens]
+    values = [draw(s, KV_HEADS, head_size) for s in seq_lens]
+    q = draw(sum(q_lens), HEADS, head_size).to(dtype)
+    return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype, head_size)
 
 
 def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
@@ -102,7 +105,7 @@ def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
 
 def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Key and value caches in the unified-attention layout [num_blocks, block_size, kv_heads, head_size]."""
-    shape = (batch.num_blocks, batch.block_size, KV_HEADS, HEAD_SIZE)
+    shape = (batch.num_blocks, batch.block_size, KV_HEADS, batch.head_size)
     k = _fill_like(shape, fill, gen)
     v = _fill_like(shape, fill, gen)
     for i, s in enumerate(batch.seq_lens):
@@ -119,20 +122,20 @@ PAGED_X = 8  # elements per innermost key vector in the paged-decode key layout 
 def paged_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Key cache [num_blocks, kv_heads, head_size // x, block_size, x] and value cache
     [num_blocks, kv_heads, head_size, block_size], the layouts ``chunked_prefill_paged_decode`` reads."""
-    bs = batch.block_size
-    k = _fill_like((batch.num_blocks, KV_HEADS, HEAD_SIZE // PAGED_X, bs, PAGED_X), fill, gen)
-    v = _fill_like((batch.num_blocks, KV_HEADS, HEAD_SIZE, bs), fill, gen)
+    bs, dim = batch.block_size, batch.head_size
+    k = _fill_like((batch.num_blocks, KV_HEADS, dim // PAGED_X, bs, PAGED_X), fill, gen)
+    v = _fill_like((batch.num_blocks, KV_HEADS, dim, bs), fill, gen)
     for i, s in enumerate(batch.seq_lens):
         for pos in range(s):
             block, slot = int(batch.block_table[i, pos // bs]), pos % bs
-            k[block, :, :, slot, :] = batch.keys[i][pos].view(KV_HEADS, HEAD_SIZE // PAGED_X, PAGED_X)
+            k[block, :, :, slot, :] = batch.keys[i][pos].view(KV_HEADS, dim // PAGED_X, PAGED_X)
             v[block, :, :, slot] = batch.values[i][pos]
     return k.to(batch.dtype), v.to(batch.dtype)
 
 
 def attention_oracle(batch: Batch, *, causal=True, window: int = 0, mm_ranges=None, softcap: float = 0.0,
                      sinks: torch.Tensor | None = None, alibi: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 attention over each sequence's written keys: [sum(q_lens), HEADS, HEAD_SIZE].
+    """fp32 attention over each sequence's written keys: [sum(q_lens), HEADS, head_size].
 
     ``causal`` is a bool or one bool per sequence. ``window`` > 0 keeps keys with ``q - k < window`` (and, for a
     non-causal sequence, ``k - q < window``). ``mm_ranges`` (per sequence, a list of inclusive ``(start, end)``

@@ -136,28 +136,31 @@ def test_paged_decode_ignores_unwritten_slots(attention, secret_generator, devic
 
 @pytest.mark.criterion("c2")
 @pytest.mark.cases(evidence=READS, feature=["sliding-window", "alibi", "sinks", "plain"], dtype=["fp32", "fp16"],
-                   block_size=["16", "48"], seq_len=["1", "ragged", "block-aligned", "150"], poison="mixed")
+                   block_size=["16", "48"], seq_len=["1", "ragged", "block-aligned", "150"], poison="mixed",
+                   head_size=["32", "40"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generator, device):
-    """Paged decode with a sliding window, ALiBi, sinks, fp16, or 48-slot blocks (also block-aligned lengths)
-    stays exact past seq_len and loads none of those slots."""
+    """Paged decode with a sliding window, ALiBi, sinks, fp16, 48-slot blocks or head size 40 (also block-aligned
+    lengths) stays exact past seq_len and loads none of those slots."""
     gen = secret_generator
     base = cases.make_batch(gen, *PAGED_DECODE)
     fp16 = cases.make_batch(gen, *PAGED_DECODE, dtype=torch.float16)
     # A block size that is not a power of two: the kernel walks it in tiles of 32 that straddle blocks.
     odd_block = cases.make_batch(gen, [1, 1, 1, 1], [50, 17, 48, 1], block_size=48)
     aligned = cases.make_batch(gen, [1, 1, 1], [16, 32, 64])
+    # A head size the kernel pads (40 to 64): the padded dimensions must be masked out of every K and V load.
+    odd_head = cases.make_batch(gen, *PAGED_DECODE, head_size=40)
     alibi = torch.rand(cases.HEADS, generator=gen) * 0.5
     sinks = torch.randn(cases.HEADS, generator=gen)
     runs = [(base, "mixed", {"window": 12}), (base, "mixed", {"alibi": alibi}),
             (base, "mixed", {"sinks": sinks}), (fp16, "mixed", {}), (odd_block, "mixed", {}),
-            (aligned, "mixed", {})]
+            (aligned, "mixed", {}), (odd_head, "mixed", {})]
     got = attention.paged_many(runs, device, gen)
     expected = [cases.attention_oracle(base, window=12), cases.attention_oracle(base, alibi=alibi),
                 cases.attention_oracle(base, sinks=sinks), cases.attention_oracle(fp16),
-                cases.attention_oracle(odd_block), cases.attention_oracle(aligned)]
-    _judge(got, expected, ["sliding window 12", "alibi", "sinks", "fp16", "48-slot blocks", "block-aligned"],
-           reads=True)
+                cases.attention_oracle(odd_block), cases.attention_oracle(aligned), cases.attention_oracle(odd_head)]
+    _judge(got, expected, ["sliding window 12", "alibi", "sinks", "fp16", "48-slot blocks", "block-aligned",
+                           "head size 40"], reads=True)
 
 
 # --- c3: prefix-LM and mixed causal batches stop at seq_len ---------------------------------------------------
