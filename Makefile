@@ -43,7 +43,7 @@ browser:
 # each: `make test-slow` runs them (about 50 minutes on 2 cores).
 test: setup browser
 	$(PY) -m pytest tests -q -m "not gpu and not slow"
-	$(PY) -m pytest tests/test_samples.py -q -m "not gpu"
+	$(PY) -m pytest tests/e2e/test_samples.py -q -m "not gpu"
 
 test-slow: setup browser
 	$(PY) -m pytest tests -q -m "slow and not gpu"

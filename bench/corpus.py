@@ -9,7 +9,7 @@ this order until ``--size`` is reached:
 1. ``sample``: every sample under ``candidates/<task>/``;
 2. ``reference``: every task's reference fix;
 3. ``seed``: the bundle's whole diffs (cut previews are left out: they say nothing about grading cost);
-4. ``mutant``: every first-order mutant of each reference fix (``grader.mutate.derive_mutants``);
+4. ``mutant``: every first-order mutant of each reference fix (``grader.taskkit.mutate.derive_mutants``);
 5. ``combined``: second-order mutants (a mutant of a mutant, two operators together) of each reference, and
    first-order mutants of the samples, drawn at random from ``--seed`` until the corpus is full.
 
@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from grader.core.rubric import all_tasks  # noqa: E402
-from grader.ingest import parse_bundle  # noqa: E402
-from grader.mutate import derive_mutants  # noqa: E402
+from grader.pipeline.ingest import parse_bundle  # noqa: E402
+from grader.taskkit.mutate import derive_mutants  # noqa: E402
 
 DEFAULT_BUNDLE = REPO.parent / "shared" / "seed" / "graded-candidates.txt"
 

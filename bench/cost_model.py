@@ -94,7 +94,7 @@ def main() -> int:
     try:
         inputs = args.path.resolve() if args.path else sample_folders(args.limit, work)
         sys.path.insert(0, str(REPO))
-        from grader.ingest import ingest
+        from grader.pipeline.ingest import ingest
 
         candidates = ingest([inputs], None)
         count = len(candidates)

@@ -26,7 +26,7 @@ from bench.stats import bootstrap_ratio_ci, median, quartiles, seed_of  # noqa: 
 from grader.core.records import Candidate  # noqa: E402
 from grader.core.rubric import REPO_ROOT  # noqa: E402
 from grader.core.records import GradingOptions  # noqa: E402
-from grader.one_candidate import BaseCache, grade_candidate  # noqa: E402
+from grader.drive.one_candidate import BaseCache, grade_candidate  # noqa: E402
 
 
 def graded_seconds(candidate: Candidate, bases: BaseCache, traced: bool) -> tuple[float, float, int, int]:

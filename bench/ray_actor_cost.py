@@ -11,7 +11,7 @@ together. Per mode and job it prints each call's seconds twice: as the caller sa
 actor's start on the first call, the result's way back) and inside ``grade_on_node``; and per call what its parts
 cost inside (the engine's fingerprint, the warm worker's preload list and start, the patch, the hidden tests) and
 its costliest check, where a subject's start shows. ``--gpu`` grades with GPU evidence, each actor holding 1/N of
-the cluster's GPUs as the backend's GPU actors do (``grader.ray_backend.gpu_actors``). ``--repeat R`` alternates
+the cluster's GPUs as the backend's GPU actors do (``grader.drive.ray_backend.gpu_actors``). ``--repeat R`` alternates
 the two modes R times, so that what drifts on the machine falls on both. ``GRADER_CACHE`` must hold the tasks'
 built bases and the installation's records for that evidence (a bench's ``cache-installation``, or a cache a local
 run used), or the first call makes them too.
@@ -45,7 +45,7 @@ class Grading:
     def __init__(self, corpus: str, gpu: bool = False, jobs: int = 1, gpu_assigned: bool = False) -> None:
         from grader.core.environment import memory_per_subject
         from grader.core.records import GradingOptions
-        from grader.ingest import ingest
+        from grader.pipeline.ingest import ingest
 
         self.candidates = {c.id: c for c in ingest([Path(corpus)])}
         # as grade_many gives the backend: the subjects' memory bound follows the job count
@@ -60,7 +60,7 @@ class Grading:
         import cProfile
         import pstats
 
-        from grader import ray_backend
+        from grader.drive import ray_backend
 
         profile = cProfile.Profile()
         started = time.monotonic()
@@ -76,7 +76,7 @@ class Grading:
         self.setup_s.append(setup)
 
     def close(self) -> dict:
-        from grader import ray_backend
+        from grader.drive import ray_backend
 
         ray_backend.close_warm()
         return {"inside_s": self.inside_s, "setup_s": self.setup_s, "costliest": self.costliest}
@@ -157,7 +157,7 @@ def joined_cluster(cpus: int):
     reads the cluster's token once, when it is first imported."""
     from ray_cluster import running_cluster
 
-    from grader import ray_backend
+    from grader.drive import ray_backend
 
     with running_cluster(cpus, dict(os.environ), Path(os.environ.get("TMPDIR", "/tmp")) / "ray-actor-cost.txt") \
             as (address, join_env, _):
@@ -181,7 +181,7 @@ def main() -> int:
     parser.add_argument("--gpu", action="store_true", help="GPU evidence (default: CPU evidence, --gpu off)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
-    from grader.ingest import ingest
+    from grader.pipeline.ingest import ingest
 
     ids = args.ids or sorted(c.id for c in ingest([args.corpus]))
     measured = []

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader.report import comparable  # noqa: E402
+from grader.reports.report import comparable  # noqa: E402
 
 DEFAULT_INPUT = REPO / "candidates" / "xpu-kv-cache-dtypes"
 
@@ -66,7 +66,7 @@ def comparable_results(results_json: Path) -> list[dict]:
 def subset(path: Path, limit: int | None, work: Path) -> tuple[Path, int]:
     """A directory's first ``limit`` diffs (all without ``--limit``), copied under the same folder name so that a
     task folder keeps its task; any other input (a bundle, a single diff) as it is."""
-    from grader.ingest import ingest
+    from grader.pipeline.ingest import ingest
 
     if path.is_dir():
         target = work / "in" / path.name

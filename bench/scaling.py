@@ -36,7 +36,7 @@ score, run status, flags and every criterion's and check's status (``decisions``
 bench. Where only
 the words differ (failure messages, summaries, rationales: a candidate that reads memory it never wrote quotes
 other numbers each run), the bench lists the candidates and where, apart from the fields that vary between
-identical runs anyway (``grader.report.comparable``).
+identical runs anyway (``grader.reports.report.comparable``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from corpus import DEFAULT_BUNDLE, build_corpus, write_corpus  # noqa: E402
 from ray_cluster import running_cluster  # noqa: E402
 from throughput import fresh_cache, installation, timed  # noqa: E402
 
-from grader.report import comparable, differences  # noqa: E402
+from grader.reports.report import comparable, differences  # noqa: E402
 
 
 COPY = re.compile(r"-copy\d+$")

@@ -21,7 +21,7 @@ and for one small candidate (``--small DIFF --small-task TASK``; its base built,
 
 ``--repeat R`` runs the cheap modes (fresh-out, stored, small, small-tests) R times, interleaved, and prints
 min/median/max; naive, warm and baseline run once each. Every mode over the bundle must write the same
-results.json apart from the fields that vary between identical runs (``grader.report.comparable``).
+results.json apart from the fields that vary between identical runs (``grader.reports.report.comparable``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader.report import comparable, differences  # noqa: E402
+from grader.reports.report import comparable, differences  # noqa: E402
 from grader.core.paths import secret_seed  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -113,7 +113,7 @@ def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
     """The first ``limit`` entries of a bundle (a prefix of its records), or the bundle itself."""
     if not limit:
         return bundle
-    from grader.ingest import parse_bundle
+    from grader.pipeline.ingest import parse_bundle
 
     keep = parse_bundle(bundle)[:limit]
     lines = [bundle.read_text().splitlines()[0], ""]
@@ -127,7 +127,7 @@ def limited_bundle(bundle: Path, limit: int | None, work: Path) -> Path:
 
 def patched_tree(task_id: str, diff: Path, work: Path) -> Path:
     """A copy of the task's built base with ``diff`` applied by git (what run-tests is pointed at)."""
-    from grader.checkout import build_base
+    from grader.pipeline.checkout import build_base
     from grader.core.rubric import all_tasks
 
     task = all_tasks()[task_id]

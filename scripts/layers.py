@@ -1,7 +1,7 @@
 """Print the grader's layering, read from its imports: each module's layer (0: imports no other grader module when
 it loads; otherwise one more than the highest layer it imports when it loads), the number of layers, and every
 import, a deferred one inside a function included, that goes against the packages' order (``PACKAGE_ORDER``: core,
-sandbox, engine, taskkit, the command line).
+sandbox, pipeline, reports, drive, taskkit, the command line).
 
     .venv/bin/python scripts/layers.py            # the layers and the violations; exit 1 if there is one
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first: a module may import its own package and those before it, never one after it.
-PACKAGE_ORDER = ("core", "sandbox", "engine", "taskkit", "cli")
+PACKAGE_ORDER = ("core", "sandbox", "pipeline", "reports", "drive", "taskkit", "cli")
 # The command line: what a user runs, above every tool it dispatches to.
 CLI_MODULES = {"grader.cli", "grader.taskkit.cli"}
 
@@ -51,7 +51,11 @@ def package_of(name: str) -> str:
     if name in CLI_MODULES:
         return "cli"
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 and parts[1] in PACKAGE_ORDER else "engine"
+    if name == "grader":  # the package's face: its version, imported by every wing
+        return "core"
+    if len(parts) >= 2 and parts[1] in PACKAGE_ORDER:
+        return parts[1]
+    raise ValueError(f"{name} belongs to no wing of {PACKAGE_ORDER}")
 
 
 def graph(deferred: bool = True) -> dict[str, set[str]]:

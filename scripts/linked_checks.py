@@ -3,7 +3,7 @@ check, or the check's message names a line a hunk holds) or saying that none of 
 
     .venv/bin/python scripts/linked_checks.py --out OUT [--bundle BUNDLE]
 
-``OUT`` is a folder ``grade.py BUNDLE --out OUT`` wrote; the pages' view model (``grader.scorecard``) is built
+``OUT`` is a folder ``grade.py BUNDLE --out OUT`` wrote; the pages' view model (``grader.reports.scorecard``) is built
 again from its results.json and the bundle's diffs (without ``--bundle``: each result's source file), so the
 counts are those of the pages. Prints one line for all
 candidates and one each for whole diffs and cut previews.
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from grader.core.records import CandidateResult
-from grader.ingest import parse_bundle
-from grader.report import results_of
-from grader.scorecard import build_candidate, input_kind, known_tasks
+from grader.pipeline.ingest import parse_bundle
+from grader.reports.report import results_of
+from grader.reports.scorecard import build_candidate, input_kind, known_tasks
 
 
 def count(results: list[CandidateResult], diffs: dict[str, str]) -> dict[str, dict[str, int]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.core.rubric import all_tasks  # noqa: E402
-from grader.one_candidate import BaseCache  # noqa: E402
+from grader.drive.one_candidate import BaseCache  # noqa: E402
 from grader.sandbox.launch import vllm_module_names  # noqa: E402
 from grader.sandbox.protocol import base_environment  # noqa: E402
 

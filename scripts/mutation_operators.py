@@ -5,7 +5,7 @@ operator, without grading any (derivation only). Each mutant is also checked to 
     python scripts/mutation_operators.py [--task ID ...]
 
 prints a Markdown table (task, mutants, operators with their counts, the case-space operators of
-``grader.mutate.CASE_SPACE_OPERATORS`` among them) and the mutants that would not apply or parse, which grading
+``grader.taskkit.mutate.CASE_SPACE_OPERATORS`` among them) and the mutants that would not apply or parse, which grading
 would count as not applicable (a line mutant that leaves its file unparsable is not made at all; a one-file
 reference's ``drop-file`` is the empty diff). The README's table of operators per task is this output.
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.checkout import build_base  # noqa: E402
+from grader.pipeline.checkout import build_base  # noqa: E402
 from grader.core.rubric import all_tasks  # noqa: E402
-from grader.diffparse import parse_sections  # noqa: E402
-from grader.mutate import LATER_OPERATORS, TEXT_OPERATORS, derive_mutants  # noqa: E402
-from grader.validate import REFERENCE_DIR  # noqa: E402
+from grader.pipeline.diffparse import parse_sections  # noqa: E402
+from grader.taskkit.mutate import LATER_OPERATORS, TEXT_OPERATORS, derive_mutants  # noqa: E402
+from grader.taskkit.validate import REFERENCE_DIR  # noqa: E402
 
 
 OPERATORS = ("drop-file", "drop-hunk", "revert-condition", *(op for op, _, _ in TEXT_OPERATORS), "shift-boundary",

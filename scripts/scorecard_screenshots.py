@@ -23,11 +23,11 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from grader.calibrate import bundle_ids
-from grader.ingest import parse_bundle
+from grader.pipeline.labels import bundle_ids
+from grader.pipeline.ingest import parse_bundle
 from grader.core.records import CandidateResult
-from grader.report import page_name, results_of, run_of, write_html
-from grader.scorecard import CHROMIUM_FLAGS, system_chromium
+from grader.reports.report import page_name, results_of, run_of, write_html
+from grader.reports.scorecard import CHROMIUM_FLAGS, system_chromium
 
 WIDTHS = (1280, 390)
 VERDICTS = ("full", "partial", "fail")

@@ -4,7 +4,7 @@
 
 For every candidate with a judge's paragraph (``reference_summary``) and a grading that ran (whole diffs; cut
 previews and candidates without a diff are left out unless ``--all``): its id, verdict, the two lengths in words
-and the cap (``grader.summarize.summary_cap``); ``--pairs`` prints both texts one under the other. The closing
+and the cap (``grader.reports.summarize.summary_cap``); ``--pairs`` prints both texts one under the other. The closing
 lines give the medians, the largest ratio and how many summaries are over their cap (a hard cap: should be 0).
 ``--again BUNDLE`` first writes each summary again with this tree's code (the diff re-applied and described, the
 recorded evidence summarized anew, no test run), to read a wording change without regrading.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.report import results_of  # noqa: E402
-from grader.summarize import summary_cap  # noqa: E402
+from grader.reports.report import results_of  # noqa: E402
+from grader.reports.summarize import summary_cap  # noqa: E402
 
 GRADED = ("full", "partial", "fail")
 
@@ -32,13 +32,13 @@ def summarized_again(results: list, bundle: Path) -> list:
     import tempfile
     from dataclasses import replace
 
-    from grader.apply import apply_diff, make_tree
+    from grader.pipeline.apply import apply_diff, make_tree
     from grader.core.paths import scratch_root
     from grader.core.rubric import all_tasks
-    from grader.describe import describe_tree
-    from grader.ingest import ingest
-    from grader.one_candidate import BaseCache
-    from grader.summarize import summarize
+    from grader.reports.describe import describe_tree
+    from grader.pipeline.ingest import ingest
+    from grader.drive.one_candidate import BaseCache
+    from grader.reports.summarize import summarize
 
     diffs = {c.id: c.diff for c in ingest([bundle])}
     tasks, bases, again = all_tasks(), BaseCache(), []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.core.records import TestOutcome
 from grader.core.rubric import SubjectPlatform
-from grader.run import parse_evidence, subject_spec
+from grader.pipeline.run import parse_evidence, subject_spec
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.protocol import JudgeRequest, set_up_judge
 
@@ -35,7 +35,7 @@ def run_judge(root: Path, candidate: Path, base: Path, hidden_tests: str, probes
     tests = root / "tests" / "test_toy.py"
     tests.parent.mkdir()
     tests.write_text(textwrap.dedent(hidden_tests))
-    argv = ["-p", "no:cacheprovider", "-p", "grader.pytest_evidence", "-o", "markers=criterion", "--rootdir",
+    argv = ["-p", "no:cacheprovider", "-p", "grader.pipeline.pytest_evidence", "-o", "markers=criterion", "--rootdir",
             str(tests.parent), str(tests)]
     folder = set_up_judge(judge, argv, str(tests.parent), candidate, base, False, timeout, specs,
                           extra_env=extra_env)

@@ -1,1 +1,4 @@
-"""The ground floor: records, rubric schema and identity that every stage shares; imports nothing else of grader."""
+"""The ground floor: the typed records, the rubric schema, paths, the environment and one identity, shared by
+every wing.
+
+Imports nothing of grader outside ``grader.core``."""

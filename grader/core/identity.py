@@ -5,7 +5,7 @@ the GPU and containment switches, the results schema and the engine: a digest of
 shape a verdict. Every cache and store key is ``identity.key(purpose, *parts)``; no key is assembled by hand.
 
 The engine's modules are not listed by hand: they are the grader modules reachable, through ``import`` statements
-and through the module names the engine launches (``-m grader.sandbox.judge``, ``-p grader.pytest_evidence``),
+and through the module names the engine launches (``-m grader.sandbox.judge``, ``-p grader.pipeline.pytest_evidence``),
 from the one-candidate pipeline (``ENTRY_POINTS``), together with the templates they render. A module that an
 import names but that is not on disk is an :class:`IdentityError`, never empty bytes: a moved file can not drop out
 of a key unnoticed, and a renamed one changes the key because its name is hashed with its source.
@@ -30,7 +30,7 @@ from grader.core.rubric import BaseRecipe, Task, rubric_fingerprint
 ENGINE_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "grader"
 # Where grading of one candidate starts: everything it imports or launches decides the verdict.
-ENTRY_POINTS = ("grader.one_candidate",)
+ENTRY_POINTS = ("grader.drive.one_candidate",)
 # A string constant that is exactly a grader module's dotted name (a module the engine launches by name).
 _MODULE_NAME = re.compile(rf"{PACKAGE}(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_./-]+\.j2")

@@ -188,7 +188,7 @@ class ApplyReport(JsonRecord):
     binary: list[str] = field(default_factory=list)
     # git's tree hash of the whole applied tree: what the evidence cache is keyed on (never on parsed paths).
     tree_id: str = ""
-    # What the applied tree changes, in words (grader.describe), for the summary.
+    # What the applied tree changes, in words (grader.reports.describe), for the summary.
     description: str = ""
 
     @property
@@ -221,7 +221,7 @@ class TestOutcome(JsonRecord):
     # decided at run time, from the environment, that it cannot run here). Subjects can never skip.
     skipped_by: str = ""
     # The patch's added lines that ran in the candidate's subject during this test (the diff's path -> line
-    # numbers of the graded tree), from a traced re-run of the failing checks (``grader.traced_rerun``); None
+    # numbers of the graded tree), from a traced re-run of the failing checks (``grader.pipeline.traced_rerun``); None
     # where lines were not traced. Shown on the scorecard, never scored.
     ran: dict[str, list[int]] | None = None
     # Why a re-run failing check has no ``ran`` (its re-run did not finish, or did not reproduce); "" otherwise.
@@ -238,7 +238,7 @@ class RunReport(JsonRecord):
     log: str
     duration: float
     environment_error: str | None = None
-    # The judge or its warm worker ended without the evidence plugin's last word (``grader.run.judge_fault``).
+    # The judge or its warm worker ended without the evidence plugin's last word (``grader.pipeline.run.judge_fault``).
     grader_error: str | None = None
 
 
@@ -296,7 +296,7 @@ class RubricIdentity(JsonRecord):
 
 @dataclass(frozen=True)
 class IntegrityFlag(JsonRecord):
-    """A tamper signal from the static scan of the diff (grader.integrity): where to look, never a verdict."""
+    """A tamper signal from the static scan of the diff (grader.pipeline.integrity): where to look, never a verdict."""
 
     rule: str
     file: str
@@ -331,6 +331,17 @@ class CandidateResult(JsonRecord):
 
 
 @dataclass(frozen=True)
+class Graded:
+    """One candidate's grading: its result and, when its hidden tests ran in this process, their run."""
+
+    candidate: Candidate
+    result: CandidateResult
+    run: RunReport | None = None
+    # Found in the results store: nothing ran for it in this run.
+    stored: bool = False
+
+
+@dataclass(frozen=True)
 class AppliedEntry(JsonRecord):
     """The evidence cache's entry for a diff: what it applied to, and the key of that tree's evidence."""
 
@@ -356,14 +367,14 @@ class GradingOptions(JsonRecord):
     contained: bool = True
     keep_trees: bool = False
     # Record which of the diff's added lines ran in each failing check, in a traced re-run of those checks alone
-    # (``grader.traced_rerun``; the pages link failing checks to hunks; never changes a verdict).
+    # (``grader.pipeline.traced_rerun``; the pages link failing checks to hunks; never changes a verdict).
     trace_lines: bool = False
     # Reuse and keep hidden-test evidence keyed on the applied tree (off: every test runs again).
     use_evidence_cache: bool = True
     # An empty diff grades the unpatched base (validate, mutate) instead of being ``no_diff``.
     empty_diff_grades_base: bool = False
     # Grade each task's reference fix first and stop the task where it misses its designed statuses
-    # (``grader.controls``; on every node, with the Ray backend).
+    # (``grader.drive.controls``; on every node, with the Ray backend).
     controls: bool = False
     # A subject's memory limit; None: the machine's share at ``jobs`` (``grade_many`` fills it in before any
     # backend sees the options).

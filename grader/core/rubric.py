@@ -112,7 +112,7 @@ PLATFORM_SCHEMA: Schema = {"unimportable": (list, False), "env": (dict, False), 
 _PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# The task's words for the files a patch may touch (path -> phrase), read by the summary (grader.summarize).
+# The task's words for the files a patch may touch (path -> phrase), read by the summary (grader.reports.summarize).
 SUMMARY_SCHEMA: Schema = {"places": (dict, False)}
 BASE_DOCUMENT_SCHEMA: Schema = {"base": (dict, True), "environment": (dict, False)}
 BASE_SCHEMA: Schema = {"sdist_version": (str, True), "sdist_sha256": (str, True), "overlay": (str, False),

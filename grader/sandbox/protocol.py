@@ -5,7 +5,7 @@ A judge (``grader.sandbox.judge``) is handed a ``JudgeRequest`` (as JSON on stdi
 pipe); its environment carries the ``GRADER_*`` variables below, among them where its subjects' specs lie
 (``SUBJECTS``: a JSON object of ``SubjectSpec`` by name). A subject is forked by the judge's zygote from its
 ``SubjectSpec``; its ``SandboxSpec`` is what ``grader.sandbox.contain.enter`` applies. Every spec goes to JSON and
-back unchanged (``tests/test_protocol.py``).
+back unchanged (``tests/sandbox/test_protocol.py``).
 
 Three names are defined where a module below this one needs them and only listed here: the cache and scratch
 folders (``grader.core.paths``) and the uid lock folder (``grader.sandbox.contain``, which also runs as a bare

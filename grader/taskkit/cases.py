@@ -1,7 +1,7 @@
 """A criterion's case space against the checks that exercise it (``check-task``'s case rules).
 
 A criterion declares the values its words imply (``[criteria.cN.cases]``: axis -> values); a collected check names
-the values it exercises (the evidence plugin's ``cases`` and ``marked_cases``, ``grader.pytest_evidence``). The
+the values it exercises (the evidence plugin's ``cases`` and ``marked_cases``, ``grader.pipeline.pytest_evidence``). The
 rules, each a refusal naming what is wrong:
 
 - every criterion declares a case space (``case_space_problems``);

@@ -20,14 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
+from grader.pipeline.checkout import BaseBuildError, build_base, file_blobs, obtain_sdist, sha256_of
 from grader.core.records import BuiltBase
 from grader.sandbox.leftovers import owned_name
-from grader.diffparse import parse_diff
-from grader.many_candidates import Graded, grade_many
+from grader.pipeline.diffparse import parse_diff
+from grader.core.records import Graded
+from grader.drive.many_candidates import grade_many
 from grader.core.records import CRITERION_STATUSES, Candidate, GradingOptions
 from grader.core.rubric import CRITERION_IDS, RUBRICS_DIR, RubricError, Task, all_base_recipes, all_tasks, load_task
-from grader.run import environment_modules, environment_problem, parse_evidence, pytest_args
+from grader.pipeline.run import environment_modules, environment_problem, parse_evidence, pytest_args
 from grader.sandbox.launch import ColdLauncher
 from grader.sandbox.protocol import base_environment, set_up_judge
 from grader.taskkit.cases import CollectedCheck, case_space_problems, clause_table, coverage_problems, read_collected
@@ -36,7 +37,7 @@ from grader.core.environment import unmet
 from grader.core.paths import scratch_root
 from grader.taskkit.requirements import import_failures
 from grader.taskkit.skeleton import BLOB_ABBREVIATION, PLACEHOLDER, TaskPaths
-from grader.validate import check_rules
+from grader.taskkit.validate import check_rules
 
 COLLECT_TIMEOUT_S = 600
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grader.checkout import BaseBuildError
+from grader.pipeline.checkout import BaseBuildError
 from grader.core.rubric import REPO_ROOT, RUBRICS_DIR
 
 COMMANDS = ("new-task", "check-task", "task-requirements")
@@ -63,7 +63,7 @@ def run_new_task(args) -> int:
     for path in written:
         print(path.relative_to(args.root) if path.is_relative_to(args.root) else path)
     if args.upstream:
-        from grader.diffparse import parse_diff
+        from grader.pipeline.diffparse import parse_diff
 
         reference = args.root / "reference_impl" / f"{args.task_id}.diff"
         changed = [s.new_path or s.old_path for s in parse_diff(reference.read_text()).sections]

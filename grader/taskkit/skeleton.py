@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from grader.checkout import build_base, file_blobs, obtain_sdist, sha256_of
+from grader.pipeline.checkout import build_base, file_blobs, obtain_sdist, sha256_of
 from grader.core.records import BuiltBase
 from grader.core.rubric import BaseRecipe
 from grader.taskkit.upstream import UpstreamChange, UpstreamError, upstream_change

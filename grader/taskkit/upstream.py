@@ -16,7 +16,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from grader.checkout import obtain_sdist
+from grader.pipeline.checkout import obtain_sdist
 
 BLOB_ABBREVIATION = 7
 

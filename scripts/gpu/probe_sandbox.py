@@ -3,7 +3,7 @@
 Usage: python scripts/gpu/probe_sandbox.py --gpu on|off   (from the repository root; exit 0 when the kernel ran)
 
 It prints what ``grader.sandbox.contain`` found this machine allows (``describe_containment``), then runs a tiny
-Triton kernel in a process contained the way ``grader.run.subject_spec`` contains a subject: ``contain.prepare``
+Triton kernel in a process contained the way ``grader.pipeline.run.subject_spec`` contains a subject: ``contain.prepare``
 with the repository, caches, scratch area and home hidden, the subject's environment (``subject_environment``),
 its own uid where the grader is root, the private /tmp view, and on a GPU run no RLIMIT_AS (the memory cgroup
 caps it instead), else ``contain.ADDRESS_SPACE_BYTES``. It uses the grader's own functions, so it tests what a
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from grader.apply import hidden_roots, scratch_root  # noqa: E402
+from grader.pipeline.apply import hidden_roots, scratch_root  # noqa: E402
 from grader.sandbox.protocol import subject_environment  # noqa: E402
 from grader.sandbox import contain  # noqa: E402
 

@@ -166,7 +166,7 @@ grep -E "^(torch|device|python)|FAIL" "$R/probe-env.log" | tee -a "$SUMMARY"
 step probe-sandbox 120 $PY scripts/gpu/probe_sandbox.py --gpu "$GPU"
 grep -E '"(user|tasks|memory|network|namespaces|filesystem)"|^uid|contained' "$R/probe-sandbox.log" | tee -a "$SUMMARY"
 # CPU-evidence subjects run under RLIMIT_AS = contain.ADDRESS_SPACE_BYTES (32 GiB, grader/sandbox/contain.py);
-# GPU subjects get none (grader/run.py: the memory cgroup caps them). Informational: does CUDA start under it?
+# GPU subjects get none (grader/pipeline/run.py: the memory cgroup caps them). Informational: does CUDA start under it?
 if [ "$GPU" = on ]; then
   # Triton's @jit reads the kernel's source, so the probe is a file (python -c fails: "@jit functions should be
   # defined in a Python file", as the 2026-11-29 run showed).

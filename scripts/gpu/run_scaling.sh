@@ -135,7 +135,7 @@ else
     --per-job "$PER_JOB" --repeat "$REPEAT" --jobs $JOBS --backends local $RAY_BACKENDS --gpu off --tasks $TASKS
   # GPU evidence on Ray, beside the local phase's GPU runs (its `gpu` step made them and the installation's GPU
   # records under /tmp/scaling/gpu; what it lacks is measured here). Ray's GPU actors share the one GPU, --jobs of
-  # them (grader.ray_backend.gpu_actors), as the local runs' subjects do.
+  # them (grader.drive.ray_backend.gpu_actors), as the local runs' subjects do.
   step "gpu ray" "$RAY_STEPS" gpu scaling-ray-gpu "${SCALING_RAY_GPU_LIMIT:-300}" --size "${SCALING_SIZE:-200}" \
     --per-job "$GPU_PER_JOB" --repeat "$REPEAT" --jobs $GPU_JOBS --backends local $RAY_BACKENDS --gpu on \
     --tasks $GPU_TASKS --budget "${SCALING_GPU_BUDGET:-0}"

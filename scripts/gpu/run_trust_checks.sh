@@ -29,8 +29,8 @@ step() {  # step NAME LIMIT CMD...
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$OUT/summary.txt"
 step bases 120 $PY grade.py bases --task minimax-qk-norm
-step memory-bounds 150 $PY -m pytest tests/test_isolation.py -m gpu -q -p no:cacheprovider -rA
+step memory-bounds 150 $PY -m pytest tests/adversarial/test_isolation.py -m gpu -q -p no:cacheprovider -rA
 step subject-fds 60 $PY scripts/measure_subject_fds.py --gpu
-step forged-speed "${SPEED_LIMIT:-330}" $PY -m pytest tests/test_gpu_speed_forgery.py -m gpu -q -p no:cacheprovider -rA
+step forged-speed "${SPEED_LIMIT:-330}" $PY -m pytest tests/adversarial/test_gpu_speed_forgery.py -m gpu -q -p no:cacheprovider -rA
 find /tmp/pytest-of-*/ -name results.json -path '*out*' -exec cp {} "$OUT/" \; 2>/dev/null
 exit 0

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from grader.checkout import build_base  # noqa: E402
+from grader.pipeline.checkout import build_base  # noqa: E402
 from grader.core.paths import make_import_root  # noqa: E402
 from grader.core.rubric import all_base_recipes  # noqa: E402
 from grader.sandbox import launch  # noqa: E402

@@ -1,0 +1,128 @@
+"""Every task's base, reference fix and sample candidates get the statuses they were designed for, and every
+rubric passes validation (fix unmet on base and met on reference, preserve met on both, conditional met on
+reference). Statuses come from ``candidates/<task>/expected.toml``; ``[<name>.gpu]`` applies where GPU evidence ran.
+``GRADER_TEST_TASKS=id[,id...]`` limits the run to those tasks (the task author's loop).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from grader.core.records import Candidate, CandidateResult, CriterionResult
+from grader.sandbox.launch import start_warm_pool
+from grader.core.records import GradingOptions
+from grader.core.environment import detect_gpu
+from grader.drive.one_candidate import BaseCache, grade_candidate
+from grader.core.rubric import REPO_ROOT, all_tasks
+from grader.reports.scorecard import failing_claim
+from grader.reports.summarize import summary_cap
+from grader.taskkit.validate import check_rules
+from grader.reports.wording import claim_of, deciding_failure
+
+CANDIDATES = REPO_ROOT / "candidates"
+REFERENCES = REPO_ROOT / "reference_impl"
+GPU, _ = detect_gpu("auto")
+
+
+def _samples() -> list[tuple[str, str, str]]:
+    """(task, sample name, diff) for every expected section; base is the empty diff."""
+    found = []
+    chosen = [t for t in os.environ.get("GRADER_TEST_TASKS", "").split(",") if t]
+    # Tasks with designed statuses (a task without them is check-task's to report).
+    for task in chosen or [t for t in all_tasks() if (CANDIDATES / t / "expected.toml").is_file()]:
+        expected = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())
+        for name in expected:
+            if name == "base":
+                diff = ""
+            elif name == "reference":
+                diff = (REFERENCES / f"{task}.diff").read_text()
+            else:
+                diff = (CANDIDATES / task / f"{name}.diff").read_text()
+            found.append((task, name, diff))
+    return found
+
+
+SAMPLES = _samples()
+TASKS = sorted({task for task, _, _ in SAMPLES})
+
+
+@pytest.fixture(scope="session")
+def results() -> dict[tuple[str, str], CandidateResult]:
+    """Grade every sample once, two at a time; key (task, name) -> its result."""
+    tasks, bases = all_tasks(), BaseCache()
+    launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
+    options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
+
+    def grade(sample):
+        task, name, diff = sample
+        result, run = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options, launcher)
+        assert run is not None, f"{task}/{name} did not run: {result.summary}"
+        return (task, name), result
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(pool.map(grade, SAMPLES))
+    finally:
+        launcher.close()
+
+
+@pytest.fixture(scope="session")
+def graded(results) -> dict[tuple[str, str], dict[str, CriterionResult]]:
+    """Key (task, name) -> criterion results."""
+    return {key: result.criteria for key, result in results.items()}
+
+
+def _designed(task: str, name: str) -> dict[str, str]:
+    section = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())[name]
+    statuses = {k: v for k, v in section.items() if k.startswith("c")}
+    if GPU:
+        statuses.update(section.get("gpu", {}))
+    return statuses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task,name", [(t, n) for t, n, _ in SAMPLES], ids=[f"{t}/{n}" for t, n, _ in SAMPLES])
+def test_sample_gets_designed_statuses(graded, task, name):
+    results = graded[(task, name)]
+    got = {cid: r.status for cid, r in results.items()}
+    want = _designed(task, name)
+    assert got == want, {cid: (got[cid], results[cid].rationale) for cid in got if got[cid] != want.get(cid)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", TASKS)
+def test_rubric_validates(graded, task):
+    validation = check_rules(all_tasks()[task], graded[(task, "base")], graded[(task, "reference")])
+    assert not validation.problems
+    if GPU:
+        assert not validation.unevaluated
+
+
+# Marks of a list or a sentence cut short, and of a sentence with a hole in it.
+CUT_MARKS = ("...", "\u2026", "and more", " ,", "( ", " )", "edits 1 in", "  ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task,name", [(t, n) for t, n, _ in SAMPLES], ids=[f"{t}/{n}" for t, n, _ in SAMPLES])
+def test_every_summary_is_whole_sentences_within_its_cap_naming_an_unmet_claim(results, task, name):
+    """A summary is whole sentences within its hard cap (``summary_cap``); its verdict sentence is always kept, and
+    so is the evidence of the first criterion below met (its claim, as the index names it): what was verified and
+    what was not evaluated give way first when the cap is reached."""
+    result = results[(task, name)]
+    summary = result.summary
+    assert summary.endswith(".") and summary[:1].isupper(), summary
+    assert not [mark for mark in CUT_MARKS if mark in summary], summary
+    assert len(summary.split()) <= summary_cap(result), summary
+    assert "Verdict " in summary
+    below = [(cid, c) for cid, c in sorted(result.criteria.items())
+             if c.status in ("unmet", "partial") and not c.rationale.startswith("anchor ")]
+    for cid, criterion in below:
+        entry = deciding_failure(criterion.evidence)
+        # The index names the same claim for the criterion as the summary does.
+        assert entry is None or claim_of(entry) in failing_claim(cid, criterion)
+    if below:
+        assert any(f"{cid} " in summary for cid, _ in below), summary
