@@ -1,0 +1,88 @@
+"""Whether two grading outputs say the same thing, but for the circumstances of their runs: results.json without
+the fields that differ between identical gradings (``grader.reports.report.comparable``), junit.xml without its
+times, and every other file (pages, styles) byte for byte once the index's run line is masked (its start time,
+wall seconds and, with ``--across-revisions``, the grader's revision). For a refactor that must change nothing a
+reader sees: grade the same candidates before and after, then
+
+    .venv/bin/python scripts/same_outputs.py OUT_BEFORE OUT_AFTER --across-revisions
+
+Exit 0 when they agree; otherwise 1, with each difference on a line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grader.reports.report import comparable, differences  # noqa: E402
+
+# What the index's run line says of its run alone: when it started and how long it took.
+RUN_TIMES = [(re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"), "<started>"),
+             (re.compile(r"(· \d+ candidate\(s\) · )\d+ s\b"), r"\1<wall> s")]
+REVISION = (re.compile(r"(grader [\w.+-]+ )\([^()<>]*\)"), r"\1(<revision>)")
+JUNIT_TIMES = re.compile(r'\s(time|timestamp|hostname)="[^"]*"')
+# The store and the lock are the run's working state, not what it reports.
+WORKING_STATE = ("store", ".grader.lock")
+
+
+def masked_page(text: str, across_revisions: bool) -> str:
+    for pattern, replacement in RUN_TIMES + ([REVISION] if across_revisions else []):
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def results_differences(a: Path, b: Path, across_revisions: bool) -> list[str]:
+    docs = [comparable(json.loads(p.read_text(encoding="utf-8"))) for p in (a, b)]
+    if across_revisions:
+        for doc in docs:
+            doc.get("run", {}).pop("grader", None)
+    return [f"results.json{d}" for d in differences(*docs)]
+
+
+def reported_files(out: Path) -> set[str]:
+    return {str(p.relative_to(out)) for p in out.rglob("*")
+            if p.is_file() and p.relative_to(out).parts[0] not in WORKING_STATE}
+
+
+def output_differences(a: Path, b: Path, across_revisions: bool = False) -> list[str]:
+    """Each way in which the outputs ``a`` and ``b`` differ beyond their runs' circumstances."""
+    found = [f"only in {a}: {name}" for name in sorted(reported_files(a) - reported_files(b))]
+    found += [f"only in {b}: {name}" for name in sorted(reported_files(b) - reported_files(a))]
+    for name in sorted(reported_files(a) & reported_files(b)):
+        if name == "results.json":
+            found += results_differences(a / name, b / name, across_revisions)
+            continue
+        x, y = (a / name).read_bytes(), (b / name).read_bytes()
+        if name.endswith(".xml"):
+            x, y = (JUNIT_TIMES.sub("", v.decode("utf-8")).encode() for v in (x, y))
+        elif name.endswith(".html"):
+            x, y = (masked_page(v.decode("utf-8"), across_revisions).encode() for v in (x, y))
+        if x != y:
+            at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            found.append(f"{name}: differs from byte {at}: {x[max(0, at - 40):at + 60]!r} != "
+                         f"{y[max(0, at - 40):at + 60]!r}")
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a", type=Path)
+    parser.add_argument("b", type=Path)
+    parser.add_argument("--across-revisions", action="store_true",
+                        help="also ignore the grader revision each run records (a before/after of a change)")
+    args = parser.parse_args()
+    found = output_differences(args.a, args.b, args.across_revisions)
+    for line in found:
+        print(line)
+    print(f"{len(found)} difference(s) beyond the runs' circumstances" if found else
+          f"{args.a} and {args.b} say the same, but for their runs' circumstances")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
