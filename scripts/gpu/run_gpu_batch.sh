@@ -163,7 +163,7 @@ cat "$R/probe-env.log"
 grep -E "^(torch|device|python)|FAIL" "$R/probe-env.log" | tee -a "$SUMMARY"
 # What the sandbox (grader/sandbox/contain.py) finds allowed here, and whether a Triton kernel runs (on CUDA with
 # --gpu on) in a process contained as a subject is: own uid, private /tmp, repository and caches hidden.
-step probe-sandbox 120 $PY scripts/gpu/probe_sandbox.py --gpu "$GPU"
+step probe-sandbox 120 $PY scripts/gpu/diagnose/probe_sandbox.py --gpu "$GPU"
 grep -E '"(user|tasks|memory|network|namespaces|filesystem)"|^uid|contained' "$R/probe-sandbox.log" | tee -a "$SUMMARY"
 # CPU-evidence subjects run under RLIMIT_AS = contain.ADDRESS_SPACE_BYTES (32 GiB, grader/sandbox/contain.py);
 # GPU subjects get none (grader/pipeline/run.py: the memory cgroup caps them). Informational: does CUDA start under it?
@@ -229,7 +229,7 @@ if [ -n "$CPU_PID" ]; then
   wait "$CPU_PID"
   pack
   if [ -f "$R/grade-gpu/results.json" ] && [ -f "$R/grade-cpu/results.json" ]; then
-    $PY scripts/gpu/compare_cpu_gpu.py "$R/grade-cpu/results.json" "$R/grade-gpu/results.json" \
+    $PY scripts/gpu/diagnose/compare_cpu_gpu.py "$R/grade-cpu/results.json" "$R/grade-gpu/results.json" \
       --expected candidates > "$OUT/compare.txt" 2>&1
     cat "$OUT/compare.txt"; tail -n 3 "$OUT/compare.txt" >> "$SUMMARY"
   fi

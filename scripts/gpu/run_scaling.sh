@@ -63,8 +63,8 @@ mkdir -p "$OUT" "$GRADER_CACHE/sdists" /tmp/scaling
 SUMMARY=$OUT/summary.txt
 note() { echo "$*" | tee -a "$SUMMARY"; }
 # The device's copy of the repository may carry an older .git than the tree it runs: the sources' own digest
-# (`bash scripts/gpu/source_digest.sh` here) says which tree ran.
-note "phase $PHASE at ${SCALING_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} (sources $(bash scripts/gpu/source_digest.sh)), $(nproc) cpus, $(date -u +%FT%TZ)"
+# (`bash scripts/gpu/diagnose/source_digest.sh` here) says which tree ran.
+note "phase $PHASE at ${SCALING_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} (sources $(bash scripts/gpu/diagnose/source_digest.sh)), $(nproc) cpus, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 # Whether the CPUs are cores or threads of fewer cores decides what efficiency at 16 jobs can be.
 lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node\(s\))" | tee -a "$SUMMARY"

@@ -1,6 +1,6 @@
 """Does CUDA (or, with --gpu off, the Triton interpreter) work inside the sandbox a subject gets on this machine?
 
-Usage: python scripts/gpu/probe_sandbox.py --gpu on|off   (from the repository root; exit 0 when the kernel ran)
+Usage: python scripts/gpu/diagnose/probe_sandbox.py --gpu on|off   (from the repository root; exit 0 when the kernel ran)
 
 It prints what ``grader.sandbox.contain`` found this machine allows (``describe_containment``), then runs a tiny
 Triton kernel in a process contained the way ``grader.pipeline.run.subject_spec`` contains a subject: ``contain.prepare``
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from grader.pipeline.apply import hidden_roots, scratch_root  # noqa: E402

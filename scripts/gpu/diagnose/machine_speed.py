@@ -2,7 +2,7 @@
 CPU loop of small ops (the hidden tests' shape of work), a fresh interpreter importing torch, and the CPU quota
 and throttling the cgroup reports. Prints one line per figure; run it on two machines to compare them.
 
-    python scripts/gpu/machine_speed.py [--repeat 5]
+    python scripts/gpu/diagnose/machine_speed.py [--repeat 5]
 """
 
 from __future__ import annotations

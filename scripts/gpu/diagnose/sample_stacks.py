@@ -1,6 +1,6 @@
 """Where the grader's processes spend their time, by sampling their Python stacks while a grading runs.
 
-    python scripts/gpu/sample_stacks.py --py-spy BIN --out FILE -- COMMAND...
+    python scripts/gpu/diagnose/sample_stacks.py --py-spy BIN --out FILE -- COMMAND...
 
 Runs COMMAND and, every ``--every`` seconds until it ends, dumps with ``py-spy dump`` the stack of each process
 whose command line names the warm workers' forkserver (judges and their subjects; the warm workers and their

@@ -2,7 +2,7 @@
 """Print the reports of the benchmark JSONs in a folder (bench/moe_swap_ab.py's --out, bench/minimax_qk_norm.py's
 --json): each run covers all its trees, so its own report is the comparison.
 
-Usage: python scripts/gpu/merge_bench.py DIR     (DIR holds moe*.json and qk*.json files)
+Usage: python scripts/gpu/diagnose/merge_bench.py DIR     (DIR holds moe*.json and qk*.json files)
 """
 
 from __future__ import annotations

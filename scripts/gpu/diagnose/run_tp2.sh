@@ -2,7 +2,7 @@
 # Real TP=2 run of minimax-qk-norm on a 2-GPU machine (kind nvidia-h200-x2), plus the single-GPU benchmarks
 # that do not fit in run_gpu_batch.sh's budget, spread over the two GPUs. Run from the repository root:
 #
-#   bash scripts/gpu/run_tp2.sh          # carry [".whl", ".gpu"]; results land in $OUT
+#   bash scripts/gpu/diagnose/run_tp2.sh          # carry [".whl", ".gpu"]; results land in $OUT
 #
 # Steps, against one deadline (GPU_TP2_BUDGET seconds, default 540):
 #   1. wheels into site-packages, carried git/patch if missing (as run_gpu_batch.sh does);
@@ -119,7 +119,7 @@ if [ "$BENCH" = 1 ]; then
     step bench-moe 600 $PY bench/moe_swap_ab.py $MOE_TREES --out "$R/bench/moe.json"
   ) &
   wait
-  $PY scripts/gpu/merge_bench.py "$R/bench" > "$OUT/bench.txt" 2>&1; cat "$OUT/bench.txt"
+  $PY scripts/gpu/diagnose/merge_bench.py "$R/bench" > "$OUT/bench.txt" 2>&1; cat "$OUT/bench.txt"
 fi
 note "done in $(( $(date +%s) - START ))s"
 pack

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare two grader results.json files (CPU run vs GPU run): per candidate, per criterion, status and score.
 
-Usage: python scripts/gpu/compare_cpu_gpu.py CPU_RESULTS.json GPU_RESULTS.json [--expected candidates]
+Usage: python scripts/gpu/diagnose/compare_cpu_gpu.py CPU_RESULTS.json GPU_RESULTS.json [--expected candidates]
 
 With --expected, each candidate's designed statuses are read from <dir>/<task>/expected.toml: the [<name>] table
 for CPU, with [<name>.gpu] overriding it for GPU. Columns: CPU status, GPU status, whether they agree, and (with

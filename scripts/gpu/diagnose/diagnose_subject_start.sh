@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Why a candidate's first check takes seconds on the lent machine: three fast candidates (two int8-kv-rounding
 # mutants, one xpu-kv-cache-dtypes sample of bench/scaling.py's draw) graded at 1 job while
-# scripts/gpu/sample_stacks.py samples the judges' and subjects' stacks (py-spy carried as .gpu/bin/py-spy.gz).
+# scripts/gpu/diagnose/sample_stacks.py samples the judges' and subjects' stacks (py-spy carried as .gpu/bin/py-spy.gz).
 # After `SCALING_PHASE=local SCALING_STEPS=none bash scripts/gpu/run_scaling.sh` in the same call; carry
 # [".whl", ".gpu"]. Writes $OUT/stacks.txt, $OUT/stacks.txt.raw.gz, $OUT/start-j1.json and what the interpreter's
 # site-packages hold in compiled bytecode ($OUT/bytecode.txt).
@@ -21,7 +21,7 @@ write_corpus(Path("/tmp/start-corpus"), fast)
 PYEOF
 # The controls and call times first, unsampled: the sampled run then grades only the candidates.
 timeout -k 10 200 $PY grade.py /tmp/start-corpus --out /tmp/start-warmup --gpu off --jobs 1 > /tmp/start-warmup.log 2>&1
-timeout -k 10 "${START_LIMIT:-150}" $PY scripts/gpu/sample_stacks.py --py-spy /tmp/py-spy --out "$OUT/stacks.txt" -- \
+timeout -k 10 "${START_LIMIT:-150}" $PY scripts/gpu/diagnose/sample_stacks.py --py-spy /tmp/py-spy --out "$OUT/stacks.txt" -- \
   $PY grade.py /tmp/start-corpus --out /tmp/start-out --no-cache --gpu off --jobs 1 > /tmp/start-grade.log 2>&1
 cp /tmp/start-out/results.json "$OUT/start-j1.json"
 { grep -v '^progress' /tmp/start-warmup.log | tail -5; grep -v '^progress' /tmp/start-grade.log | tail -8

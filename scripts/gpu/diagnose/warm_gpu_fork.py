@@ -2,7 +2,7 @@
 them: what a worker's preload leaves open, and what a forked child can still do with the GPU, with and without
 closing what it inherited as a subject does (``grader.sandbox.zygote``: every descriptor above its channel).
 
-    python scripts/gpu/warm_gpu_fork.py --task int8-kv-rounding [--nvml-check]
+    python scripts/gpu/diagnose/warm_gpu_fork.py --task int8-kv-rounding [--nvml-check]
 
 Makes the warm workers' GPU preload list for the task's base (``grader.sandbox.launch.third_party_modules``, in
 a cache of its own), imports it as a worker does (in order, failures tolerated, as
@@ -24,7 +24,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from grader.pipeline.checkout import build_base  # noqa: E402

@@ -1,6 +1,6 @@
 """Whether a Ray worker on this machine sees the grading identity the driver sees: the environment fingerprint,
 a task's grading identity, the machine fields of the call-budget key and the interpreter's site folders, printed
-side by side (``python scripts/gpu/ray_identity_check.py``; needs Ray, no vLLM)."""
+side by side (``python scripts/gpu/diagnose/ray_identity_check.py``; needs Ray, no vLLM)."""
 
 import os
 import platform
@@ -8,7 +8,7 @@ import site
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 
