@@ -128,7 +128,8 @@ CUDNN_MINIMUM = re.compile(r"cudnn[^;,]{0,24}?(?:>=|\u2265|=>|at least|version)\
 CUDNN_NAMED = re.compile(r"cudnn\D{0,24}?v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
 # What marks a mention of the device's own hardware as a report of it, not a claim ("this device reports 9.0",
 # "your H100", "detected SM90"): without one, naming the device's architecture says it runs FP8 ViT attention.
-REPORTS_THE_DEVICE = re.compile(r"\b(this|your|current|detected|reports?|reported|found|here)\b", re.I)
+REPORTS_THE_DEVICE = re.compile(r"\b(this|your|current|detected|reports?|reported|found|here|got|running|saw|seen|"
+                                r"given)\b", re.I)
 AS_MINIMUM = re.compile(r"\s*(?:\+|or (?:newer|later|above|higher)|and (?:newer|later|above|up))", re.I)
 SUPPORT_WORDS = re.compile(r"\b(supported|supports|works?|runs?|available)\b", re.I)
 # A mention that is the bar another is measured against ("older than Blackwell", "pre-Blackwell", "below SM100").
