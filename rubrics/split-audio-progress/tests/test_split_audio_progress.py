@@ -230,19 +230,36 @@ def _assert_split_as_base(subject, base_subject, cases: list[dict]) -> None:
     assert not problems, "; ".join(problems)
 
 
+def _whisper_over_first_windows(audio: torch.Tensor, clip: int, overlap: int) -> torch.Tensor:
+    """``audio`` turned down to a whisper over the first window of the first overlap region (which starts at
+    ``clip - overlap``): the base splits there, so a fix that moves or shortens the region, or that reads a split
+    point at the region's start as "nothing found", splits elsewhere."""
+    out = audio.clone()
+    out[..., clip - overlap:clip - overlap + audio_cases.WINDOW] *= 1e-3
+    return out
+
+
 @pytest.mark.criterion("c5", weight=2)
 @pytest.mark.cases(site="split_audio", dtype=list(DTYPES), audio=["long", "about-one-clip"],
-                   search=["quietest-window", "first-of-equal", "last-whole-window"], sample_rate=["1000", "16000"])
+                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window"],
+                   sample_rate=["1000", "16000"], overlap=["up-to-half", "over-half", "near-clip"])
 def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator):
     """Finite audio is split at the same quietest windows as before, into the same chunks.
 
     The fixed corners: digital silence over the first overlap region's last whole window, which the base's window
-    loop does not reach (a region of whole windows), and speech-to-text's own setting, 30 s clips at 16 kHz with a
-    1 s overlap and 1600-sample windows."""
+    loop does not reach (a region of whole windows); a whisper over the first overlap region's first window, with
+    an overlap of a third of the clip, of more than half of it, and of all but half a window of it (a fix that
+    clamps the overlap, or that cuts at the clip boundary when the split point is the region's start, splits
+    elsewhere); and speech-to-text's own setting, 30 s clips at 16 kHz with a 1 s overlap and 1600-sample
+    windows."""
     gen = secret_generator
     pauses = audio_cases.quiet_stretches
     last_window = speech(gen, 12000)
     last_window[3000 - audio_cases.WINDOW:3000] = 0.0
+    first_windows = [
+        case(_whisper_over_first_windows(speech(gen, 12000, dtype=dtype), 3000, overlap), 3.0, overlap / 1000,
+             name=f"{dtype_name}, whisper over the first region's first window, overlap {overlap / 1000} s")
+        for overlap in (1000, 2000, 2950) for dtype_name, dtype in DTYPES.items()]
     whisper = speech(gen, 16000 * 70)
     whisper[16000 * 30 - 1600:16000 * 30] *= 0.001
     cases = [
@@ -257,6 +274,8 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(speech(gen, 3000), 3.0, 1.0, name="exactly one clip"),
         case(speech(gen, 2999), 3.0, 1.0, name="just under one clip"),
         case(speech(gen, 3001), 3.0, 1.0, name="just over one clip"),
+        case(pauses(speech(gen, 14000), gen, 5, 250), 3.0, 2.5, name="noise with pauses, overlap 2.5 s"),
+        *first_windows,
     ]
     _assert_split_as_base(subject, base_subject, cases)
 
@@ -276,10 +295,12 @@ def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, s
 
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(site="find_split_point", dtype=list(DTYPES),
-                   search=["quietest-window", "first-of-equal", "last-whole-window"])
+                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window", "near-tie"])
 def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, secret_generator):
     """find_split_point returns the same index as before on finite audio, the first of equally quiet windows too,
-    and not the region's last whole window, which the base's loop does not score (fixed corners in both dtypes)."""
+    and not the region's last whole window, which the base's loop does not score (fixed corners in both dtypes);
+    the region's first window when it is the quietest; and, in float64, the quieter of two windows whose energies
+    differ by less than float32 can tell (energy scored in the audio's own precision)."""
     gen = secret_generator
     cases = []
     for dtype in DTYPES.values():
@@ -291,7 +312,12 @@ def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, 
         silent[1200:1800] = 0.0
         silent[2900:3000] = 0.0
         cases += [_region(silent, 1000, 2000, 100), _region(silent, 1150, 2150, 50),
-                  _region(silent, 2000, 3000, 100), _region(silent, 2500, 3000, 50)]
+                  _region(silent, 2000, 3000, 100), _region(silent, 2500, 3000, 50),
+                  _region(silent, 1200, 2200, 100)]
+        near_tie = speech(gen, 4000, dtype=dtype)
+        near_tie[1200:1300] = 1e-3
+        near_tie[1500:1600] = 1e-3 * (1 - 1e-9)   # quieter in float64; the same number in float32
+        cases.append(_region(near_tie, 1000, 2000, 100))
     sent = [{k: c[k] for k in ("wav", "start_idx", "end_idx", "min_energy_window")} for c in cases]
     got = subject.call(f"{PROBES}.split_point_runs", cases=sent)
     want = base_subject.call(f"{PROBES}.split_point_runs", cases=sent)

@@ -124,6 +124,12 @@ CUDNN_MINIMUM = re.compile(r"cudnn[^;,]{0,24}?(?:>=|\u2265|=>|at least|version)\
                            r"|cudnn\s*v?(\d+)\.(\d+)(?:\.(\d+))?\s*(?:\+|or (?:newer|later|above))", re.I)
 
 
+# Any cuDNN version a message names: it must be the minimum (9.17.1) or the machine's own.
+CUDNN_NAMED = re.compile(r"cudnn\D{0,24}?v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
+# What marks a mention of the device's own hardware as a report of it, not a claim ("this device reports 9.0",
+# "your H100", "detected SM90"): without one, naming the device's architecture says it runs FP8 ViT attention.
+REPORTS_THE_DEVICE = re.compile(r"\b(this|your|current|detected|reports?|reported|found|here|got|running|saw|seen|"
+                                r"given)\b", re.I)
 AS_MINIMUM = re.compile(r"\s*(?:\+|or (?:newer|later|above|higher)|and (?:newer|later|above|up))", re.I)
 SUPPORT_WORDS = re.compile(r"\b(supported|supports|works?|runs?|available)\b", re.I)
 # A mention that is the bar another is measured against ("older than Blackwell", "pre-Blackwell", "below SM100").
@@ -142,8 +148,8 @@ def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
             for m, value in found]
 
 
-def message_problems(message: str, capability: str) -> list[str]:
-    """What is false or missing in a refusal's message on ``capability``, read as claims."""
+def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
+    """What is false or missing in a refusal's message on ``capability`` with ``cudnn``, read as claims."""
     device = CAPABILITIES[capability][0] * 10 + CAPABILITIES[capability][1]
     problems, names_requirement = [], False
     for clause in CLAUSE_BREAK.split(message):
@@ -158,7 +164,8 @@ def message_problems(message: str, capability: str) -> list[str]:
                     problems.append(f"says {text!r} does not run it ({clause.strip()!r})")
             elif value >= REQUIRED:
                 names_requirement = True
-            elif value == device and not as_minimum and not SUPPORT_WORDS.search(clause):
+            elif (value == device and not as_minimum and not SUPPORT_WORDS.search(clause)
+                  and REPORTS_THE_DEVICE.search(clause)):
                 continue  # the device named ("this device reports 9.0", "on NVIDIA H100 this needs ...")
             else:
                 problems.append(f"says {text!r} runs it or is what it needs ({clause.strip()!r})")
@@ -166,6 +173,12 @@ def message_problems(message: str, capability: str) -> list[str]:
         version = tuple(int(g) for g in (m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)) if g is not None)
         if version not in ((9, 17, 1), (9, 17)):
             problems.append(f"states cuDNN minimum {'.'.join(map(str, version))} ({m.group(0)!r}; the truth: 9.17.1)")
+    own = tuple(int(part) for part in cudnn.split("."))
+    for m in CUDNN_NAMED.finditer(message):
+        version = tuple(int(g) for g in m.group(1, 2, 3) if g is not None)
+        if version not in ((9, 17, 1), (9, 17), own, own[:2]):
+            problems.append(f"names cuDNN {'.'.join(map(str, version))} ({m.group(0)!r}), neither the minimum 9.17.1 "
+                            f"nor this machine's {cudnn}")
     if not names_requirement:
         problems.append("does not name the Blackwell / SM100-or-newer requirement")
     return problems
@@ -202,7 +215,7 @@ C2_CASES = ([(c, "9.17.1", "available") for c in PRE_BLACKWELL if c != "sm95"]
 def test_refusal_message_claims_hold(capability, cudnn, flashinfer, answers):
     """A refusal's error names the SM100 need and claims nothing false."""
     message = refusal_message(answers, capability, cudnn, flashinfer)
-    problems = message_problems(message, capability)
+    problems = message_problems(message, capability, cudnn)
     assert not problems, f"the error on {_label(capability, cudnn, flashinfer)} ({message!r}): " + "; ".join(problems)
 
 
@@ -250,5 +263,5 @@ def test_hopper_stopped_at_construction(cudnn, answers):
 def test_hopper_error_names_blackwell(cudnn, answers):
     """The Hopper error names the SM100 need and claims nothing false."""
     message = refusal_message(answers, "sm90", cudnn, "available")
-    problems = message_problems(message, "sm90")
+    problems = message_problems(message, "sm90", cudnn)
     assert not problems, f"the error on Hopper with cuDNN {cudnn} ({message!r}): " + "; ".join(problems)

@@ -34,8 +34,9 @@ OTHER_PLATFORMS = {"cpu": ("cpu", None), "tpu": ("tpu", None), "out-of-tree": ("
 # What the store may be asked on XPU beyond c1/c2's dtypes: quantized modes the base's store validator accepts
 # with capability (per-token-head, nvfp4, fp8 variants), modes it never accepts (turboquant), and spellings it
 # never accepts (int8, fp16, torch's name, upper case). The exemption must not change any of these answers.
-XPU_STORE_DTYPES = ["fp8_per_token_head", "int8_per_token_head", "fp8_inc", "nvfp4", "turboquant_k8v4",
-                    "turboquant_3bit_nc", "int8", "fp16", "float8_e4m3fn", "FP8"]
+XPU_STORE_DTYPES = ["fp8_per_token_head", "int8_per_token_head", "fp8_inc", "fp8_ds_mla", "nvfp4",
+                    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int8",
+                    "fp16", "float8_e4m3fn", "FP8", "half", "float32", "float"]
 # The capability that stands for "has every capability" when asking the base what its dtype check alone allows.
 EVERY_CAPABILITY = (12, 0)
 
@@ -65,7 +66,7 @@ def _declared_cases() -> list[dict]:
     cases += [_case(site, "cuda", cap, dtype) for site in SITES for cap in CUDA_CAPABILITIES.values()
               for dtype in ALL_DTYPES]
     cases += [_case(site, kind, cap, dtype) for site in SITES for kind, cap in OTHER_PLATFORMS.values()
-              for dtype in ALL_DTYPES]
+              for dtype in ALL_DTYPES + XPU_STORE_DTYPES]
     return cases
 
 
@@ -74,6 +75,14 @@ def observed(subject) -> dict:
     """What each site did in every declared case, asked of the candidate's tree in one call."""
     cases = _declared_cases()
     return dict(zip(map(_key, cases), subject.call("xpu_probes.site_outcomes", cases=cases), strict=True))
+
+
+@pytest.fixture(scope="module")
+def base_other_dtypes(base_subject) -> dict:
+    """What the base did with every dtype beyond c3's on each platform that is not XPU, at both sites."""
+    cases = [_case(site, kind, cap, dtype) for site in SITES for kind, cap in OTHER_PLATFORMS.values()
+             for dtype in XPU_STORE_DTYPES]
+    return dict(zip(map(_key, cases), base_subject.call("xpu_probes.site_outcomes", cases=cases), strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +157,13 @@ def test_cuda_capability_rules_kept(capability, kv_cache_dtype, site, observed):
 # X", "use X instead", "try X") work here, and the capabilities it names are the device's own or the one the dtype
 # truly requires. The message is cut into clauses; a dtype named in a clause that does not itself negate or state a
 # requirement is a suggestion; every SM number (or "compute capability X.Y") is checked against the truth table.
-DTYPE_WORDS = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8": "fp8", "bfloat16": "bfloat16",
-               "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16", "auto": "auto",
-               "float32": "auto", "fp32": "auto"}
+# Every name a message may give a dtype: vLLM's spellings, the format names alone (e4m3, e5m2), torch's and
+# Triton's names, short forms.
+DTYPE_WORDS = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8": "fp8", "e4m3": "fp8_e4m3", "e4m3fn": "fp8_e4m3",
+               "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "float8": "fp8",
+               "fp8e4nv": "fp8_e4m3", "fp8e4m3": "fp8_e4m3", "fp8e5": "fp8_e5m2", "fp8e5m2": "fp8_e5m2",
+               "bfloat16": "bfloat16", "bf16": "bfloat16", "bfloat": "bfloat16", "float16": "float16",
+               "fp16": "float16", "half": "float16", "auto": "auto", "float32": "auto", "fp32": "auto"}
 DTYPE_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(DTYPE_WORDS, key=len, reverse=True))
                          + r")(?![A-Za-z0-9_])", re.IGNORECASE)
 CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s")
@@ -159,6 +172,12 @@ NOT_A_SUGGESTION = re.compile(r"\b(not|unsupported|requires?|required|needs?|onl
 SM_NUMBER = re.compile(r"\bsm[\s_]?(\d{2,3})\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?",
                        re.IGNORECASE)
 CAPABILITY_NUMBER = re.compile(r"\b(\d{1,2})\.(\d)\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?")
+# A version number beside any word for the GPU reads as a capability, after it ("SM 9.0", "arch 9.0", "compute
+# 8.9") or before it ("a 9.0 GPU", "9.0-class devices").
+AFTER_GPU_WORD = re.compile(r"(?:capabilit(?:y|ies)|\barch(?:itecture)?s?|\bcompute|\bgpus?|\bdevices?|\bsm)"
+                            r"\D{0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
+BEFORE_GPU_WORD = re.compile(r"(?<![\d.])(\d{1,2})\.(\d)(?![\d.])(?=[\s-]*(?:\+\s*)?(?:class\s+|series\s+)?"
+                             r"(?:gpus?|devices?|archs?|architectures?|hardware|cards?)\b)", re.I)
 # GPU generations and parts named in words: each stands for the SM numbers it covers.
 GENERATIONS = [(re.compile(r"\bvolta\b|\bV100\b", re.I), {70}),
                (re.compile(r"\bturing\b|\bT4\b|\bRTX\s?20\d0\b", re.I), {75}),
@@ -179,9 +198,11 @@ def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
     for clause in CLAUSE_BREAK.split(message):
         states_requirement = bool(REQUIREMENT_WORDS.search(clause))
         numbers = [(int(m.group(1)), bool(m.group(2))) for m in SM_NUMBER.finditer(clause)]
+        beside_gpu_word = {m.start(1) for pattern in (AFTER_GPU_WORD, BEFORE_GPU_WORD)
+                           for m in pattern.finditer(clause)}
         numbers += [(int(m.group(1)) * 10 + int(m.group(2)), bool(m.group(3)))
                     for m in CAPABILITY_NUMBER.finditer(clause) if "capability" in clause.lower()
-                    or m.group(3)]
+                    or m.group(3) or m.start(1) in beside_gpu_word]
         for number, is_minimum in numbers:
             if (is_minimum or states_requirement) and number != device and number != required:
                 wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
@@ -232,6 +253,20 @@ def test_non_xpu_platforms_decide_as_before(platform, kv_cache_dtype, site, obse
     """Other platforms accept what their capability allows."""
     kind, cap = OTHER_PLATFORMS[platform]
     expect(observed, site, kind, cap, kv_cache_dtype, needs_met(cap, kv_cache_dtype), platform)
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.parametrize("site", SITES)
+@pytest.mark.parametrize("kv_cache_dtype", XPU_STORE_DTYPES)
+@pytest.mark.parametrize("platform", list(OTHER_PLATFORMS))
+def test_non_xpu_platforms_decide_other_dtypes_as_before(platform, kv_cache_dtype, site, observed,
+                                                          base_other_dtypes):
+    """Other platforms decide the quantized modes, the other fp8 names and the store's aliases as the base does."""
+    kind, cap = OTHER_PLATFORMS[platform]
+    want = verdict(base_other_dtypes, site, kind, cap, kv_cache_dtype)
+    got = verdict(observed, site, kind, cap, kv_cache_dtype)
+    assert got == want, (f"{site} on {platform} with kv_cache_dtype={kv_cache_dtype!r}: {got}, where the base "
+                         f"would {want}")
 
 
 @pytest.mark.criterion("c4")
