@@ -7,11 +7,13 @@ CPU run (``TRITON_INTERPRET=1``) the interpreter corrections of ``int8_interp_sh
 and taken out afterwards, standing for the GPU backend the judge names; whatever the launch raises goes back to
 the judge as it is.
 
-Platforms (``platform``): "cuda" is the module as this machine imports it (FP8 is e4m3fn, libdevice is CUDA's).
-"rocm-gfx942" (MI300) and "rocm-gfx950" (MI350) import a copy of the module with vLLM's platform answering as that
-GPU does (ROCm; FP8 e4m3fnuz with range +-224, or e4m3fn), and with fresh copies of the vLLM modules it imports
-that read the platform (``FP8_DTYPE``, a platform-selected ``round_int8``), as on that machine; the interpreter
-then stands for the HIP backend.
+Platforms (``platform``): each imports a copy of the module with vLLM's platform answering as that GPU does, and
+with fresh copies of the vLLM modules it imports that read the platform (``FP8_DTYPE``, a platform-selected
+``round_int8``), as on that machine; the copy keeps that platform for its calls too. "cuda": a CUDA GPU (FP8
+e4m3fn, libdevice CUDA's; on a CUDA machine the module as it imports there). "rocm-gfx942" (MI300) and
+"rocm-gfx950" (MI350): ROCm, FP8 e4m3fnuz with range +-224, or e4m3fn; the interpreter then stands for the HIP
+backend. So a fix that dispatches on ``current_platform`` (``is_cuda()``, ``is_rocm()``, ``is_cuda_alike()``),
+at import or at call time, is judged as each platform would run it.
 """
 
 from __future__ import annotations
@@ -31,24 +33,31 @@ BACKENDS = {"cuda": "cuda", "rocm-gfx950": "hip", "rocm-gfx942": "hip"}
 _copies: dict = {}
 
 
-class _Rocm:
-    """vLLM's platform as a ROCm GPU answers it (FP8 e4m3fnuz on MI300, e4m3fn on MI350); anything else as the
-    real one."""
+class _Gpu:
+    """vLLM's platform as a CUDA or a ROCm GPU answers it (FP8 e4m3fnuz on MI300, e4m3fn elsewhere); anything else
+    as the real one."""
 
-    def __init__(self, real, fnuz: bool):
+    def __init__(self, real, rocm: bool, fnuz: bool):
         self._real = real
+        self._rocm = rocm
         self._fnuz = fnuz
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def is_rocm(self) -> bool:
-        return True
+        return self._rocm
 
     def is_cuda(self) -> bool:
-        return False
+        return not self._rocm
+
+    def is_cuda_alike(self) -> bool:
+        return True
 
     def is_xpu(self) -> bool:
+        return False
+
+    def is_cpu(self) -> bool:
         return False
 
     def is_fp8_fnuz(self) -> bool:
@@ -92,13 +101,13 @@ def _platform_readers(module) -> list[str]:
 def _module(platform: str):
     """The cache module as ``platform`` imports it."""
     base = import_module(CACHE_MODULE)
-    if platform == "cuda":
-        return base
-    if platform not in _copies:
-        import vllm.platforms as vp
+    import vllm.platforms as vp
 
+    if platform == "cuda" and vp.current_platform.is_cuda():
+        return base  # a CUDA machine: the module as it imports there
+    if platform not in _copies:
         real = vp.current_platform
-        fake = _Rocm(real, fnuz=platform == "rocm-gfx942")
+        fake = _Gpu(real, rocm=platform != "cuda", fnuz=platform == "rocm-gfx942")
         readers = _platform_readers(base)
         with Patches() as patches:
             install_platform(patches, [real], fake)

@@ -40,6 +40,22 @@ INT8_POSITIVE_ROWS = {
 }
 ROW_IDS = list(INT8_POSITIVE_ROWS)
 
+# Key and value head sizes that differ (the kernel pads to the larger one and masks each cache's lanes by its own
+# size): (key dim, value dim). A kernel that rounds a cache's lanes under the other cache's mask leaves the lanes past
+# the narrower head size truncated, which equal sizes never show. The 16-lane row holds two scale-1 rows (absmax 127),
+# the 8-lane row the scale-2 one.
+HEAD_LAYOUTS = {"key-wider": (16, 8), "value-wider": (8, 16)}
+WIDE_ROW = INT8_POSITIVE_ROWS["scale1-small"] + INT8_POSITIVE_ROWS["scale1-large"]
+NARROW_ROW = INT8_POSITIVE_ROWS["scale2"]
+
+
+def layout_rows(layout: str, dtype, sign=1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key, value) of ``layout`` (``HEAD_LAYOUTS``), one token and one head each, times ``sign``."""
+    dk, dv = HEAD_LAYOUTS[layout]
+    pick = {16: WIDE_ROW, 8: NARROW_ROW}
+    return row(pick[dk], dtype, sign), row(pick[dv], dtype, sign)
+
+
 # A row whose values are already integers after scaling: stored identically by any rounding mode.
 BENIGN_ROW = [127.0, 1.0, 2.0, 3.0, -4.0, 0.0, 100.0, -127.0]
 

@@ -58,10 +58,13 @@ def _call_name(call: ast.Call) -> str:
 class _Flow:
     """Tiny def-use resolver inside one function: a name used at line L means its last assignment before L."""
 
-    def __init__(self, fn: ast.FunctionDef, module_fns: dict[str, list[ast.FunctionDef]], depth: int = 0):
+    def __init__(self, fn: ast.FunctionDef, module_fns: dict[str, list[ast.FunctionDef]], depth: int = 0,
+                 bindings: dict | None = None):
         self.fn = fn
         self.module_fns = module_fns
         self.depth = depth
+        # A helper's parameters -> (the caller's flow, the argument expression, its line) at the judged call.
+        self.bindings = bindings or {}
         self.assigns: dict[str, list[tuple[int, ast.AST]]] = {}
         for node in ast.walk(fn):
             if isinstance(node, ast.Assign):
@@ -98,6 +101,34 @@ class _Flow:
                         out |= self.names(d[1], d[0], seen + ((node.id, line),))
         return out
 
+    def bound(self, expr: ast.AST, line: int, upper: bool, seen=()) -> bool:
+        """``expr`` is the int8 range's upper (``upper``) or lower bound: the kernel's QUANT_MAX / QUANT_MIN, or a
+        literal 127 / -128 (-127 accepted: a symmetric range stays inside int8), through assignments and a helper's
+        parameters. Anything else (QUANT_MAX + 1, 128, a wider literal) lets a rounded value leave the int8 range."""
+        if isinstance(expr, ast.Name):
+            if expr.id == ("QUANT_MAX" if upper else "QUANT_MIN"):
+                return True
+            if expr.id in self.bindings:
+                caller, arg, arg_line = self.bindings[expr.id]
+                return caller.bound(arg, arg_line, upper, seen)
+            key = (expr.id, line)
+            d = self.definition(expr.id, line) if key not in seen else None
+            return bool(d) and self.bound(d[1], d[0], upper, seen + (key,))
+        if isinstance(expr, ast.Call) and _call_name(expr) == "float" and len(expr.args) == 1:
+            return self.bound(expr.args[0], line, upper, seen)
+        try:
+            value = ast.literal_eval(expr)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return value == 127 if upper else value in (-128, -127)
+
+    def _pair_bounded(self, call: ast.Call, inner_arg: ast.AST, line: int, upper: bool) -> bool:
+        """The arguments of a tl.minimum/tl.maximum call other than ``inner_arg`` are all ``upper``/lower bounds."""
+        others = [a for a in call.args if a is not inner_arg]
+        return bool(others) and all(self.bound(a, line, upper) for a in others)
+
     @staticmethod
     def _is_const(expr: ast.AST) -> bool:
         return all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.unaryop, ast.operator,
@@ -122,13 +153,23 @@ class _Flow:
             return False
         name = _call_name(expr)
         if name == "clamp":
-            return True
+            # tl.clamp(x, lo, hi): the bounds must be the int8 range's, not a wider one.
+            return len(expr.args) == 3 and self.bound(expr.args[1], line, False) and self.bound(
+                expr.args[2], line, True)
         pairs = {"minimum": ("maximum", "fmax"), "fmin": ("maximum", "fmax"),
                  "maximum": ("minimum", "fmin"), "fmax": ("minimum", "fmin")}
         if name in pairs:
+            upper = name in ("minimum", "fmin")  # tl.minimum(., QUANT_MAX) is the upper bound
             for arg in expr.args:
+                if not self._pair_bounded(expr, arg, line, upper):
+                    continue
                 inner = self.resolve_call(arg, line)
-                if inner is not None and (_call_name(inner) in pairs[name] or self.clamped(inner, line, seen)):
+                if inner is None:
+                    continue
+                if _call_name(inner) in pairs[name]:
+                    if any(self._pair_bounded(inner, a, line, not upper) for a in inner.args):
+                        return True
+                elif self.clamped(inner, line, seen):
                     return True
             return False
         if name == "where":
@@ -140,7 +181,10 @@ class _Flow:
         if isinstance(expr.func, ast.Name) and expr.func.id in self.module_fns and self.depth < 3:
             verdicts = []
             for fn in self.module_fns[expr.func.id]:  # one per platform branch, if defined conditionally
-                helper = _Flow(fn, self.module_fns, self.depth + 1)
+                params = [a.arg for a in fn.args.args]
+                bound_args = {p: (self, a, line) for p, a in zip(params, expr.args)}
+                bound_args.update({k.arg: (self, k.value, line) for k in expr.keywords if k.arg in params})
+                helper = _Flow(fn, self.module_fns, self.depth + 1, bound_args)
                 rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
                 verdicts.append(bool(rets) and all(helper.clamped(r.value, r.lineno) for r in rets))
             if verdicts and all(verdicts):
@@ -182,7 +226,8 @@ def _stores_to(flow: _Flow, cache_ptr: str):
 @pytest.mark.cases(cache=["key", "value"], evidence="static-clamp")
 @pytest.mark.parametrize("cache_ptr", ["key_cache_ptr", "value_cache_ptr"], ids=["key", "value"])
 def test_stored_values_are_clamped(vllm_tree, cache_ptr):
-    """The kernel's quantised key/value store is fed from a clamp to [QUANT_MIN, QUANT_MAX] (tl.clamp or min/max)."""
+    """The kernel's quantised key/value store is fed from a clamp to [QUANT_MIN, QUANT_MAX] (tl.clamp or min/max),
+    whose bounds are the int8 range's (QUANT_MIN/QUANT_MAX or the literals -128/127), not a wider range."""
     path = vllm_tree / SOURCE
     tree = ast.parse(path.read_text(encoding="utf-8"))
     module_fns = _module_functions(tree)

@@ -38,7 +38,7 @@ def _store_row(kv_store, key, value, device, platform):
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"])
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -52,7 +52,7 @@ def test_positive_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"])
+@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -69,7 +69,7 @@ def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 # with their sign and still move negative values toward zero (an added 0.5 before the truncating store is right
 # for positives only). The negated rows go to the value cache here, the key cache holding the benign row.
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"])
+@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -83,7 +83,7 @@ def test_negative_values_round_to_nearest(kv_store, device, platform, in_dtype, 
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"])
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -97,7 +97,8 @@ def test_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype="fp32")
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype="fp32",
+                   head_dims="key-wider")
 @pytest.mark.parametrize("device", DEVICES)
 def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
     """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
@@ -123,7 +124,8 @@ def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
 # 6/7 = 0.86, met. This test asks for both caches at once, over every row and input dtype; weight 2 (per device):
 # keys truncated leaves c3 at 6/9 = 0.67, values truncated at 0/9, and a kernel that rounds both keeps 9/9.
 @pytest.mark.criterion("c3", weight=2)
-@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16"])
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16"],
+                   head_dims="equal")
 @pytest.mark.parametrize("device", DEVICES)
 def test_key_and_value_caches_both_round_every_row(kv_store, device):
     """Both the key cache and the value cache hold round-to-nearest values, for every row and input dtype."""
@@ -140,3 +142,53 @@ def test_key_and_value_caches_both_round_every_row(kv_store, device):
                     wrong.append(f"{name} cache, {row_id}, {str(in_dtype).removeprefix('torch.')}: stored "
                                  f"{got[t].flatten().tolist()}, rounded {want[t].flatten().tolist()}")
     assert not wrong, f"{len(wrong)} case(s) not rounded to nearest: " + "; ".join(wrong)
+
+
+# Key and value head sizes differ (MLA-style caches, key dim 16 and value dim 8, or 8 and 16): every lane of each
+# cache up to its own head size is rounded, not only the lanes the other cache's mask covers. One launch per
+# layout, input dtype and platform; each criterion judges its own cache and sign.
+def _check_layouts(kv_store, device, platform, sign: float, caches: tuple[str, ...]) -> None:
+    wrong = []
+    for layout in cases.HEAD_LAYOUTS:
+        for in_dtype in (torch.float32, torch.float16):
+            key, value = cases.layout_rows(layout, in_dtype, sign)
+            k_got, v_got = _store_row(kv_store, key, value, device, platform)
+            for name, got, x in (("key", k_got, key), ("value", v_got, value)):
+                if name not in caches:
+                    continue
+                try:
+                    _check_int8(got, x[0], f"{name} cache, {layout} heads {cases.HEAD_LAYOUTS[layout]}, "
+                                           f"{str(in_dtype).removeprefix('torch.')}")
+                except AssertionError as exc:
+                    wrong.append(str(exc))
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims=["key-wider", "value-wider"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform):
+    """With key and value head sizes apart (16/8 and 8/16), every key lane is rounded to nearest."""
+    _check_layouts(kv_store, device, platform, 1.0, ("key",))
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"],
+                   head_dims=["key-wider", "value-wider"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
+    """With key and value head sizes apart (16/8 and 8/16), every value lane is rounded to nearest, also those past
+    the key's head size."""
+    _check_layouts(kv_store, device, platform, 1.0, ("value",))
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(cache=["key", "value"], sign="negative", input_dtype=["fp32", "fp16"],
+                   head_dims=["key-wider", "value-wider"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_negatives_round_with_unequal_head_sizes(kv_store, device, platform):
+    """With key and value head sizes apart, negative keys and values round to nearest in every lane."""
+    _check_layouts(kv_store, device, platform, -1.0, ("key", "value"))

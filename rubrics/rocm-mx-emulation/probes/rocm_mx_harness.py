@@ -35,7 +35,9 @@ from probe_support import Patches, has_torch_op  # noqa: E402
 # Mutable device state
 # --------------------------------------------------------------------------------------------------------
 
-_DEFAULT_STATE = {"kind": "rocm", "arch": "gfx942", "cap": (9, 4)}
+# ``gcn`` is the arch as vLLM's ``_GCN_ARCH`` holds it: amdsmi gives the bare name ("gfx942"), torch's fallback
+# the name with its target features ("gfx942:sramecc+:xnack-"); vLLM's own helpers test it by substring.
+_DEFAULT_STATE = {"kind": "rocm", "arch": "gfx942", "gcn": "gfx942", "cap": (9, 4)}
 STATE: dict = dict(_DEFAULT_STATE)
 
 ROCM_CAPS = {"gfx90a": (9, 0), "gfx942": (9, 4), "gfx950": (9, 5), "gfx1100": (11, 0), "gfx1151": (11, 5),
@@ -43,7 +45,7 @@ ROCM_CAPS = {"gfx90a": (9, 0), "gfx942": (9, 4), "gfx950": (9, 5), "gfx1100": (1
 
 
 def _arch() -> str:
-    return STATE["arch"] if STATE["kind"] == "rocm" else ""
+    return STATE["gcn"] if STATE["kind"] == "rocm" else ""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -355,20 +357,21 @@ class Harness:
         self.patches = patches
 
     # ---- device state
-    def set_rocm(self, arch: str, aiter: bool = False) -> None:
-        STATE.update(kind="rocm", arch=arch, cap=ROCM_CAPS[arch])
+    def set_rocm(self, arch: str, aiter: bool = False, features: str = "") -> None:
+        STATE.update(kind="rocm", arch=arch, gcn=arch + features, cap=ROCM_CAPS[arch])
         self._set_aiter(aiter)
         _clear_oracle_caches()
 
     def set_cuda(self, cap) -> None:
-        STATE.update(kind="cuda", arch="", cap=tuple(cap))
+        STATE.update(kind="cuda", arch="", gcn="", cap=tuple(cap))
         self._set_aiter(False)
         _clear_oracle_caches()
 
     def apply(self, spec: dict) -> None:
-        """``{"kind": "rocm", "arch": "gfx942", "aiter": bool}`` or ``{"kind": "cuda", "cap": [9, 0]}``."""
+        """``{"kind": "rocm", "arch": "gfx942", "aiter": bool, "features": ":sramecc+:xnack-"}`` (features
+        optional) or ``{"kind": "cuda", "cap": [9, 0]}``."""
         if spec["kind"] == "rocm":
-            self.set_rocm(spec["arch"], aiter=bool(spec.get("aiter", False)))
+            self.set_rocm(spec["arch"], aiter=bool(spec.get("aiter", False)), features=spec.get("features", ""))
         else:
             self.set_cuda(spec["cap"])
 

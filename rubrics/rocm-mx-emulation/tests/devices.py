@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 
-def rocm(arch: str, aiter: bool = False) -> dict:
-    return {"kind": "rocm", "arch": arch, "aiter": aiter}
+def rocm(arch: str, aiter: bool = False, features: str = "") -> dict:
+    """A ROCm GPU; ``features`` is the target-feature suffix torch's arch name carries (":sramecc+:xnack-"), which
+    vLLM's ``_GCN_ARCH`` holds when amdsmi cannot answer."""
+    device = {"kind": "rocm", "arch": arch, "aiter": aiter}
+    if features:
+        device["features"] = features
+    return device
 
 
 def cuda(cap=(9, 0)) -> dict:

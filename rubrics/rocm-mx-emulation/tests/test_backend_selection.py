@@ -37,7 +37,7 @@ ACT_SCHEMES = ["bf16", "mxfp4_dynamic", "fp8_static"]
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(path="oracle")
+@pytest.mark.cases(gcn_arch="bare", path="oracle")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
@@ -50,7 +50,7 @@ def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(path="quark")
+@pytest.mark.cases(gcn_arch="bare", path="quark")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_quark_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter, scheme):
@@ -64,13 +64,38 @@ def test_quark_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter, sch
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(path="gpt-oss", scheme="bf16")
+@pytest.mark.cases(gcn_arch="bare", path="gpt-oss", scheme="bf16")
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_gpt_oss_moe_method_uses_emulation_on_non_gfx950(subject, arch, aiter):
     """The gpt-oss MXFP4 MoE method selects the emulation backend on gfx942/gfx90a."""
     got = subject.call("rocm_mx_selection.gpt_oss_method_selection", device=devices.rocm(arch, aiter),
                        num_experts=E)
     assert _is(got["backend"], "EMULATION"), f"{arch}: {got['backend']['repr']}"
+
+
+# vLLM's _GCN_ARCH is the bare name when amdsmi answers ("gfx942") and torch's arch name with its target features
+# when it does not ("gfx942:sramecc+:xnack-"); vLLM's on_gfx*() helpers match by substring, so both select alike. A
+# fix that compares the arch name for equality selects right on one spelling only.
+FEATURES = ":sramecc+:xnack-"
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(gcn_arch="with-features", path=["oracle", "gpt-oss"], scheme=ACT_SCHEMES, aiter_ops="aiter-off",
+                   arch=["gfx942", "gfx90a"])
+def test_feature_suffixed_arch_selects_emulation(subject):
+    """With the arch spelled as torch reports it (gfx942:sramecc+:xnack-), gfx942 and gfx90a still select emulation
+    through the oracle and the gpt-oss method."""
+    wrong = []
+    for arch in ("gfx942", "gfx90a"):
+        device = devices.rocm(arch, False, FEATURES)
+        for scheme in ACT_SCHEMES:
+            got = _select(subject, device, scheme)
+            if not _is(got["backend"], "EMULATION"):
+                wrong.append(f"oracle {arch}{FEATURES} {scheme}: {got['backend']['repr']}")
+        got = subject.call("rocm_mx_selection.gpt_oss_method_selection", device=device, num_experts=E)
+        if not _is(got["backend"], "EMULATION"):
+            wrong.append(f"gpt-oss {arch}{FEATURES}: {got['backend']['repr']}")
+    assert not wrong, "; ".join(wrong)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -89,13 +114,26 @@ GFX950_CASES = [
 
 
 @pytest.mark.criterion("c5", weight=2)
-@pytest.mark.cases(platform="gfx950", path="oracle")
+@pytest.mark.cases(platform="gfx950", gcn_arch="bare", path="oracle")
 @pytest.mark.parametrize("aiter,scheme,activation,moe_backend,expected", GFX950_CASES)
 def test_gfx950_keeps_native_selection(subject, aiter, scheme, activation, moe_backend, expected):
     """On gfx950 the oracle still selects the native MXFP4 MoE backend."""
     got = _select(subject, devices.rocm("gfx950", aiter), scheme, activation, moe_backend)
     assert _is(got["backend"], expected), f"gfx950 aiter={aiter} {scheme}: selected {got['backend']['repr']}"
     assert not got["experts"]["is_none"]
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(platform="gfx950", path="oracle", gcn_arch="with-features", scheme=ACT_SCHEMES)
+def test_gfx950_feature_suffixed_arch_keeps_native_selection(subject):
+    """With the arch spelled as torch reports it (gfx950:sramecc+:xnack-), gfx950 keeps every native selection."""
+    wrong = []
+    for c in GFX950_CASES:
+        aiter, scheme, activation, moe_backend, expected = c.values
+        got = _select(subject, devices.rocm("gfx950", aiter, FEATURES), scheme, activation, moe_backend)
+        if not _is(got["backend"], expected):
+            wrong.append(f"gfx950{FEATURES} {c.id}: selected {got['backend']['repr']}, want {expected}")
+    assert not wrong, "; ".join(wrong)
 
 
 @pytest.mark.criterion("c5")

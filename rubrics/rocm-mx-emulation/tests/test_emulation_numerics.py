@@ -147,6 +147,29 @@ def test_fp8_activation_emulation_matches_qdq_reference(subject, secret_generato
     assert min(errs["static"], errs["dynamic"]) < TOL, f"no FP8 QDQ reference matches: {errs}"
 
 
+# Calibrated static scales need not cover every activation: values past scale * fp8 max must saturate to the format's
+# largest value, as vLLM's FP8 quantization clamps before its cast. The scales above never reach it (activations
+# stay within 6 * scale), so a QDQ that drops the clamp is only seen here: torch turns an out-of-range float into
+# NaN when it casts to float8_e4m3fnuz (MI300's format), and saturates when it casts to float8_e4m3fn. Both
+# activations get a scale that half their range saturates past; a2 may be static or dynamic here (c4 judges that).
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(scales="static", scheme="w_mxfp4_a_fp8", inputs="saturating")
+@pytest.mark.parametrize("plat", PLATFORMS)
+def test_saturating_static_fp8_activations_match_qdq_reference(subject, secret_generator, plat):
+    """With static scales that activations overflow (values past scale * fp8 max), the emulated QDQ saturates them
+    to the FP8 range like the torch reference, instead of turning them into NaN."""
+    fp8 = _fp8_of(plat)
+    fmax = torch.finfo(fp8).max
+    p = _problem(secret_generator)
+    _, inter = _reference(p, None, None, fp8, "none")
+    s1 = (p["x"].abs().max() / (2 * fmax)).reshape(1).float()
+    s2 = (inter.abs().max() / (2 * fmax)).reshape(1).float()
+    out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
+    assert torch.isfinite(out).all(), f"non-finite output with saturating static scales: {out}"
+    errs = {mode: _rel_err(out, _reference(p, s1, s2, fp8, mode)[0]) for mode in ("static", "dynamic")}
+    assert min(errs.values()) < TOL, f"no saturating FP8 QDQ reference matches: {errs}"
+
+
 # Without static scales the FP8 QDQ takes a dynamic per-tensor scale (amax / fp8 max) for both activations,
 # as vLLM's FP8 paths do for a missing scale; the same round trip must equal the torch reference. An all-zero
 # input is included: its QDQ is zeros, not NaN from a zero scale.

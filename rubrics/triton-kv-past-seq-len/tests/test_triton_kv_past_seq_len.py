@@ -7,7 +7,8 @@ finite garbage (a kernel that attends to one of them moves its output). The subj
 launchers on them (``probes/triton_kv_past_seq_len_probes.py``); the fp32 oracle is computed here
 (``attn_cases.attention_oracle``).
 
-Shapes: 4 query heads over 2 KV heads (BLOCK_M 16, so a query block holds 8 query positions), head size 32,
+Shapes: 4 query heads over 2 KV heads (BLOCK_M 16, so a query block holds 8 query positions), head size 32 (40,
+padded to 64, where a check names it),
 blocks of 16 slots; the unified kernel's 2D launch reads tiles of 32 keys, its 3D launch tiles of 16.
 """
 
@@ -54,7 +55,7 @@ SEQ_LENS = ["1", "ragged", "block-aligned", "tile-aligned", "150"]
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch="2d-prefill", dtype="fp32", seq_len=["1", "ragged", "tile-aligned"],
-                   query_blocks="one", feature="plain")
+                   query_blocks="one", feature="plain", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -67,7 +68,7 @@ def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator,
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch="3d-decode", dtype="fp32", seq_len=SEQ_LENS, query_blocks="one",
-                   feature="plain")
+                   feature="plain", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -80,7 +81,7 @@ def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_ge
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch=["2d-decode", "2d-prefill", "3d-decode"], dtype=["fp32", "fp16"],
-                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain")
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_generator, device):
     """Non-causal decode through the 2D launch in fp32, and 2D prefill, 2D decode and 3D decode in fp16 (other
@@ -97,7 +98,7 @@ def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence="loads", launch="2d-prefill", dtype="fp32", seq_len=["ragged", "1"], poison="mixed",
-                   query_blocks="several", feature=["sliding-window", "softcap"])
+                   query_blocks="several", feature=["sliding-window", "softcap"], head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_generator, device):
     """Non-causal prefills longer than one query block (every query block, not only the last), also with a
@@ -116,6 +117,26 @@ def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_ge
                  for launch, label in zip(got, ["30/9/17/1 queries", "sliding window 6"])
                  if not bool(torch.isfinite(launch.output).all())]
     assert not failures, "; ".join(failures)
+
+
+# A head size the unified kernel pads (40 to 64): its K and V loads must keep the head-dimension mask beside any
+# bound at seq_len. Without it the padded lanes of a slot's last KV head address the next slot, which past seq_len
+# is unwritten: NaN reaches the scores (the zero-padded query lanes do not cancel it, 0 * NaN is NaN).
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "3d-decode"], dtype="fp32",
+                   seq_len=["1", "ragged", "block-aligned", "tile-aligned", "150"], poison="mixed", query_blocks="one",
+                   feature="plain", head_size="40")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_padded_head_size_ignores_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention with head size 40 (padded to 64), 2D prefill and 3D decode, stays exact with
+    NaN/inf past seq_len and loads none of those slots."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, head_size=40)
+    decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, head_size=40)
+    runs = [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
+           ["head size 40, 2D prefill", "head size 40, 3D decode"], reads=True)
 
 
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
@@ -172,7 +193,7 @@ MIXED_CAUSAL = [True, False, True, False]
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill")
+@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -185,7 +206,7 @@ def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, de
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode="per-sequence-causal", launch="2d-prefill")
+@pytest.mark.cases(evidence=READS, mode="per-sequence-causal", launch="2d-prefill", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -198,7 +219,7 @@ def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_gen
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed")
+@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed", head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention, secret_generator, device):
     """Decode batches with multimodal ranges, and with per-sequence causal flags, through the split-KV (3D) launch
@@ -213,6 +234,23 @@ def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention,
     got = attention.unified_many(runs, device, gen)
     _judge(got, [cases.attention_oracle(ranged, mm_ranges=ranges), cases.attention_oracle(flagged, causal=flags)],
            [f"3D decode, ranges {ranges}", f"3D decode, per-sequence causal {flags}"], reads=True)
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="2d-prefill", poison="mixed",
+                   head_size="40")
+@pytest.mark.parametrize("device", DEVICES)
+def test_ranges_and_flags_with_padded_head_size_ignore_unwritten_slots(attention, secret_generator, device):
+    """PrefixLM and per-sequence-causal batches with head size 40 (padded to 64) stay exact with NaN/inf past
+    seq_len and load none of those slots."""
+    gen = secret_generator
+    ranged = cases.make_batch(gen, *MM_BATCH, head_size=40)
+    flagged = cases.make_batch(gen, *MIXED_BATCH, head_size=40)
+    runs = [(ranged, "mixed", {"mm_ranges": MM_RANGES}), (flagged, "mixed", {"causal": MIXED_CAUSAL})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(ranged, mm_ranges=MM_RANGES), cases.attention_oracle(flagged,
+                                                                                          causal=MIXED_CAUSAL)],
+           ["head size 40, mm_prefix ranges", "head size 40, per-sequence causal"], reads=True)
 
 
 # --- c4: full-range modes still see the whole sequence (conditional on c1) ------------------------------------
@@ -258,7 +296,7 @@ def test_per_sequence_non_causal_long_queries_attend_every_key(attention, secret
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature=["plain", "sliding-window", "softcap", "sinks"])
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature=["plain", "sliding-window", "softcap", "sinks"], head_size="32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_unified_attention_unchanged(attention, secret_generator, device):
     """Causal unified attention (2D prefill+decode, 3D decode, sliding window with softcap, sinks) matches the
@@ -276,6 +314,21 @@ def test_causal_unified_attention_unchanged(attention, secret_generator, device)
     labels = ["2D, NaN/inf past seq_len", "3D decode, NaN/inf past seq_len", "sliding window 9 with softcap 2",
               "3D decode with sinks"]
     _judge(got, expected, labels, reads=True)
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature="plain", head_size="40")
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_unified_attention_padded_head_size_unchanged(attention, secret_generator, device):
+    """Causal unified attention with head size 40 (padded to 64), 2D prefill+decode and 3D decode, matches the
+    oracle and, as the base, loads nothing past seq_len."""
+    gen = secret_generator
+    prefill_mix = cases.make_batch(gen, [12, 1, 20, 1], [40, 17, 20, 1], head_size=40)
+    decode = cases.make_batch(gen, [1, 1, 1], [33, 16, 1], head_size=40)
+    runs = [(prefill_mix, "mixed", {}), (decode, "mixed", {"segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(prefill_mix), cases.attention_oracle(decode)],
+           ["head size 40, 2D", "head size 40, 3D decode"], reads=True)
 
 
 @pytest.mark.criterion("c5")
