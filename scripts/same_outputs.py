@@ -1,8 +1,10 @@
 """Whether two grading outputs say the same thing, but for the circumstances of their runs: results.json without
 the fields that differ between identical gradings (``grader.reports.report.comparable``), junit.xml without its
-times, and every other file (pages, styles) byte for byte once the index's run line is masked (its start time,
-wall seconds and, with ``--across-revisions``, the grader's revision). For a refactor that must change nothing a
-reader sees: grade the same candidates before and after, then
+times, and every other file (pages, styles) byte for byte once the run's times are masked: the index's start time
+and wall seconds, and every duration a message states (``budget (30.1 s)``, ``answered it in 0.01 s``: time
+budgets come from the controls' own timed calls). With ``--across-revisions`` the grader's revision and its engine
+digest (``rubric.engine``, a digest of the engine's modules) are masked too. For a refactor that must change
+nothing a reader sees: grade the same candidates before and after, then
 
     .venv/bin/python scripts/same_outputs.py OUT_BEFORE OUT_AFTER --across-revisions
 
@@ -21,9 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.reports.report import comparable, differences  # noqa: E402
 
-# What the index's run line says of its run alone: when it started and how long it took.
-RUN_TIMES = [(re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"), "<started>"),
-             (re.compile(r"(· \d+ candidate\(s\) · )\d+ s\b"), r"\1<wall> s")]
+# What a run says of its own times: when it started, and every duration (the index's wall seconds, the budgets
+# and control times in messages).
+STARTED = (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"), "<started>")
+DURATION = (re.compile(r"(?<![\w.])\d+(?:\.\d+)? s\b"), "<t> s")
+RUN_TIMES = [STARTED, DURATION]
 REVISION = (re.compile(r"(grader [\w.+-]+ )\([^()<>]*\)"), r"\1(<revision>)")
 JUNIT_TIMES = re.compile(r'\s(time|timestamp|hostname)="[^"]*"')
 # The store and the lock are the run's working state, not what it reports.
@@ -36,11 +40,22 @@ def masked_page(text: str, across_revisions: bool) -> str:
     return text
 
 
+def without_durations(value):
+    """``value`` (JSON) with every duration a string states masked."""
+    if isinstance(value, dict):
+        return {k: without_durations(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_durations(v) for v in value]
+    return DURATION[0].sub(DURATION[1], value) if isinstance(value, str) else value
+
+
 def results_differences(a: Path, b: Path, across_revisions: bool) -> list[str]:
-    docs = [comparable(json.loads(p.read_text(encoding="utf-8"))) for p in (a, b)]
+    docs = [without_durations(comparable(json.loads(p.read_text(encoding="utf-8")))) for p in (a, b)]
     if across_revisions:
         for doc in docs:
             doc.get("run", {}).pop("grader", None)
+            for result in doc.get("candidates", []):
+                result.get("rubric", {}).pop("engine", None)
     return [f"results.json{d}" for d in differences(*docs)]
 
 
