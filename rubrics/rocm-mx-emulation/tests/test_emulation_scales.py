@@ -40,20 +40,20 @@ STATIC_RANGES = {"in-range": numerics._scales, "saturating": _saturating_scales}
 @pytest.mark.parametrize("static_range", list(STATIC_RANGES))
 @pytest.mark.parametrize("plat", numerics.PLATFORMS)
 def test_static_fp8_qdq_saturates_at_fp8_range(subject, secret_generator, plat, static_range):
-    """With static scales, in range or saturating, the output equals the QDQ reference that clamps to the FP8
-    range before the cast."""
+    """With static scales, in range or saturating, the output equals a QDQ reference that clamps to the FP8 range
+    before the cast."""
     fp8 = numerics._fp8_of(plat)
     p = numerics._problem(secret_generator)
     s1, s2 = STATIC_RANGES[static_range](p, fp8)
     out = numerics._run(subject, plat, p, numerics._w4a8(p, s1, s2))["output"]
     bad = int((~torch.isfinite(out)).sum())
     assert bad == 0, f"{bad} of {out.numel()} outputs are not finite with {static_range} static scales"
-    ref = numerics._reference(p, s1, s2, fp8, "static")[0]
-    err = numerics._rel_err(out, ref)
-    assert err < numerics.TOL, (
-        f"with {static_range} static scales the output differs from the saturating static QDQ reference by "
-        f"{err:.3g} (from the dynamic-a2 reference by "
-        f"{numerics._rel_err(out, numerics._reference(p, s1, s2, fp8, 'dynamic')[0]):.3g})"
+    # As in the main c2 check, a2 may be QDQ'd statically or dynamically here: whether a2 uses its static scale is
+    # c4's question. Both references clamp to the FP8 range before the cast.
+    errs = {mode: numerics._rel_err(out, numerics._reference(p, s1, s2, fp8, mode)[0])
+            for mode in ("static", "dynamic")}
+    assert min(errs.values()) < numerics.TOL, (
+        f"with {static_range} static scales no saturating FP8 QDQ reference matches the output: {errs}"
     )
 
 
