@@ -55,7 +55,7 @@ def results_differences(a: Path, b: Path, across_revisions: bool) -> list[str]:
         for doc in docs:
             doc.get("run", {}).pop("grader", None)
             for result in doc.get("candidates", []):
-                result.get("rubric", {}).pop("engine", None)
+                (result.get("rubric") or {}).pop("engine", None)
     return [f"results.json{d}" for d in differences(*docs)]
 
 

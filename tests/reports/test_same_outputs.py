@@ -19,9 +19,10 @@ same_outputs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(same_outputs)
 
 
-def graded(verdict: str = "partial", duration: float = 1.0) -> CandidateResult:
+def graded(verdict: str = "partial", duration: float = 1.0, budget: str = "30.1") -> CandidateResult:
+    message = f"E  no answer within its budget ({budget} s), where the reference answered it in 0.01 s"
     criteria = {"c1": CriterionResult("c1", "title", 0.5, "partial", "why",
-                                      [EvidenceEntry("t.py::test_a", "failed", 1.0, "claim", [], duration, "E  no")])}
+                                      [EvidenceEntry("t.py::test_a", "failed", 1.0, "claim", [], duration, message)])}
     apply = ApplyReport("applied", "git apply", [FileReport("vllm/a.py", "modified",
                                                             [HunkReport("@@ -1 +1 @@", "applied")])])
     return CandidateResult("c", "int8-kv-rounding", "c.diff", verdict, 0.5, criteria, apply, "A summary.")
@@ -37,7 +38,7 @@ def output(folder: Path, result: CandidateResult, run) -> Path:
 def test_outputs_of_the_same_grading_agree_but_for_their_runs(tmp_path):
     a = output(tmp_path / "a", graded(duration=0.5), run_info())
     later = run_info(started_at="2026-12-05T01:02:03+00:00", timings={"wall_s": 99.0}, jobs=4)
-    b = output(tmp_path / "b", graded(duration=7.0), later)
+    b = output(tmp_path / "b", graded(duration=7.0, budget="31.4"), later)
     assert same_outputs.output_differences(a, b) == []
     other_revision = run_info(grader=GraderRevision("x", "def", False))
     c = output(tmp_path / "c", graded(), other_revision)
@@ -51,5 +52,7 @@ def test_a_changed_verdict_or_page_is_a_difference(tmp_path):
     found = same_outputs.output_differences(a, b)
     assert any(line.startswith("results.json.candidates[0].verdict") for line in found)
     assert any(line.startswith("candidates/") for line in found) and any("junit.xml" in line for line in found)
+    d = output(tmp_path / "d", graded(budget="30.1 s) and 2"), run_info())  # a word more is not a duration
+    assert same_outputs.output_differences(a, d)
     (b / "extra.html").write_text("x")
     assert f"only in {b}: extra.html" in same_outputs.output_differences(a, b)
