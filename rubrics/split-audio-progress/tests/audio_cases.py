@@ -60,11 +60,12 @@ def same_samples(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
-def chunk_problem(c: dict, outcome: dict, *, in_overlap: bool) -> str | None:
+def chunk_problem(c: dict, outcome: dict) -> str | None:
     """What is wrong with the chunks ``split_audio`` gave for case ``c``, or None: they must be returned, keep the
     leading (channel) dimensions, join back into exactly the input, be non-empty and at most one clip long; with
-    ``in_overlap``, every chunk but the last must also end inside its overlap region (at least clip - overlap
-    samples long)."""
+    an overlap shorter than the clip, every chunk but the last must also end inside its overlap region (at least
+    clip - overlap samples long); with an overlap of a clip or more, it must be a whole clip or end at a finite
+    window its search region scores, ahead of the cursor (``_stray_cut``)."""
     if "raised" in outcome:
         return f"split_audio raised {outcome['raised']}: {outcome['message'][:300]}"
     audio = c["audio"]
@@ -81,11 +82,42 @@ def chunk_problem(c: dict, outcome: dict, *, in_overlap: bool) -> str | None:
         return f"an empty chunk among {len(lengths)}: lengths {lengths[:12]}"
     if max(lengths) > clip:
         return f"a chunk of {max(lengths)} samples, longer than one clip ({clip}): lengths {lengths[:12]}"
-    if in_overlap and any(n < clip - overlap for n in lengths[:-1]):
+    if overlap < clip and any(n < clip - overlap for n in lengths[:-1]):
         return (f"a chunk ends before its overlap region (chunks but the last must be {clip - overlap} to {clip} "
                 f"samples): lengths {lengths[:12]}")
+    if overlap >= clip and (stray := _stray_cut(c, lengths)) is not None:
+        return stray
     if joined is None or not same_samples(joined, audio):
         return f"the chunks (lengths {lengths[:12]}) do not join back into the input audio"
+    return None
+
+
+def _stray_cut(c: dict, lengths: list[int]) -> str | None:
+    """Where the overlap is a clip or longer, the first chunk but the last that is neither a whole clip nor cut at
+    a window of finite samples ahead of the cursor, or None.
+
+    Such a search region reaches the cursor, so a split point it finds can be the cursor itself or behind it; a
+    fix must then cut a whole clip (the hard boundary), not creep forward: a cut is either the clip's end or the
+    start of a window the region scores (on the region's window grid, from its start or from the audio's start
+    where the region begins before it), ahead of the cursor and finite on every channel. Audio without a finite
+    window is therefore cut in whole clips."""
+    audio = c["audio"]
+    clip = int(SAMPLE_RATE * c["max_clip_duration_s"])
+    overlap = int(SAMPLE_RATE * c["overlap_duration_s"])
+    window = c["min_energy_window_size"]
+    samples = audio.shape[-1]
+    cursor = 0
+    for n in lengths[:-1]:
+        cut = cursor + n
+        start, end = cursor + clip - overlap, min(cursor + clip, samples)
+        on_grid = any((cut - origin) % window == 0 for origin in {start, max(0, start)})
+        scored = (on_grid and max(0, start) <= cut and cut + window <= end
+                  and bool(torch.isfinite(audio[..., cut:cut + window]).all()))
+        if cut != cursor + clip and not scored:
+            return (f"a chunk of {n} samples from sample {cursor}: with an overlap of a clip or more a chunk but the "
+                    f"last is a whole clip ({clip}) or ends at a finite window of its search region ahead of the "
+                    f"cursor (window {window}, region [{start}, {end})): lengths {lengths[:12]}")
+        cursor = cut
     return None
 
 

@@ -26,10 +26,10 @@ def _split(subject, cases: list[dict]) -> list[dict]:
     return subject.call(f"{PROBES}.split_runs", cases=audio_cases.sent(cases), timeout=HANG_LIMIT_S)
 
 
-def _assert_well_split(subject, cases: list[dict], *, in_overlap: bool) -> None:
+def _assert_well_split(subject, cases: list[dict]) -> None:
     outcomes = _split(subject, cases)
     problems = [f"{audio_cases.describe(c)}: {p}" for c, o in zip(cases, outcomes)
-                if (p := audio_cases.chunk_problem(c, o, in_overlap=in_overlap))]
+                if (p := audio_cases.chunk_problem(c, o))]
     assert not problems, "; ".join(problems)
 
 
@@ -71,7 +71,7 @@ def test_non_finite_overlap_regions_are_split_and_finish(subject, secret_generat
             ]
     cases.append(case(_poisoned(speech(gen, 11000, dtype=torch.float64), 1500, 2600, float("nan")), 2.5, 0.8,
                       window=128, name="float64, NaN over the first overlap region, 2.5 s clips"))
-    _assert_well_split(subject, cases, in_overlap=True)
+    _assert_well_split(subject, cases)
 
 
 # --- c2: the overlap as long as a chunk, or longer ----------------------------------------------------------------
@@ -132,7 +132,7 @@ def test_overlap_as_long_as_a_clip_or_longer_moves_forward(subject, secret_gener
         case(speech(gen, 9000, channels=3, dtype=torch.float64), 2.0, 2.0, name="three float64 channels, 2 s clips"),
         case(speech(gen, 3500, channels=1), 3.0, 5.0, name="one channel, 2D, overlap longer than the clip"),
     ]
-    _assert_well_split(subject, cases, in_overlap=False)
+    _assert_well_split(subject, cases)
 
 
 # --- c3: no window to score, multichannel audio ---------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_short_overlap_and_multichannel_audio_finish(subject, secret_generator):
         case(speech(gen, 10000, channels=1), 3.0, 1.0, name="one channel, 2D"),
         case(speech(gen, 9000, channels=3, dtype=torch.float64), 2.5, 0.5, name="three channels, float64"),
     ]
-    _assert_well_split(subject, cases, in_overlap=True)
+    _assert_well_split(subject, cases)
 
 
 # --- c4: find_split_point answers inside its search region ----------------------------------------------------------

@@ -116,13 +116,14 @@ def _exception_record(exc: BaseException) -> dict:
             "classes": [f"{k.__module__}.{k.__qualname__}" for k in type(exc).__mro__]}
 
 
-def _build(mm_mod, backend):
+def _build(mm_mod, backend, attn_dtype: str | None = "fp8", with_mm_config: bool = True):
     from types import SimpleNamespace
 
     from vllm.config import CompilationConfig, set_current_vllm_config
     from vllm.config.multimodal import MultiModalConfig
 
-    mm_config = MultiModalConfig(mm_encoder_attn_dtype="fp8", mm_encoder_attn_backend=backend)
+    mm_config = (MultiModalConfig(mm_encoder_attn_dtype=attn_dtype, mm_encoder_attn_backend=backend)
+                 if with_mm_config else None)
     # A full VllmConfig needs engine dependencies that a CPU grading host may lack; the layer only reads the
     # multimodal config and the custom-op settings from the current config.
     vllm_config = SimpleNamespace(
@@ -141,7 +142,8 @@ def _build(mm_mod, backend):
 def _build_outcome(case, fi_utils, mm_mod) -> dict:
     # A user asks for the FlashInfer backend where the platform has it; elsewhere the layer picks its own.
     try:
-        layer = _build(mm_mod, "FLASHINFER" if case["flashinfer"] else None)
+        layer = _build(mm_mod, "FLASHINFER" if case["flashinfer"] else None, case.get("attn_dtype", "fp8"),
+                       case.get("multimodal_config", True))
     except Exception as exc:  # noqa: BLE001 - the judge decides what each exception means
         return _exception_record(exc)
     fp8_enabled = getattr(layer, "fp8_enabled", "?")
@@ -149,9 +151,10 @@ def _build_outcome(case, fi_utils, mm_mod) -> dict:
 
 
 def build_outcomes(cases: list[dict]) -> list[dict]:
-    """For each case: what building ``MMEncoderAttention`` with ``mm_encoder_attn_dtype='fp8'`` (the way a model
-    does, config creation included, the FlashInfer backend requested where the fake GPU lists it, the layer's
-    own choice elsewhere) did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
+    """For each case: what building ``MMEncoderAttention`` with ``mm_encoder_attn_dtype`` the case's
+    ``attn_dtype`` ('fp8' unless it says otherwise; None leaves it unset), or with no multimodal config at all
+    where ``multimodal_config`` is False (the way a model does, config creation included, the FlashInfer backend
+    requested where the fake GPU lists it, the layer's own choice elsewhere) did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
     ``{"raised": type, "message": text, "classes": the exception's MRO as module.qualname}``. Only the CUDA
     workspace allocation is stubbed."""
     fi_utils = import_module(FLASHINFER_UTILS)

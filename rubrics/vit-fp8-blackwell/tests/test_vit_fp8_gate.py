@@ -250,7 +250,7 @@ def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answ
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(capability="sm90", flashinfer="available")
+@pytest.mark.cases(capability="sm90", flashinfer="available", attn_dtype="fp8")
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
 def test_hopper_stopped_at_construction(cudnn, answers):
     """Hopper is stopped when the layer is built."""
@@ -258,10 +258,41 @@ def test_hopper_stopped_at_construction(cudnn, answers):
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(capability="sm90", flashinfer="available")
+@pytest.mark.cases(capability="sm90", flashinfer="available", attn_dtype="fp8")
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
 def test_hopper_error_names_blackwell(cudnn, answers):
     """The Hopper error names the SM100 need and claims nothing false."""
     message = refusal_message(answers, "sm90", cudnn, "available")
     problems = message_problems(message, "sm90", cudnn)
     assert not problems, f"the error on Hopper with cuDNN {cudnn} ({message!r}): " + "; ".join(problems)
+
+
+# The layer without FP8: the Blackwell requirement is FP8's alone. Asked of the candidate and of the base on the
+# same fake GPUs; the candidate's outcome must be the base's on each (a check moved out of the FP8 branch stops
+# every ViT on Hopper and Ada, FP8 or not). mm_encoder_attn_dtype takes "fp8" or None, so "unset" is its only
+# non-FP8 value; "no-multimodal-config" is a layer built outside a multimodal model's config.
+WITHOUT_FP8 = {"unset": {"attn_dtype": None}, "no-multimodal-config": {"multimodal_config": False}}
+WITHOUT_FP8_GPUS = ["sm80", "sm89", "sm90", "sm100", "sm120"]
+WITHOUT_FP8_CASES = [(c, d, f) for c in WITHOUT_FP8_GPUS for d in WITHOUT_FP8 for f in FLASHINFER]
+
+
+def _without_fp8_outcomes(subject) -> list[dict]:
+    return subject.call("vit_fp8_probes.build_outcomes",
+                        cases=[{**_gpu(c, "9.17.1", f), **WITHOUT_FP8[d]} for c, d, f in WITHOUT_FP8_CASES])
+
+
+def _layer_outcome(seen: dict) -> str:
+    if "raised" in seen:
+        return f"raised {seen['raised']}: {seen['message'][:200]}"
+    return f"built with fp8_enabled={seen['returned'].get('fp8_enabled')!r}"
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(capability=WITHOUT_FP8_GPUS, attn_dtype=list(WITHOUT_FP8), flashinfer=list(FLASHINFER))
+def test_layer_without_fp8_builds_as_in_the_base(subject, base_subject):
+    """Without FP8 the layer builds on every GPU exactly as in the base (the requirement stops FP8 only)."""
+    got, want = _without_fp8_outcomes(subject), _without_fp8_outcomes(base_subject)
+    problems = [f"{_label(c, '9.17.1', f)}, mm_encoder_attn_dtype {d}: {_layer_outcome(o)}, where the base "
+                f"{_layer_outcome(w)}" for (c, d, f), o, w in zip(WITHOUT_FP8_CASES, got, want, strict=True)
+                if _layer_outcome(o) != _layer_outcome(w)]
+    assert not problems, "; ".join(problems)

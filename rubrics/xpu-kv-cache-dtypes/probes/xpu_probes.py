@@ -4,9 +4,17 @@ Each fake is a real subclass of vLLM's ``Platform`` with only ``_enum`` (and a d
 ``is_xpu``, ``is_cuda``, ``is_cuda_alike``, ``is_rocm``, ``is_cpu``, ``is_tpu`` and ``is_out_of_tree`` all answer
 consistently from one enum, whichever of them a candidate gates on. The probe reports what happened (the
 constructed backend's dtype, the validator's answer, or what was raised); the judge decides what is right.
+
+Each platform is observed in a fresh import of the two modules, made while its fake is installed: a fix that
+reads the platform when its module is imported (a module constant) is then graded on what it does in a process
+that runs on that platform, as one that reads it at each call is. The modules the tree had loaded are put back
+in ``sys.modules`` (and on their packages) when the probe ends.
 """
 
 from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
 
 from probe_support import Patches, import_module, install_platform, outcome_of
 
@@ -42,36 +50,60 @@ def _make_platform(kind: str, capability):
     return type(f"Fake{enum_name.title()}Platform", (Platform,), attrs)()
 
 
-def _install(patches: Patches, replaced: list, modules, kind: str, capability) -> None:
-    """Make a fake platform ``current_platform`` everywhere vLLM code can see it (also where a module still holds
-    a fake installed earlier in this probe)."""
-    fake = _make_platform(kind, capability)
-    install_platform(patches, replaced, fake)
-    for mod in modules:
-        patches.set(mod, "current_platform", fake)
-
-
 def _construct(attn_mod, kv_cache_dtype: str):
     impl = attn_mod.TritonAttentionImpl(num_heads=4, head_size=64, scale=0.125, num_kv_heads=4, alibi_slopes=None,
                                         sliding_window=None, kv_cache_dtype=kv_cache_dtype)
     return impl.kv_cache_dtype
 
 
+@contextmanager
+def _loaded_modules_kept():
+    """Put back, on leaving, the loaded ATTN_MODULE and CACHE_MODULE in ``sys.modules`` and on their packages."""
+    names = (ATTN_MODULE, CACHE_MODULE)
+    kept = {name: import_module(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, module in kept.items():
+            sys.modules[name] = module
+            package, _, leaf = name.rpartition(".")
+            setattr(sys.modules[package], leaf, module)
+
+
+def _fresh_modules() -> tuple:
+    """ATTN_MODULE and CACHE_MODULE imported anew (the attention module first, as vLLM imports them), so that
+    whatever they read at import they read from the platform installed now."""
+    for name in (ATTN_MODULE, CACHE_MODULE):
+        sys.modules.pop(name, None)
+    return import_module(ATTN_MODULE), import_module(CACHE_MODULE)
+
+
+def _platform_of(case: dict) -> tuple:
+    return case["platform"], tuple(case["capability"]) if case.get("capability") else None
+
+
 def site_outcomes(cases: list[dict]) -> list[dict]:
     """For each ``{"site": "impl"|"validator", "platform": kind, "capability": [major, minor] | None, "dtype"}``:
     what the site did there: ``{"returned": the backend's kv_cache_dtype | the validator's bool}`` or
-    ``{"raised": type, "message": text}``."""
+    ``{"raised": type, "message": text}``. The cases of one platform run on modules imported afresh under it."""
     import vllm.platforms as vp
 
-    modules = (import_module(ATTN_MODULE), import_module(CACHE_MODULE))
-    results = []
-    with Patches() as patches:
+    results: list[dict | None] = [None] * len(cases)
+    platforms = list(dict.fromkeys(map(_platform_of, cases)))
+    with _loaded_modules_kept(), Patches() as patches:
         replaced = [vp.current_platform]
-        for case in cases:
-            capability = tuple(case["capability"]) if case.get("capability") else None
-            _install(patches, replaced, modules, case["platform"], capability)
-            if case["site"] == "impl":
-                results.append(outcome_of(_construct, modules[0], case["dtype"]))
-            else:
-                results.append(outcome_of(lambda d: bool(modules[1]._is_supported_kv_cache_dtype(d)), case["dtype"]))
+        for kind, capability in platforms:
+            fake = _make_platform(kind, capability)
+            install_platform(patches, replaced, fake)
+            modules = _fresh_modules()
+            for mod in modules:
+                patches.set(mod, "current_platform", fake)
+            for index, case in enumerate(cases):
+                if _platform_of(case) != (kind, capability):
+                    continue
+                if case["site"] == "impl":
+                    results[index] = outcome_of(_construct, modules[0], case["dtype"])
+                else:
+                    results[index] = outcome_of(lambda d: bool(modules[1]._is_supported_kv_cache_dtype(d)),
+                                                case["dtype"])
     return results
