@@ -25,7 +25,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from grader import ray_backend  # noqa: E402
+from grader.drive import ray_backend  # noqa: E402
 from grader.core.records import Candidate, CandidateResult  # noqa: E402
 from grader.reports.report import comparable, differences  # noqa: E402
 from grader.core.records import GradingOptions  # noqa: E402
