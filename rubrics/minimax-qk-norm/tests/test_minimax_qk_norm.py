@@ -182,8 +182,12 @@ SPY_SHAPES = [
     (16, "16", 6144, 1024, "wide", torch.float16, SPY_TPS),
     (320, "large", 64, 32, "narrow", torch.float16, [1, 2]),
 ]
-SPY_CASE_MARK = pytest.mark.cases(evidence="op-trace", tokens=["1", "16", "large"], width=["narrow", "wide"],
-                                  precision=["fp16", "bf16"])
+SPY_CASE_MARK = pytest.mark.cases(evidence="op-trace", width=["narrow", "wide"], precision=["fp16", "bf16"])
+
+
+def _spy_tokens_mark(tp: int):
+    """The token-count cases ``SPY_SHAPES`` traces at ``tp``."""
+    return pytest.mark.cases(tokens=sorted({case for _, case, *_, tps in SPY_SHAPES if tp in tps}))
 
 
 def _spy_problems(subject, device, tp: int) -> list[str]:
@@ -226,10 +230,10 @@ def _spy_problems_cached(subject, device, tp: int) -> list[str]:
 # too (5.8/7.8 = 0.74). tp1-only-fast-path keeps its designed statuses: unmet on CPU (1.3/5.8 = 0.22) and
 # partial on the GPU ((1.3 + 0.8)/7.8 = 0.27 with two TP1 speed cases, 0.32 with three).
 @pytest.mark.parametrize("tp", [
-    pytest.param(1, id="tp1", marks=pytest.mark.criterion("c1", weight=1.3)),
-    pytest.param(2, id="tp2", marks=pytest.mark.criterion("c1")),
-    pytest.param(4, id="tp4", marks=pytest.mark.criterion("c1")),
-    pytest.param(8, id="tp8", marks=pytest.mark.criterion("c1")),
+    pytest.param(1, id="tp1", marks=[pytest.mark.criterion("c1", weight=1.3), _spy_tokens_mark(1)]),
+    pytest.param(2, id="tp2", marks=[pytest.mark.criterion("c1"), _spy_tokens_mark(2)]),
+    pytest.param(4, id="tp4", marks=[pytest.mark.criterion("c1"), _spy_tokens_mark(4)]),
+    pytest.param(8, id="tp8", marks=[pytest.mark.criterion("c1"), _spy_tokens_mark(8)]),
 ])
 @SPY_CASE_MARK
 def test_no_fp32_copies_or_concat(subject, device, tp):
@@ -241,7 +245,7 @@ def test_no_fp32_copies_or_concat(subject, device, tp):
 
 @pytest.mark.criterion("c1", weight=1.0)
 @SPY_CASE_MARK
-@pytest.mark.cases(tp=[str(tp) for tp in SPY_TPS])
+@pytest.mark.cases(tp=[str(tp) for tp in SPY_TPS], tokens=["1", "16", "large"])
 def test_no_fp32_copies_or_concat_at_every_tp(subject, device):
     """At tp_world 1, 2, 4 and 8 alike forward_qkv makes no fp32 copy of q/k and no cat/chunk temporaries."""
     wrong = [f"tp_world={tp}: {p}" for tp in SPY_TPS for p in _spy_problems_cached(subject, device, tp)]
