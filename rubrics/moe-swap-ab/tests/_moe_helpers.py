@@ -45,14 +45,15 @@ def align(topk_ids, n_experts, block_m):
 
 
 def make_case(quant, M, BM, BN, *, E=4, N=256, K=256, topk=2, bias=False, routed=True, seed=0, generator=None,
-              out_dtype="bf16"):
+              out_dtype="bf16", group_n=128):
     """Inputs and launcher keyword arguments for one fused-MoE launch, drawn here (CPU tensors; ``compute_type``
     by name: the probe turns it into the Triton dtype). Values come from ``generator`` (else a generator seeded
-    with ``seed``); routing, hence the launch grid, is fixed."""
+    with ``seed``); routing, hence the launch grid, is fixed. Block scales cover ``group_n`` output channels by 128
+    input channels."""
     import torch
 
     g = generator if generator is not None else torch.Generator().manual_seed(seed)
-    gn = gk = 128
+    gn, gk = group_n, 128
     kwargs = dict(use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
                   per_channel_quant=False, block_shape=None)
     a32 = torch.randn(M, K, generator=g)
@@ -371,6 +372,8 @@ TARGETS = [
     ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}),
     # an FP8 w8a8 model may compute in float16 as well as in bfloat16
     ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}),
+    # the condition is on the tile, not the token count: a tuned config may give BLOCK_M 16 to a 128-token batch
+    ("fp8_block", 128, 16, 64, {}),
 ]
 # each c4 pair: (index into TARGETS, twin scenario, twin capability)
 C4_PAIRS = {
@@ -390,6 +393,8 @@ C4_PAIRS = {
     "sm110": (1, ("fp8_block", 4, 16, 128, {}), (11, 0)),
     "sm121": (3, ("fp8_block", 24, 32, 128, {}), (12, 1)),
     "fp16_out_sm100": (6, ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}), (10, 0)),
+    # BLOCK_M 16 with 128 tokens swaps; BLOCK_M 64 with 4 tokens does not
+    "small_m_block_m_64": (7, ("fp8_block", 4, 64, 128, {}), (9, 0)),
 }
 # c5: cases the change must not touch, with the capability they launch under
 C5_CASES = {
@@ -431,6 +436,8 @@ C3_CASES = {
     "block_m24_e8": ("fp8_block", 24, 32, 128, {"E": 8, "N": 384, "K": 448}),
     "block_m3_topk4": ("fp8_block", 3, 16, 64, {"E": 8, "topk": 4, "N": 320, "K": 640}),
     "block_deep_k": ("fp8_block", 7, 16, 64, {"N": 192, "K": 1152}),
+    # scale groups of 64 output channels: a BLOCK_N 128 weight tile spans two of them
+    "block_group_n64": ("fp8_block", 5, 16, 128, {"N": 256, "K": 256, "group_n": 64}),
     "tensor_nk_ragged_bias": ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}),
     "channel_nk_ragged": ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}),
 }

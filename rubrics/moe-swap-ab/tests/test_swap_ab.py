@@ -189,6 +189,7 @@ C4_PAIR_CASES = {
     "fp8_tensor_sm100": dict(_BLOCK_TARGET, scale="per-tensor", capability=["sm90", "sm100"], block_m="16"),
     "fp8_channel_sm89": dict(_BLOCK_TARGET, scale="per-channel", capability=["sm90", "sm89"], block_m="16"),
     "fp16_out_sm100": dict(_BLOCK_TARGET, capability=["sm90", "sm100"], block_m="16", out_dtype="fp16"),
+    "small_m_block_m_64": dict(_BLOCK_TARGET, capability="sm90", block_m=["16", "64"], tokens=["large", "small"]),
 }
 
 
@@ -315,7 +316,8 @@ def test_original_dot_path_kept(h, kernel_source):
 # ------------------------------------------------------------------------------------------------ c3
 # Each numerics case: the values of c3's declared axes it exercises (N against BLOCK_N, K against BLOCK_K 128).
 C3_CASE_AXES = {
-    "block_n_ragged": dict(scale="block", n_tile="ragged", k_tile="aligned", bias="no bias", routed="routed"),
+    "block_n_ragged": dict(scale="block", n_tile="ragged", k_tile="aligned", bias="no bias", routed="routed",
+                           scale_group="128 channels"),
     "block_k_ragged": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
     "block_nk_ragged_bias": dict(scale="block", n_tile="ragged", k_tile="ragged", bias="bias", routed="routed"),
     "block_unrouted_bias_m1": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="bias",
@@ -323,6 +325,8 @@ C3_CASE_AXES = {
     "block_m24_e8": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
     "block_m3_topk4": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
     "block_deep_k": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
+    "block_group_n64": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed",
+                            scale_group="64 channels"),
     "tensor_nk_ragged_bias": dict(scale="per-tensor", n_tile="ragged", k_tile="ragged", bias="bias",
                                   routed="routed"),
     "channel_nk_ragged": dict(scale="per-channel", n_tile="ragged", k_tile="ragged", bias="no bias",
