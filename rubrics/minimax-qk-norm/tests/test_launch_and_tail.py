@@ -97,14 +97,13 @@ def _refused_by_gpu_backend(launch: dict) -> list[str]:
 @pytest.mark.parametrize("tp", [1, 2], ids=lambda t: f"tp{t}")
 def test_kernel_launches_the_gpu_accepts(subject, device, secret_generator, tp):
     """Every kernel forward_qkv launches, at every row width from 8 to 6144 channels a rank, asks for launch
-    options the GPU backend accepts (else the narrow or wide rows give no values on the GPU), and gives the
-    RMSNorm results."""
+    options the GPU backend accepts (else the narrow or wide rows give no values on the GPU). Only the options are
+    judged here: the values at tp > 1 are c3's."""
     wrong = []
     for q_size, kv_size in LAUNCH_WIDTHS:
         inputs = qk.make_inputs(secret_generator, 1, q_size * tp, kv_size * tp)
         obs = subject.call("qknorm_launches.simulate_launches", device=device, **qk.shard(inputs, tp))
         # Each rank (and, at tp > 1, each of the simulation's two phases) launches the same kernels: one line each.
         refused = list(dict.fromkeys(p for launch in obs["launches"] for p in _refused_by_gpu_backend(launch)))
-        problems = refused or qk.check_observations(obs, inputs, tp, torch.float32, qk.TOL[torch.float32])
-        wrong += [f"q {q_size} / kv {kv_size} a rank: {p}" for p in problems]
+        wrong += [f"q {q_size} / kv {kv_size} a rank: {p}" for p in refused]
     assert not wrong, f"{len(wrong)} problem(s): " + "; ".join(wrong[:6])
