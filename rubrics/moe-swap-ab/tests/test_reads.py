@@ -104,22 +104,3 @@ def test_original_path_reads_only_its_operands(h, subject, case):
     s, cap = h.C5_CASES[case]
     err = _read_errors(h, subject, s, cap)
     assert err is None, err
-
-
-# The interpreter that records the loads above checks no types: a kernel that a GPU compile refuses can compute the
-# right numbers in it. Every launch of c5 is therefore also lowered to Triton IR for its CUDA target (no GPU needed),
-# except FP8 on SM80: Triton has no float8_e4m3fn type below SM89, so the base's launch is refused there too.
-C5_COMPILE_CASES = {name: axes for name, axes in C5_READ_CASES.items() if name != "fp8_block_sm80"}
-
-
-@pytest.mark.criterion("c5")
-@pytest.mark.parametrize("case", [pytest.param(name, id=name, marks=pytest.mark.cases(
-    site="dot(a, b) path", platform="cuda", **axes)) for name, axes in sorted(C5_COMPILE_CASES.items())])
-def test_original_path_compiles_for_its_gpu(h, subject, case):
-    """A launch outside the FP8 / small-M / SM90 target, with its own arguments and constexprs, passes Triton's front end for the CUDA GPU it targets."""
-    s, cap = h.C5_CASES[case]
-    launch, _ = h.launch_of(s)
-    kernels = subject.call("moe_swap_compile_probes.launch_front_end", launch=launch, cap=list(cap))
-    assert kernels, f"{h.key_of(s)} on SM{tuple(cap)}: the launcher made no kernel launch"
-    refused = [k for k in kernels if k["error"]]
-    assert not refused, f"{h.key_of(s)} on SM{tuple(cap)}: Triton's front end refuses the launch: {refused}"
