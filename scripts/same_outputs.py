@@ -1,6 +1,6 @@
 """Whether two grading outputs say the same thing, but for the circumstances of their runs: results.json without
 the fields that differ between identical gradings (``grader.reports.report.comparable``), junit.xml without its
-times, and every other file (pages, styles) byte for byte once the run's times are masked: the index's start time
+times, and every other file (pages, styles) character for character once the run's times are masked: the index's start time
 and wall seconds, and every duration a message states (``budget (30.1 s)``, ``answered it in 0.01 s``: time
 budgets come from the controls' own timed calls). With ``--across-revisions`` the grader's revision and its engine
 digest (``rubric.engine``, a digest of the engine's modules) are masked too. For a refactor that must change
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.reports.report import comparable, differences  # noqa: E402
+from grader.reports.report import comparable, differences, parting  # noqa: E402
 
 # What a run says of its own times: when it started, and every duration (the index's wall seconds, the budgets
 # and control times in messages).
@@ -72,15 +72,13 @@ def output_differences(a: Path, b: Path, across_revisions: bool = False) -> list
         if name == "results.json":
             found += results_differences(a / name, b / name, across_revisions)
             continue
-        x, y = (a / name).read_bytes(), (b / name).read_bytes()
+        x, y = ((out / name).read_text(encoding="utf-8", errors="surrogateescape") for out in (a, b))
         if name.endswith(".xml"):
-            x, y = (JUNIT_TIMES.sub("", v.decode("utf-8")).encode() for v in (x, y))
+            x, y = JUNIT_TIMES.sub("", x), JUNIT_TIMES.sub("", y)
         elif name.endswith(".html"):
-            x, y = (masked_page(v.decode("utf-8"), across_revisions).encode() for v in (x, y))
+            x, y = masked_page(x, across_revisions), masked_page(y, across_revisions)
         if x != y:
-            at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-            found.append(f"{name}: differs from byte {at}: {x[max(0, at - 40):at + 60]!r} != "
-                         f"{y[max(0, at - 40):at + 60]!r}")
+            found.append(f"{name}: {parting(x, y)}")
     return found
 
 
