@@ -50,24 +50,31 @@ SAMPLES = _samples()
 TASKS = sorted({task for task, _, _ in SAMPLES})
 
 
-@pytest.fixture(scope="session")
-def results() -> dict[tuple[str, str], CandidateResult]:
-    """Grade every sample once, two at a time; key (task, name) -> its result."""
+def grade_samples() -> dict[tuple[str, str], tuple]:
+    """Grade every sample once, two at a time; key (task, name) -> (its result, its run or None)."""
     tasks, bases = all_tasks(), BaseCache()
     launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
     options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
 
     def grade(sample):
         task, name, diff = sample
-        result, run = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options, launcher)
-        assert run is not None, f"{task}/{name} did not run: {result.summary}"
-        return (task, name), result
+        return (task, name), grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options,
+                                             launcher)
 
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             return dict(pool.map(grade, SAMPLES))
     finally:
         launcher.close()
+
+
+@pytest.fixture(scope="session")
+def results() -> dict[tuple[str, str], CandidateResult]:
+    """Every sample's result; key (task, name)."""
+    graded = grade_samples()
+    for (task, name), (result, run) in graded.items():
+        assert run is not None, f"{task}/{name} did not run: {result.summary}"
+    return {key: result for key, (result, _) in graded.items()}
 
 
 @pytest.fixture(scope="session")

@@ -26,35 +26,20 @@ SECRETS = ("same-grade-secret-1", "same-grade-secret-2", "same-grade-secret-3", 
            "same-grade-secret-5")
 GRADE_TIMEOUT_S = 6 * 3600
 
-# Run in a process whose $GRADER_CACHE is the secret's cache: grades every sample as tests/e2e/test_samples.py does
-# (its SAMPLES, the base as the empty diff) and prints one JSON document of what each got.
+# Run in a process whose $GRADER_CACHE is the secret's cache: grades every sample with tests/e2e/test_samples.py's
+# own grade_samples (the base as the empty diff) and prints one JSON document of what each got.
 GRADE_ALL = """
 import json, sys
-from concurrent.futures import ThreadPoolExecutor
 sys.path[:0] = ["tests/e2e", "tests"]  # test_samples, and the conftest it may read
-from test_samples import GPU, SAMPLES
-from grader.core.records import Candidate, GradingOptions
-from grader.core.rubric import all_tasks
-from grader.drive.one_candidate import BaseCache, grade_candidate
-from grader.sandbox.launch import start_warm_pool
+from test_samples import grade_samples
 
-tasks, bases = all_tasks(), BaseCache()
-launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
-options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
-
-def grade(sample):
-    task, name, diff = sample
-    result, _ = grade_candidate(Candidate(name, f"{task}/{name}", diff, task=task), bases, options, launcher)
+def said(result):
     checks = {e.test: e.status for r in result.criteria.values() for e in r.evidence}
-    return f"{task}/{name}", {"run_status": result.run_status, "verdict": result.verdict, "score": result.score,
-                              "criteria": {cid: [r.status, r.score] for cid, r in result.criteria.items()},
-                              "checks": checks}
+    return {"run_status": result.run_status, "verdict": result.verdict, "score": result.score,
+            "criteria": {cid: [r.status, r.score] for cid, r in result.criteria.items()}, "checks": checks}
 
-try:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        print(json.dumps(dict(pool.map(grade, SAMPLES)), sort_keys=True))
-finally:
-    launcher.close()
+print(json.dumps({f"{task}/{name}": said(result) for (task, name), (result, _) in grade_samples().items()},
+                 sort_keys=True))
 """
 
 
