@@ -51,13 +51,29 @@ def not_run_reason(check: TestOutcome | EvidenceEntry) -> str:
     return "gpu" if "gpu" in check.kinds else "skipped"
 
 
+# The device parameter that tells a check's variants apart (``test_x[nan-cpu]`` and ``test_x[nan-cuda]``).
+VARIANT_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def variant_case(nodeid: str) -> str:
+    """The case a variant check stands for: its node id without the device among its parameters, so that
+    ``test_x[scale1-rocm-cpu]`` and ``test_x[scale1-rocm-cuda]`` are one case and ``test_x[scale1-cuda-cpu]``
+    another."""
+    head, bracket, params = nodeid.partition("[")
+    if not bracket:
+        return nodeid
+    kept = [p for p in params.rstrip("]").split("-") if p not in VARIANT_DEVICES]
+    return f"{head}[{'-'.join(kept)}]"
+
+
 def stood_in_for(listed: list[tuple[TestOutcome, float]]) -> set[str]:
     """Variants of a check (marker ``variant``: the CPU-interpreter case and the compiled GPU case) skipped while
-    another variant of the same criterion was evaluated: not missing evidence, so they count nowhere. Where no
-    variant ran, a skipped variant is missing evidence like any other skip."""
-    if not any("variant" in o.kinds and o.status in EVALUATED for o, _ in listed):
-        return set()
-    return {o.nodeid for o, _ in listed if "variant" in o.kinds and o.status == "skipped"}
+    another variant of the same case was evaluated: not missing evidence, so they count nowhere. A skipped variant
+    whose own case no variant evaluated (a ROCm case that only the interpreter emulates, in a GPU run that skips
+    the interpreter) is missing evidence like any other skip, whatever other cases of the criterion ran."""
+    evaluated = {variant_case(o.nodeid) for o, _ in listed if "variant" in o.kinds and o.status in EVALUATED}
+    return {o.nodeid for o, _ in listed
+            if "variant" in o.kinds and o.status == "skipped" and variant_case(o.nodeid) in evaluated}
 
 
 def score_from_outcomes(cid: str, title: str, outcomes: list[TestOutcome]) -> CriterionResult:

@@ -10,7 +10,7 @@ from grader.core.records import ApplyReport, CriterionResult, RunReport
 from grader.core.records import TestOutcome as Outcome  # a name pytest does not collect
 from grader.core.rubric import RUBRICS_DIR, load_task
 from grader.pipeline.score import (FULL_AT, MET_AT, UNMET_AT, apply_conditions, criteria_mean, overall_score, score_criteria,
-                          score_from_outcomes, status_for, verdict_for)
+                          score_from_outcomes, variant_case, status_for, verdict_for)
 from grader.taskkit.validate import check_rules
 
 
@@ -319,6 +319,21 @@ def test_a_variant_skipped_where_another_variant_runs_does_not_lower_coverage():
     other = out("s", "passed", c1=1)
     r = score_from_outcomes("c1", "t", [cpu_skipped, cuda, other])
     assert (r.coverage, r.not_run) == (round(1 / 3, 4), {"gpu": 1, "skipped": 1})
+
+
+def test_a_variant_stands_in_only_for_its_own_case():
+    """A GPU run skips the interpreter's variants; where a case (a ROCm platform) has no compiled variant that
+    ran, its skipped variant is missing evidence, even while the criterion's CUDA cases ran."""
+    cuda_case = replace(out("k[s1-cuda-cuda]", "passed", c1=1), kinds=["gpu", "variant"])
+    cuda_case_cpu = replace(out("k[s1-cuda-cpu]", "skipped", "Skipped: variant: compiled run", c1=1),
+                            kinds=["variant"])
+    rocm_cpu = replace(out("k[s1-rocm-cpu]", "skipped", "Skipped: variant: compiled run", c1=1), kinds=["variant"])
+    rocm_cuda = replace(out("k[s1-rocm-cuda]", "skipped", "Skipped: variant: interpreter only", c1=1),
+                        kinds=["gpu", "variant"])
+    r = score_from_outcomes("c1", "t", [cuda_case, cuda_case_cpu, rocm_cpu, rocm_cuda])
+    assert (r.score, r.coverage, r.not_run) == (1.0, round(1 / 3, 4), {"gpu": 1, "skipped": 1})
+    assert variant_case("k[s1-rocm-cpu]") == variant_case("k[s1-rocm-cuda]") == "k[s1-rocm]"
+    assert variant_case("k") == "k"
 
 
 def test_the_scoring_page_quotes_the_rule_as_the_code_has_it():
