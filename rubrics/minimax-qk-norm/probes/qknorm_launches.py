@@ -46,3 +46,30 @@ def simulate_launches(**simulate_args) -> dict:
         obs = qknorm_probes.simulate(**simulate_args)
     obs["launches"] = launches
     return obs
+
+
+def _grid_of(grid, kwargs: dict) -> list[int]:
+    """A launch's grid as its three dimensions (a callable grid is given the launch's keyword arguments)."""
+    dims = grid(kwargs) if callable(grid) else grid
+    dims = tuple(int(d) for d in dims)
+    return list(dims + (1,) * (3 - len(dims)))
+
+
+def _grid_only(launches: list):
+    def run(self, *args, grid, warmup=False, **kwargs):
+        fn = getattr(self, "fn", None)
+        launches.append({"kernel": getattr(fn, "__name__", type(self).__name__), "grid": _grid_of(grid, kwargs)})
+
+    return run
+
+
+def launch_grids(**simulate_args) -> dict:
+    """``qknorm_probes.simulate`` with every Triton launch recorded and not run: ``launches`` lists, per launch,
+    the kernel's name and its grid's three dimensions. The outputs are whatever the op's allocations held (no
+    kernel ran): only the grids are observations here."""
+    launches: list = []
+    with Patches() as patches:
+        for cls in _launch_classes():
+            patches.set(cls, "run", _grid_only(launches))
+        obs = qknorm_probes.simulate(**simulate_args)
+    return {"launches": launches, "total_calls": obs["total_calls"]}

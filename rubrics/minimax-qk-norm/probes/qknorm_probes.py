@@ -24,7 +24,7 @@ _dynamo_config.disable = True
 _MODULE = []
 
 
-def _module():
+def layer_module():
     """The candidate's ``rms_norm_tp``, imported once, after the custom-op spy window is installed; an import
     error propagates (the probe raises)."""
     if not _MODULE:
@@ -48,7 +48,7 @@ def simulate(qkv: list, q_weight: list, k_weight: list, q_size: int, kv_size: in
     ``q_weight[r]``, ``k_weight[r]``. With ``guard_elements``, every plain ``torch.empty`` made during the run gets
     that many elements after it, set to ``guard_value``; ``guards`` lists ``[numel, dtype name, the guard elements
     after the run as fp64]`` per allocation."""
-    mod = _module()
+    mod = layer_module()
     qkv, q_weight, k_weight = _on(device, qkv), _on(device, q_weight), _on(device, k_weight)
     guards: list = []
     with qknorm_sim.vllm_config(), Patches() as patches:
@@ -85,7 +85,7 @@ def op_events(tp_world: int, qkv, q_weight, k_weight, q_size: int, kv_size: int,
     """The aten ops (with their outputs' dtypes and shapes) one ``forward_qkv`` call dispatches, on rank 0 of a
     ``tp_world`` group whose all-reduce is an identity, after one warm-up call outside the spy (kernel
     compilation, caches). Distinct records, each with its count (``qknorm_sim.OpSpy.summary``)."""
-    mod = _module()
+    mod = layer_module()
     qkv, q_weight, k_weight = qkv.to(device), q_weight.to(device), k_weight.to(device)
     group = qknorm_sim.FakeTPGroup(tp_world)
     with qknorm_sim.vllm_config(), qknorm_sim.installed_group(group):

@@ -93,30 +93,33 @@ def installed_group(group):
         ps._TP = old
 
 
-def _build_norms(mod, group, rank, q_weight, k_weight, eps):
+def _build_norms(mod, group, rank, q_weight, k_weight, eps, place=None):
+    place = place or torch.Tensor.clone
     group.rank_in_group = rank
     group.rank = rank
     q_norm = mod.MiniMaxText01RMSNormTP(q_weight.numel() * group.world_size, eps=eps)
     k_norm = mod.MiniMaxText01RMSNormTP(k_weight.numel() * group.world_size, eps=eps)
     with torch.no_grad():
-        q_norm.weight.data = q_weight.clone()
-        k_norm.weight.data = k_weight.clone()
+        q_norm.weight.data = place(q_weight)
+        k_norm.weight.data = place(k_weight)
     return q_norm, k_norm
 
 
-def run_ranks(mod, qkv: list, q_weight: list, k_weight: list, q_size: int, kv_size: int, eps: float) -> dict:
+def run_ranks(mod, qkv: list, q_weight: list, k_weight: list, q_size: int, kv_size: int, eps: float,
+              place=None) -> dict:
     """Run ``MiniMaxText01RMSNormTP.forward_qkv`` on ``len(qkv)`` simulated ranks (two phases at tp > 1).
 
     ``qkv[r]``, ``q_weight[r]``, ``k_weight[r]``: rank r's shard (already on the device). Returns the observations:
     ``outputs`` (rank r's returned tensors, or None when phase 2 could not run), ``record_counts`` (all-reduce
     calls per rank in phase 1, tp > 1), ``calls_per_rank`` (in the last phase) and ``total_calls`` (all phases).
+    ``place`` makes each norm's weight from a shard (a copy by default).
     """
     tp_world = len(qkv)
     group = FakeTPGroup(tp_world)
     outs: dict[int, object] = {}
     obs = {"outputs": None, "record_counts": None, "calls_per_rank": [], "total_calls": 0}
     with installed_group(group):
-        norms = [_build_norms(mod, group, r, q_weight[r], k_weight[r], eps) for r in range(tp_world)]
+        norms = [_build_norms(mod, group, r, q_weight[r], k_weight[r], eps, place) for r in range(tp_world)]
         phases = ["record", "replay"] if tp_world > 1 else ["count"]
         for phase in phases:
             group.mode = phase

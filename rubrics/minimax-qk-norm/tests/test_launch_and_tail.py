@@ -107,3 +107,28 @@ def test_kernel_launches_the_gpu_accepts(subject, device, secret_generator, tp):
         refused = list(dict.fromkeys(p for launch in obs["launches"] for p in _refused_by_gpu_backend(launch)))
         wrong += [f"q {q_size} / kv {kv_size} a rank: {p}" for p in refused]
     assert not wrong, f"{len(wrong)} problem(s): " + "; ".join(wrong[:6])
+
+
+# CUDA grids allow 2**31 - 1 programs on axis 0 and 65535 on axes 1 and 2; the interpreter allows any grid. A
+# prefill batch can hold more than 65535 tokens, so a kernel whose grid puts the token count on axis 1 or 2 runs
+# here and fails to launch on the GPU. The probe records the grids and runs no kernel, so a batch of that size
+# costs nothing here.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+MORE_TOKENS_THAN_A_GRID_AXIS = 70001
+
+
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence="values", precision="fp32", shape="narrow", tokens="large", tp=["1", "2"])
+@pytest.mark.parametrize("tp", [1, 2], ids=lambda t: f"tp{t}")
+def test_grids_fit_the_gpu_for_large_batches(subject, device, tp):
+    """Every kernel forward_qkv launches for a batch of 70001 tokens has a grid the GPU can launch (else that
+    batch gives no values on the GPU)."""
+    tokens = MORE_TOKENS_THAN_A_GRID_AXIS
+    qkv = [torch.zeros(tokens, 64 + 2 * 32) for _ in range(tp)]
+    weights = [torch.ones(64) for _ in range(tp)], [torch.ones(32) for _ in range(tp)]
+    obs = subject.call("qknorm_launches.launch_grids", device=device, qkv=qkv, q_weight=weights[0],
+                       k_weight=weights[1], q_size=64, kv_size=32, eps=qk.EPS, timeout=300)
+    wrong = list(dict.fromkeys(
+        f"{launch['kernel']}: grid {tuple(launch['grid'])}" for launch in obs["launches"]
+        if any(d > limit for d, limit in zip(launch["grid"], GRID_LIMITS))))
+    assert not wrong, f"{tokens} tokens at tp_world={tp}: grids past the GPU's limits {GRID_LIMITS}: " + "; ".join(wrong)

@@ -488,13 +488,27 @@ def test_matches_fp32_rmsnorm_every_case(subject, device, secret_generator):
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(eps="default-eps", width="narrow")
+@pytest.mark.cases(eps="default-eps", width="narrow", magnitude="unit")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 @pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
 def test_tp_variance_aggregation(subject, device, secret_generator, dtype, tp):
     """Sharded forward_qkv with the variance all-reduced over tp ranks equals full-width RMSNorm."""
     _, _, problems = _run_sim(subject, device, secret_generator, 6, 64 * 8, 16 * 8, tp, dtype)
     assert not problems, f"tp_world={tp}: {problems}"
+
+
+# Activations in the hundreds (representable in fp16) have mean squares past fp16's range: statistics kept or
+# all-reduced in the activation dtype overflow there, where the full-width fp32 RMSNorm is exact.
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(eps="default-eps", width="narrow", magnitude="large-values")
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("tp", [2, 4, 8], ids=lambda t: f"tp{t}")
+def test_tp_variance_aggregation_large_values(subject, device, secret_generator, dtype, tp):
+    """Sharded forward_qkv on activations scaled by 200 equals full-width RMSNorm."""
+    q, k, v, qw, kw = make_inputs(secret_generator, 4, 64 * 8, 16 * 8)
+    inputs = (q * 200.0, k * 200.0, v, qw, kw)
+    _, _, problems = _run_sim(subject, device, None, 4, 64 * 8, 16 * 8, tp, dtype, inputs=inputs)
+    assert not problems, f"tp_world={tp}, activations x200: {problems}"
 
 
 # The norms' own epsilon must enter the rsqrt as it does at full width, after the division by tp_world: with the
@@ -584,8 +598,9 @@ def test_every_tp_world_handled(subject, device, secret_generator):
 
 # --------------------------------------------------------------------------------------------- c5
 
-# The last two give the norms epsilon 1e-2 on small activations (scale 0.05), where a path that ignores the
-# norm's own epsilon, or scales it by 1/tp_world, is wrong.
+# Two give the norms epsilon 1e-2 on small activations (scale 0.05), where a path that ignores the norm's own
+# epsilon, or scales it by 1/tp_world, is wrong; the last two scale fp16 activations by 200, whose mean squares
+# exceed fp16's range (statistics kept in the activation dtype overflow).
 FALLBACK_CASES = [
     {"name": "tp1_fp32", "tokens": 5, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float32},
     {"name": "tp2_fp32", "tokens": 5, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float32},
@@ -593,12 +608,15 @@ FALLBACK_CASES = [
     {"name": "tp8_fp32", "tokens": 3, "q": 384, "kv": 64, "tp": 8, "dtype": torch.float32},
     {"name": "tp1_fp32_eps1e-2", "tokens": 4, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float32, "eps": 1e-2},
     {"name": "tp2_fp16_eps1e-2", "tokens": 4, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float16, "eps": 1e-2},
+    {"name": "tp1_fp16_x200", "tokens": 3, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float16, "scale": 200.0},
+    {"name": "tp4_fp16_x200", "tokens": 3, "q": 256, "kv": 64, "tp": 4, "dtype": torch.float16, "scale": 200.0},
 ]
 
 
 def _fallback_marks(c: dict):
     precision = {torch.float32: "fp32", torch.float16: "fp16"}[c["dtype"]]
-    return pytest.mark.cases(tp=str(c["tp"]), precision=precision, eps="own-eps" if "eps" in c else "default-eps")
+    return pytest.mark.cases(tp=str(c["tp"]), precision=precision, eps="own-eps" if "eps" in c else "default-eps",
+                             magnitude="large-values" if "scale" in c else "unit")
 
 
 @pytest.fixture(scope="module")
@@ -609,7 +627,7 @@ def fallback_results(subject_on, device):
     inputs, cases = {}, []
     for c in FALLBACK_CASES:
         q, k, v, qw, kw = make_inputs(gen, c["tokens"], c["q"], c["kv"])
-        scale = 0.05 if "eps" in c else 1.0
+        scale = c.get("scale", 0.05 if "eps" in c else 1.0)
         inputs[c["name"]] = _cast((q * scale, k * scale, v, qw, kw), c["dtype"])
         cases.append({"name": c["name"], **shard(inputs[c["name"]], c["tp"], c.get("eps", EPS))})
     report = subject_on("without-triton").call("qknorm_fallback.run", cases=cases, device=device, timeout=300)
@@ -649,7 +667,8 @@ def test_fallback_without_triton(fallback_results, case):
 # c5 names tp_world 1, 2, 4 and 8: with one check per tp, one tp failing entirely left c5 at 3/4 = 0.75, met. This
 # test asks for all four at once (the same no-Triton run), weight 1: one tp failing gives 3/5 = 0.6, on CPU and GPU.
 @pytest.mark.criterion("c5", weight=1.0)
-@pytest.mark.cases(tp=["1", "2", "4", "8"], precision=["fp32", "fp16"], eps=["default-eps", "own-eps"])
+@pytest.mark.cases(tp=["1", "2", "4", "8"], precision=["fp32", "fp16"], eps=["default-eps", "own-eps"],
+                   magnitude=["unit", "large-values"])
 def test_fallback_without_triton_at_every_tp(fallback_results):
     """Without Triton forward_qkv gives the RMSNorm results at tp_world 1, 2, 4 and 8 alike, not just some."""
     wrong = []
