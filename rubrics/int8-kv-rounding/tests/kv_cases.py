@@ -44,15 +44,18 @@ ROW_IDS = list(INT8_POSITIVE_ROWS)
 # size): (key dim, value dim). A kernel that rounds a cache's lanes under the other cache's mask leaves the lanes past
 # the narrower head size truncated, which equal sizes never show. The 16-lane row holds two scale-1 rows (absmax 127),
 # the 8-lane row the scale-2 one.
-HEAD_LAYOUTS = {"key-wider": (16, 8), "value-wider": (8, 16)}
+# "non-pow2" gives both caches 12 lanes (vLLM head sizes such as 80, 96 or 192 are no power of two): the kernel pads
+# to 16, so a fix that rounds only when the head size equals its padded size leaves these heads truncated.
+HEAD_LAYOUTS = {"key-wider": (16, 8), "value-wider": (8, 16), "non-pow2": (12, 12)}
 WIDE_ROW = INT8_POSITIVE_ROWS["scale1-small"] + INT8_POSITIVE_ROWS["scale1-large"]
 NARROW_ROW = INT8_POSITIVE_ROWS["scale2"]
+ODD_ROW = INT8_POSITIVE_ROWS["scale1-small"] + INT8_POSITIVE_ROWS["scale1-large"][1:5]
 
 
 def layout_rows(layout: str, dtype, sign=1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(key, value) of ``layout`` (``HEAD_LAYOUTS``), one token and one head each, times ``sign``."""
     dk, dv = HEAD_LAYOUTS[layout]
-    pick = {16: WIDE_ROW, 8: NARROW_ROW}
+    pick = {16: WIDE_ROW, 8: NARROW_ROW, 12: ODD_ROW}
     return row(pick[dk], dtype, sign), row(pick[dv], dtype, sign)
 
 

@@ -165,7 +165,7 @@ def _check_layouts(kv_store, device, platform, sign: float, caches: tuple[str, .
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims=["key-wider", "value-wider"])
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims=["key-wider", "value-wider", "non-pow2"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform):
@@ -175,7 +175,7 @@ def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform)
 
 @pytest.mark.criterion("c3")
 @pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"],
-                   head_dims=["key-wider", "value-wider"])
+                   head_dims=["key-wider", "value-wider", "non-pow2"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
@@ -186,7 +186,7 @@ def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
 
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(cache=["key", "value"], sign="negative", input_dtype=["fp32", "fp16"],
-                   head_dims=["key-wider", "value-wider"])
+                   head_dims=["key-wider", "value-wider", "non-pow2"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_negatives_round_with_unequal_head_sizes(kv_store, device, platform):
