@@ -51,17 +51,22 @@ def not_run_reason(check: TestOutcome | EvidenceEntry) -> str:
     return "gpu" if "gpu" in check.kinds else "skipped"
 
 
-# The device parameter that tells a check's variants apart (``test_x[nan-cpu]`` and ``test_x[nan-cuda]``).
+# What tells a check's variants apart: a device among its parameters (``test_x[nan-cpu]``, ``test_x[nan-cuda]``)
+# or the word ``interpreted`` in its name (``test_numerics_interpreted`` beside the compiled ``test_numerics``).
 VARIANT_DEVICES = frozenset({"cpu", "cuda"})
+VARIANT_WORD = "interpreted"
 
 
 def variant_case(nodeid: str) -> str:
-    """The case a variant check stands for: its node id without the device among its parameters, so that
-    ``test_x[scale1-rocm-cpu]`` and ``test_x[scale1-rocm-cuda]`` are one case and ``test_x[scale1-cuda-cpu]``
-    another."""
+    """The case a variant check stands for: its node id without the device among its parameters and without
+    ``interpreted`` in its name, so that ``test_x[scale1-rocm-cpu]`` and ``test_x[scale1-rocm-cuda]`` are one
+    case, ``test_x[scale1-cuda-cpu]`` another, and ``test_y_interpreted[c]`` is ``test_y[c]``."""
     head, bracket, params = nodeid.partition("[")
+    path, sep, name = head.rpartition("::")
+    name = "_".join(word for word in name.split("_") if word != VARIANT_WORD)
+    head = f"{path}{sep}{name}"
     if not bracket:
-        return nodeid
+        return head
     kept = [p for p in params.rstrip("]").split("-") if p not in VARIANT_DEVICES]
     return f"{head}[{'-'.join(kept)}]"
 

@@ -334,6 +334,8 @@ def test_a_variant_stands_in_only_for_its_own_case():
     assert (r.score, r.coverage, r.not_run) == (1.0, round(1 / 3, 4), {"gpu": 1, "skipped": 1})
     assert variant_case("k[s1-rocm-cpu]") == variant_case("k[s1-rocm-cuda]") == "k[s1-rocm]"
     assert variant_case("k") == "k"
+    assert variant_case("f.py::test_numerics_interpreted_in_every_case") == "f.py::test_numerics_in_every_case"
+    assert variant_case("f.py::test_numerics_interpreted[c1]") == variant_case("f.py::test_numerics[c1]")
 
 
 def test_the_scoring_page_quotes_the_rule_as_the_code_has_it():
