@@ -8,6 +8,9 @@ Three observations, none judged here:
   launch options). Also each kernel's constexpr parameters and defaults, which the judge needs to read a launch.
 - ``run_numerics``: the launcher run for real (compiled on a GPU, through the Triton interpreter on CPU) on the
   judge's operands, whose rows the judge has padded with NaN guard elements; the output buffer comes back.
+- ``run_recording_reads``: the same run through the Triton interpreter, with A (and a per-token A_scale) followed by
+  guard rows, recording every address the kernel loads; the output buffer comes back with the loads, counted by
+  the tensor (or guard region) they fall in.
 - ``compiled_dot_lines``: on a GPU, the ``tt.dot`` / ``tt.trans`` lines of the TTIR of every kernel a launch compiled.
 
 The launch arguments cross as data: tensors, plain values, and ``compute_type`` as a name ("bf16", "fp16",
@@ -256,6 +259,78 @@ def run_numerics(launch: dict, cap, guard: int, device: str = "cpu"):
         if device != "cpu":
             torch.cuda.synchronize()
     return kwargs["C"].cpu()
+
+
+GUARD_ROWS_OF = "{} guard rows"
+OUTSIDE = "outside every argument"
+
+
+def _span(t) -> tuple[int, int]:
+    """The bytes a (possibly strided) tensor's elements lie in: from its first element to just past its last."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) if t.numel() else -1
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+@contextlib.contextmanager
+def _recorded_loads(spans: dict):
+    """While the block runs, count the distinct element addresses the interpreted loads enable, by the span
+    ``{name: (first byte, end byte)}`` they fall in (``OUTSIDE`` for none). Every Triton load the interpreter runs
+    (plain, block-pointer, tensor-descriptor) goes through ``InterpreterBuilder.create_masked_load`` with the lanes'
+    addresses and mask, so the enabled lanes are exactly what the kernel reads. Yields the counts, filled at the end."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    seen: list = []
+    original = interpreter.InterpreterBuilder.create_masked_load
+
+    def recording_load(self, ptrs, mask, *args, **kwargs):
+        enabled = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
+        seen.append(np.unique(np.asarray(ptrs.data, dtype=np.uint64)[enabled]))
+        return original(self, ptrs, mask, *args, **kwargs)
+
+    counts: dict = {}
+    with Patches() as patches:
+        patches.set(interpreter.InterpreterBuilder, "create_masked_load", recording_load)
+        yield counts
+    addresses = np.unique(np.concatenate(seen)) if seen else np.zeros(0, dtype=np.uint64)
+    claimed = np.zeros(addresses.shape, dtype=bool)
+    for name, (lo, hi) in spans.items():
+        inside = (addresses >= lo) & (addresses < hi) & ~claimed
+        claimed |= inside
+        if inside.any():
+            counts[name] = int(inside.sum())
+    if (~claimed).any():
+        counts[OUTSIDE] = int((~claimed).sum())
+
+
+def run_recording_reads(launch: dict, cap, guard: int) -> dict:
+    """Run the launcher through the Triton interpreter under capability ``cap`` as ``run_numerics`` does, where the
+    judge's A buffer (and a 2-D A_scale buffer) has more rows than the launch has tokens: the kernel gets the first
+    rows (one per token of C) and the rows after them are a guard region. Every address the kernel loads is recorded.
+
+    Returns ``{"output": C, "reads": {tensor role, "<role> guard rows" or OUTSIDE: distinct elements loaded}}``;
+    raises RuntimeError where kernels do not run through the interpreter (nothing could be recorded)."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("the Triton interpreter is off: the kernel's loads cannot be recorded")
+    fm = _fm()
+    kwargs = operand_views(_launch_kwargs(launch, "cpu"), guard)
+    tokens = kwargs["C"].shape[0]
+    guarded = {}
+    for name in ("A", "A_scale"):
+        t = kwargs.get(name)
+        if t is not None and t.dim() == 2 and t.shape[0] > tokens:
+            guarded[name] = t
+            kwargs[name] = t[:tokens]
+    spans = {name: _span(kwargs[name]) for name in TENSOR_ROLES if kwargs.get(name) is not None}
+    for name, buffer in guarded.items():
+        spans[GUARD_ROWS_OF.format(name)] = (spans[name][1], _span(buffer)[1])
+    with _Faked() as patches:
+        _fake_capability(patches, cap)
+        with _recorded_loads(spans) as reads:
+            fm.invoke_fused_moe_triton_kernel(**kwargs)
+    return {"output": kwargs["C"], "reads": reads}
 
 
 def compiled_dot_lines(launch: dict, cap, device: str = "cuda") -> list:

@@ -501,7 +501,8 @@ def guarded_operands(launch: dict, interpreted: bool) -> dict:
 
 
 def reference(launch: dict, extra: dict):
-    """The float32 fused-MoE output of the launch's quantised operands, scales, bias and routing."""
+    """The float32 fused-MoE output of the launch's (quantised) operands, scales, bias and routing: FP8 and int8
+    w8a8 with block, per-channel or per-tensor scales, int8 w8a16 with per-channel weight scales, or bf16 / fp16."""
     import torch
 
     A = launch["A"].float()
@@ -515,8 +516,11 @@ def reference(launch: dict, extra: dict):
         B = B * b_s.repeat_interleave(gn, 1)[:, :N].repeat_interleave(gk, 2)[:, :, :K]
     elif launch["per_channel_quant"]:
         A, B = A * a_s, B * b_s
-    else:
+    elif launch["use_int8_w8a16"]:
+        B = B * b_s[:, :, None]  # one scale per weight output channel; the activations are not quantised
+    elif a_s is not None:
         A, B = A * a_s.reshape(()), B * b_s.reshape(E, 1, 1)
+    # else: bf16 / fp16 operands, no scales
     topk_ids, topk_w = extra["topk_ids"], extra["topk_w"]
     bias = launch["B_bias"].float() if launch["B_bias"] is not None else None
     out = torch.zeros(M, topk_ids.shape[1], N)
@@ -532,20 +536,11 @@ def reference(launch: dict, extra: dict):
     return out
 
 
-def numerics_error(subject, s, cap, interpreted: bool) -> str | None:
-    """Run one FP8 launch under capability ``cap`` in the subject, compiled on the GPU or through the Triton
-    interpreter, with NaN guard elements after every operand row; compare the output it sends back with the float32
-    reference computed here from the operands drawn here. The failure, or None."""
+def output_error(out, launch: dict, extra: dict, rtol: float, cap) -> str | None:
+    """Compare the output buffer a launch sent back with the float32 reference computed here from the operands
+    drawn here. The failure, or None."""
     import torch
 
-    if interpreted:
-        launch, extra = launch_of(s, generator=judge_generator(key_of(s)), out_dtype="fp32")
-        rtol = 1e-4  # float32 operands and output: only the summation order differs
-    else:
-        launch, extra = launch_of(s, generator=judge_generator(key_of(s)), out_dtype="bf16")
-        rtol = 2e-2  # FP8 MMA, bf16 output
-    out = subject.call(f"{PROBES}.run_numerics", launch=guarded_operands(launch, interpreted), cap=list(cap),
-                       guard=GUARD, device="cpu" if interpreted else "cuda")
     want = tuple(launch["C"].shape)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -560,6 +555,75 @@ def numerics_error(subject, s, cap, interpreted: bool) -> str | None:
         return None
     return (f"{int(bad.sum())}/{bad.numel()} outputs off (SM{cap} launch); max err {err.max().item():.4g}, "
             f"max|ref| {ref.abs().max().item():.4g}")
+
+
+def numerics_error(subject, s, cap) -> str | None:
+    """Run one launch under capability ``cap`` compiled on the GPU, with NaN guard elements after every operand
+    row; compare the output it sends back with the float32 reference (rtol 2e-2: FP8, int8 or 16-bit MMA, bf16
+    output). A kernel that does not compile for the GPU fails here. The failure, or None. (The interpreted run is
+    ``interpreted_run``.)"""
+    launch, extra = launch_of(s, generator=judge_generator(key_of(s)), out_dtype="bf16")
+    out = subject.call(f"{PROBES}.run_numerics", launch=guarded_operands(launch, False), cap=list(cap),
+                       guard=GUARD, device="cuda")
+    return output_error(out, launch, extra, 2e-2, cap)
+
+
+# Rows after A, and after a per-token A_scale, that no launch may load (the interpreted runs). The sorted token list
+# is padded per expert to a multiple of BLOCK_M with the value M x top_k, so a padded slot points at token row M:
+# the first of these rows. Only the token mask keeps the A (and A_scale) loads off it; each output row depends on
+# its own token row only and the store is masked, so no output shows such a load: the loads are recorded instead.
+GUARD_ROWS = 4
+# The probe's names for what lies outside the launch's own tensors.
+READ_BEYOND = ("A guard rows", "A_scale guard rows", "outside every argument")
+INTERPRETED_RTOL = 1e-4  # float32 operands and output: only the summation order differs
+
+
+def interpreted_operands(launch: dict) -> dict:
+    """``guarded_operands(launch, interpreted=True)`` with GUARD_ROWS more rows after A and after a per-token
+    (2-D, one row per token) A_scale: NaN, or 0 in an integer operand (what is loaded there is recorded, not used)."""
+    import torch
+
+    out = guarded_operands(launch, interpreted=True)
+    tokens = launch["C"].shape[0]
+    for name in ("A", "A_scale"):
+        t = out[name]
+        if t is None or t.dim() != 2 or t.shape[0] != tokens:
+            continue
+        fill = float("nan") if t.is_floating_point() else 0
+        buffer = torch.full((tokens + GUARD_ROWS, t.shape[1]), fill, dtype=t.dtype)
+        buffer[:tokens] = t
+        out[name] = buffer
+    return out
+
+
+def padded_slots(launch: dict) -> int:
+    """Slots of the sorted token list that point past the last token (the padding the token mask must keep off)."""
+    return int((launch["sorted_token_ids"] >= launch["C"].shape[0] * launch["top_k"]).sum())
+
+
+def interpreted_run(subject, s, cap) -> dict:
+    """Run scenario ``s`` under capability ``cap`` through the Triton interpreter in the subject, recording its loads
+    (``moe_swap_probes.run_recording_reads``), on operands drawn here from the judge's secret: FP8 ones as float32
+    tensors holding the FP8 values, with a float32 output (see ``guarded_operands``); others in their own dtypes.
+    Returns ``{"launch", "extra", "output", "reads"}``."""
+    fp8 = s[0].startswith("fp8")
+    launch, extra = launch_of(s, generator=judge_generator(key_of(s)), out_dtype="fp32" if fp8 else None)
+    seen = subject.call(f"{PROBES}.run_recording_reads", launch=interpreted_operands(launch), cap=list(cap),
+                        guard=GUARD)
+    return {"launch": launch, "extra": extra, "output": seen["output"], "reads": seen["reads"]}
+
+
+def read_error(run: dict, s, cap) -> str | None:
+    """What an interpreted run loaded outside the launch's own tensors (guard rows, anything else), or None."""
+    reads = run["reads"]
+    bad = {k: reads[k] for k in READ_BEYOND if reads.get(k)}
+    if not bad:
+        return None
+    launch = run["launch"]
+    tokens = launch["C"].shape[0]
+    return (f"{key_of(s)} on SM{tuple(cap)} loads elements outside the launch's tensors: {bad} (A has {tokens} "
+            f"rows; {padded_slots(launch)} padded slots of the sorted token list point at row {tokens}, which the "
+            f"token mask must keep out of the A and A_scale loads)")
 
 
 def build_snapshot(call) -> dict:

@@ -220,8 +220,8 @@ def test_condition_targets_fp8_small_m_hopper(h, subject, twin):
 
 # ------------------------------------------------------------------------------------------------ c5
 # One twin that also takes the new path fails one case above; with this test failing too, c4 falls below met
-# (9 of 12). The targets are FP8 w8a8 with block, per-tensor and per-channel scales: a switch that takes only
-# block-quantized launches fails the per-tensor and per-channel pairs and this test (8 of 12).
+# (15 of 18). The targets are FP8 w8a8 with block, per-tensor and per-channel scales: a switch that takes only
+# block-quantized launches fails the per-tensor and per-channel pairs and this test (14 of 18).
 @pytest.mark.criterion("c4", weight=2)
 @pytest.mark.cases(**_all_values(C4_PAIR_CASES))
 def test_condition_targets_fp8_small_m_hopper_in_every_case(h, subject):
@@ -263,22 +263,22 @@ C5_LAUNCH_CASES = {
 @pytest.mark.cases(site="launch")
 @pytest.mark.parametrize("case", _marked(C5_LAUNCH_CASES))
 def test_other_cases_launch_as_before(h, subject, case):
-    """A launch outside the FP8 / small-M / SM90 target passes the kernel, arguments, constexprs, grid and options of the base; an FP8 one for a CUDA GPU also still computes the float32 reference result (compiled on the GPU, or through the Triton interpreter on CPU) and reads nothing past the operands' rows."""
+    """A launch outside the FP8 / small-M / SM90 target passes the kernel, arguments, constexprs, grid and options of the base; one for a surveyed CUDA GPU also runs: through the Triton interpreter on CPU its kernel loads nothing outside the launch's tensors (no row past A for the padded token slots), and an FP8 one still computes the float32 reference result (compiled on the GPU, or interpreted) and reads nothing past the operands' rows."""
     s, cap = h.C5_CASES[case]
     d, rec = h.diff_vs_base(subject, s, cap)
     assert not d, f"{h.key_of(s)} on SM{cap} differs from the base launch in {sorted(d)}"
-    err = _other_launch_numerics_error(h, subject, s, cap)
+    err = _other_launch_run_error(h, subject, s, cap)
     assert err is None, f"{h.key_of(s)} on SM{cap} launches as the base but computes wrongly: {err}"
 
 
 # One case that no longer launches as before fails one test above; with this test failing too, c5 falls below
-# met (12 of 17). The same holds for the last clause of c5, the original dot(a, b) path staying in the kernel: its
-# static test alone weighs 1 of 17, so this test checks it too.
+# met (19 of 24). The same holds for the last clause of c5, the original dot(a, b) path staying in the kernel: its
+# static test alone weighs 1 of 24, so this test checks it too.
 @pytest.mark.static
 @pytest.mark.criterion("c5", weight=4)
-@pytest.mark.cases(**_all_values(C5_LAUNCH_CASES), site=["launch", "dot(a, b) path"])
+@pytest.mark.cases(**_all_values(C5_LAUNCH_CASES), site=["launch", "loads", "dot(a, b) path"])
 def test_other_cases_launch_as_before_in_every_case(h, subject, kernel_source):
-    """Every launch outside the FP8 / small-M / SM90 target, on every platform in the survey, launches as the base (and FP8 ones for a CUDA GPU still compute the reference result), and fused_moe_kernel keeps its dot(A-side, B-side) path."""
+    """Every launch outside the FP8 / small-M / SM90 target, on every platform in the survey, launches as the base (those for a surveyed CUDA GPU load nothing outside their tensors through the interpreter, and FP8 ones still compute the reference result), and fused_moe_kernel keeps its dot(A-side, B-side) path."""
     wrong = {}
     cases = sorted(h.C5_CASES.items())
     found, _ = h.diffs_vs_base(subject, [sc for _, sc in cases])
@@ -286,7 +286,7 @@ def test_other_cases_launch_as_before_in_every_case(h, subject, kernel_source):
         if changed:
             wrong[case] = f"launch differs in {sorted(changed)}"
         else:
-            err = _other_launch_numerics_error(h, subject, s, cap)
+            err = _other_launch_run_error(h, subject, s, cap)
             if err:
                 wrong[case] = err
     original = _original_dot_path_error(h, kernel_source)
@@ -314,62 +314,99 @@ def test_original_dot_path_kept(h, kernel_source):
 
 
 # ------------------------------------------------------------------------------------------------ c3
-# Each numerics case: the values of c3's declared axes it exercises (N against BLOCK_N, K against BLOCK_K 128).
+# Each numerics case: the values of c3's declared axes it exercises (N against BLOCK_N, K against BLOCK_K 128; the
+# token count M and BLOCK_M of _moe_helpers.C3_CASES).
 C3_CASE_AXES = {
     "block_n_ragged": dict(scale="block", n_tile="ragged", k_tile="aligned", bias="no bias", routed="routed",
-                           scale_group="128 channels"),
-    "block_k_ragged": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
-    "block_nk_ragged_bias": dict(scale="block", n_tile="ragged", k_tile="ragged", bias="bias", routed="routed"),
+                           scale_group="128 channels", tokens="odd", block_m="16"),
+    "block_k_ragged": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed",
+                           tokens="odd", block_m="16"),
+    "block_nk_ragged_bias": dict(scale="block", n_tile="ragged", k_tile="ragged", bias="bias", routed="routed",
+                                 tokens="odd", block_m="32"),
     "block_unrouted_bias_m1": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="bias",
-                                   routed="unrouted"),
-    "block_m24_e8": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed"),
-    "block_m3_topk4": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
-    "block_deep_k": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed"),
+                                   routed="unrouted", tokens="1", block_m="16"),
+    "block_m24_e8": dict(scale="block", n_tile="aligned", k_tile="ragged", bias="no bias", routed="routed",
+                         tokens="even", block_m="32"),
+    "block_m3_topk4": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed",
+                           tokens="odd", block_m="16"),
+    "block_deep_k": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed",
+                         tokens="odd", block_m="16"),
     "block_group_n64": dict(scale="block", n_tile="aligned", k_tile="aligned", bias="no bias", routed="routed",
-                            scale_group="64 channels"),
+                            scale_group="64 channels", tokens="odd", block_m="16"),
     "tensor_nk_ragged_bias": dict(scale="per-tensor", n_tile="ragged", k_tile="ragged", bias="bias",
-                                  routed="routed"),
+                                  routed="routed", tokens="odd", block_m="16"),
     "channel_nk_ragged": dict(scale="per-channel", n_tile="ragged", k_tile="ragged", bias="no bias",
-                              routed="routed"),
+                              routed="routed", tokens="odd", block_m="16"),
 }
 C3_CASE_IDS = sorted(C3_CASE_AXES)
 
 
-# Each launch's numerics are run once per process: a criterion's per-case tests and its all-cases test judge the
-# same runs (operands are drawn per case from the judge's secret, and the judge grades one tree).
-_NUMERICS_RUNS: dict = {}
+# Each launch is run once per process: a criterion's per-case tests and its all-cases test judge the same runs
+# (operands are drawn per case from the judge's secret, and the judge grades one tree).
+_RUNS: dict = {}
 
 
-def _numerics_error(h, subject, s, cap, interpreted: bool) -> str | None:
-    """Run one FP8 launch under capability ``cap`` in the subject, compiled on the GPU or through the Triton
-    interpreter, with NaN guard elements after every operand row; compare with the float32 reference computed here.
-    The failure, or None."""
-    key = (h.key_of(s), cap, interpreted)
-    if key not in _NUMERICS_RUNS:
-        _NUMERICS_RUNS[key] = h.numerics_error(subject, s, cap, interpreted)
-    return _NUMERICS_RUNS[key]
+def _once(key, run):
+    if key not in _RUNS:
+        _RUNS[key] = run()
+    return _RUNS[key]
 
 
-def _other_launch_numerics_error(h, subject, s, cap) -> str | None:
-    """Numerics of a launch the fix must leave alone: FP8 launches for a CUDA GPU only, compiled where GPU evidence
-    runs, else through the interpreter where it can run the kernel; elsewhere the launch alone decides."""
-    if not s[0].startswith("fp8") or len(cap) != 2 or tuple(cap) not in h.CAPS:
+def _compiled_numerics_error(h, subject, s, cap) -> str | None:
+    """One launch compiled on the GPU against the float32 reference: the failure, or None."""
+    return _once((h.key_of(s), tuple(cap), "compiled"), lambda: h.numerics_error(subject, s, cap))
+
+
+def _interpreted_errors(h, subject, s, cap, numerics: bool) -> str | None:
+    """One launch run through the Triton interpreter with its loads recorded: what it loaded outside its own
+    tensors (A's guard rows: the padded slots' row past A), and, with ``numerics``, how its output differs from the
+    float32 reference. The failures, or None."""
+    run = _once((h.key_of(s), tuple(cap), "interpreted"), lambda: h.interpreted_run(subject, s, cap))
+    errors = [h.read_error(run, s, cap)]
+    if numerics:
+        errors.append(h.output_error(run["output"], run["launch"], run["extra"], h.INTERPRETED_RTOL, cap))
+    errors = [e for e in errors if e]
+    return "; ".join(errors) or None
+
+
+def _other_launch_run_error(h, subject, s, cap) -> str | None:
+    """The run of a launch the fix must leave alone, for a surveyed CUDA GPU: compiled where GPU evidence runs (every
+    dtype, against the float32 reference: an edit of the original path that the interpreter runs but the GPU
+    compiler refuses, such as an int8 dot handed the float32 accumulator, fails here), else through the interpreter
+    where it can run the kernel (every dtype: its loads must stay inside its tensors; FP8 ones also against the
+    reference: the interpreter's bf16 and int8 arithmetic is not the GPU's). Elsewhere, and for the other
+    platforms, the launch alone decides: a launch equal to the base's runs the kernel the base runs."""
+    if len(cap) != 2 or tuple(cap) not in h.CAPS:
         # ROCm and XPU run no CUDA kernel here; a launch equal to the base's at another CUDA capability runs the
         # kernel the SM80 case runs, with the same arguments
         return None
+    fp8 = s[0].startswith("fp8")
     if gpu_enabled():
-        return _numerics_error(h, subject, s, cap, interpreted=False)
+        return _compiled_numerics_error(h, subject, s, cap)
     if interpreter_gap() is None:
-        return _numerics_error(h, subject, s, cap, interpreted=True)
+        return _interpreted_errors(h, subject, s, cap, numerics=fp8)
     return None
 
 
 def _swap_numerics_errors(h, subject, cases, interpreted: bool) -> dict:
+    """Each case's failure under the launch that selects the swapped path. Where the candidate swaps no launch at all
+    (not even the FP8 block-quantized, BLOCK_M 16 one the c1 GPU test compiles), every case fails: the checks are
+    about the swapped kernel, and the original path would pass them for nothing. A case the candidate does not swap
+    while it swaps others runs at SM90 (which launches to take is c4's question)."""
     errors = {}
     for case in cases:
         s = h.C3_CASES[case]
-        cap = h.swap_capability(subject, s) or (9, 0)
-        err = _numerics_error(h, subject, s, cap, interpreted)
+        cap = h.swap_capability(subject, s)
+        if cap is None and h.swap_capability(subject, h.GPU_RUN_CASE) is None:
+            errors[case] = (f"{h.key_of(s)}: no capability among {h.CAPS} selects a swapped path for it or for "
+                            f"{h.key_of(h.GPU_RUN_CASE)} (they launch as the base everywhere), so there is no "
+                            f"swapped kernel to run")
+            continue
+        cap = cap or (9, 0)
+        if interpreted:
+            err = _interpreted_errors(h, subject, s, cap, numerics=True)
+        else:
+            err = _compiled_numerics_error(h, subject, s, cap)
         if err:
             errors[case] = err
     return errors
@@ -385,7 +422,7 @@ def test_swapped_path_numerics(h, subject, case):
     assert not errors, errors[case]
 
 
-# One wrong case fails one test above; with this test failing too, c3 falls below met (8 of 12).
+# One wrong case fails one test above; with this test failing too, c3 falls below met (9 of 13).
 @pytest.mark.gpu
 @pytest.mark.variant
 @pytest.mark.criterion("c3", weight=3)
@@ -400,7 +437,7 @@ def test_swapped_path_numerics_in_every_case(h, subject):
 @pytest.mark.criterion("c3")
 @pytest.mark.parametrize("case", _marked(C3_CASE_AXES))
 def test_swapped_path_numerics_interpreted(h, subject, case):
-    """Under the launch that selects the swapped path, the kernel run by the Triton interpreter on the FP8 code path, with float32 operands holding the same FP8 values, matches a float32 reference (rtol 1e-4) and reads nothing past the operands' rows."""
+    """Under the launch that selects the swapped path, the kernel run by the Triton interpreter on the FP8 code path, with float32 operands holding the same FP8 values, matches a float32 reference (rtol 1e-4), reads nothing past the operands' rows, and loads nothing outside the launch's tensors (the padded token slots' row past A stays masked off)."""
     skip_unless_interpretable()
     errors = _swap_numerics_errors(h, subject, [case], interpreted=True)
     assert not errors, errors[case]
@@ -410,7 +447,7 @@ def test_swapped_path_numerics_interpreted(h, subject, case):
 @pytest.mark.criterion("c3", weight=3)
 @pytest.mark.cases(**_all_values(C3_CASE_AXES))
 def test_swapped_path_numerics_interpreted_in_every_case(h, subject):
-    """Every numerics case matches the float32 reference through the Triton interpreter."""
+    """Every numerics case matches the float32 reference through the Triton interpreter and loads nothing outside the launch's tensors."""
     skip_unless_interpretable()
     errors = _swap_numerics_errors(h, subject, C3_CASE_IDS, interpreted=True)
     assert not errors, errors
