@@ -22,6 +22,7 @@ SPIED_MODULES = (
 
 
 def _moe_config(dims: dict):
+    """The layer's config: ``E`` experts in the model, of which this rank holds ``local_E`` (default: all)."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
@@ -34,7 +35,7 @@ def _moe_config(dims: dict):
         experts_per_token=dims["K"],
         hidden_dim=dims["H"],
         intermediate_size=dims["I"],
-        num_local_experts=dims["E"],
+        num_local_experts=dims.get("local_E", dims["E"]),
         num_logical_experts=dims["E"],
         moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
         activation=MoEActivation.SILU,

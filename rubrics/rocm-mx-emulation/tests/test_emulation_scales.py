@@ -7,7 +7,8 @@ these checks reuse) leaves out:
   beyond ``scale * fp8 max`` must saturate at the FP8 range, as an FP8 quantization does, not overflow (a cast
   of an out-of-range value to float8_e4m3fnuz is NaN).
 * Per-expert scales of any length. A checkpoint stores one input scale per local expert, so an expert-parallel
-  rank holding two experts gets a two-element scale; it must be applied like any other per-expert scale.
+  rank holding two experts gets a two-element scale (and a layer of two local experts); it must be applied like
+  any other per-expert scale.
 """
 
 from __future__ import annotations
@@ -57,11 +58,21 @@ def test_static_fp8_qdq_saturates_at_fp8_range(subject, secret_generator, plat, 
     )
 
 
-# Per-expert scales as many as the experts a rank holds: two (an expert-parallel rank with two local experts; the
-# tokens are routed to experts 0 and 1 only, so a fix that indexes the scale by expert stays in range) and all E.
+# Per-expert scales as many as the experts a rank holds: two (an expert-parallel rank holding experts 0 and 1 of
+# the model's E) and all E. A checkpoint's per-expert input scale has one entry per local expert, so the layer the
+# experts are built for says that many local experts, and holds that many experts' weights; the tokens are routed to
+# the local experts only (on the first rank the global ids 0 and 1 are the local ones, so no expert map is needed).
 # Every expert's scale is equal, so the one sensible per-tensor scale is that value.
 LOCAL_EXPERTS = {"two": 2, "all": numerics.E}
 TWO_EXPERT_ROUTING = torch.tensor([[0, 1], [1, 0]], dtype=torch.int32)
+
+
+def _on_rank_holding(p: dict, n: int) -> tuple[dict, dict]:
+    """The problem as a rank holding experts 0..n-1 sees it, and the layer's dimensions there."""
+    if n == numerics.E:
+        return p, numerics.DIMS
+    local = {k: p[k][:n].contiguous() for k in ("w1", "w2", "w1s", "w2s")}
+    return {**p, **local, "ids": TWO_EXPERT_ROUTING.clone()}, {**numerics.DIMS, "local_E": n}
 
 
 @pytest.mark.criterion("c4")
@@ -69,15 +80,14 @@ TWO_EXPERT_ROUTING = torch.tensor([[0, 1], [1, 0]], dtype=torch.int32)
 @pytest.mark.parametrize("local_experts", list(LOCAL_EXPERTS))
 @pytest.mark.parametrize("plat", [numerics.PLATFORMS[0], numerics.PLATFORMS[2]])
 def test_per_expert_scales_of_every_length_applied(subject, secret_generator, plat, local_experts):
-    """Equal per-expert static a1/a2 scales, two of them or one per expert, are applied like the single scale."""
+    """Equal per-expert static a1/a2 scales, one per local expert (two of them or all E), are applied like the
+    single scale."""
     fp8 = numerics._fp8_of(plat)
-    p = numerics._problem(secret_generator)
     n = LOCAL_EXPERTS[local_experts]
-    if n < numerics.E:
-        p["ids"] = TWO_EXPERT_ROUTING.clone()
+    p, dims = _on_rank_holding(numerics._problem(secret_generator), n)
     s1, s2 = numerics._scales(p, fp8)
     quant = numerics._w4a8(p, s1.expand(n).contiguous(), s2.expand(n).contiguous())
-    out = numerics._run(subject, plat, p, quant)["output"]
+    out = numerics._run(subject, plat, p, quant, dims=dims)["output"]
     ref = numerics._reference(p, s1, s2, fp8, "static")[0]
     err = numerics._rel_err(out, ref)
     assert err < numerics.TOL, (
