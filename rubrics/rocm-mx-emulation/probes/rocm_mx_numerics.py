@@ -131,8 +131,9 @@ def _install_spies(h, seen: list) -> None:
 
 
 def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: bool = False) -> dict:
-    """The emulation experts' MoE output for ``problem`` (``x``, ``w1``, ``w2``, ``ids``, ``tw``) on ``device``;
-    with ``spy``, also every scale the activation-quantize entry points were given (``seen_scales``)."""
+    """The emulation experts' MoE output for ``problem`` (``x``, ``w1``, ``w2``, ``ids``, ``tw``) on ``device``,
+    and the layer input as the call left it (``input_after``); with ``spy``, also every scale the
+    activation-quantize entry points were given (``seen_scales``)."""
     with rocm_mx_harness.device(ORACLE) as h:
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
@@ -149,8 +150,9 @@ def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: boo
             experts_cls=_emulation_cls(),
             mxfp4_backend=oracle.Mxfp4MoeBackend.EMULATION,
         )
+        x = problem["x"].clone()
         out = kernel.apply(
-            hidden_states=problem["x"].clone(),
+            hidden_states=x,
             w1=problem["w1"],
             w2=problem["w2"],
             topk_ids=problem["ids"],
@@ -162,4 +164,4 @@ def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: boo
         )
         return {"output": out.detach().clone() if isinstance(out, torch.Tensor) else None,
                 "output_repr": None if isinstance(out, torch.Tensor) else repr(out)[:300],
-                "seen_scales": seen}
+                "seen_scales": seen, "input_after": x.detach().clone()}

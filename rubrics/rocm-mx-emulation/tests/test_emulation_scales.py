@@ -76,7 +76,7 @@ def _on_rank_holding(p: dict, n: int) -> tuple[dict, dict]:
 
 
 @pytest.mark.criterion("c4")
-@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-expert", evidence="output")
+@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-expert", evidence="output", scale_values="equal")
 @pytest.mark.parametrize("local_experts", list(LOCAL_EXPERTS))
 @pytest.mark.parametrize("plat", [numerics.PLATFORMS[0], numerics.PLATFORMS[2]])
 def test_per_expert_scales_of_every_length_applied(subject, secret_generator, plat, local_experts):
@@ -92,4 +92,69 @@ def test_per_expert_scales_of_every_length_applied(subject, secret_generator, pl
     err = numerics._rel_err(out, ref)
     assert err < numerics.TOL, (
         f"with {n} per-expert scales the output differs from the static-a1/static-a2 reference by {err:.3g}"
+    )
+
+
+# The QDQ is the emulation's own round trip: it must work on a copy. The layer's input tensor is still read after
+# the experts (shared experts, the residual, the LoRA input kept unquantized), so an in-place QDQ corrupts it while
+# the MoE output stays right. Static and dynamic scales, on every platform.
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(scheme="w_mxfp4_a_fp8", inputs="random", layer_input="unchanged")
+@pytest.mark.parametrize("scales", ["static", "dynamic"])
+@pytest.mark.parametrize("plat", numerics.PLATFORMS)
+def test_fp8_qdq_leaves_the_layer_input_unchanged(subject, secret_generator, plat, scales):
+    """After the emulated MoE, the layer's input activations hold the values they were given."""
+    fp8 = numerics._fp8_of(plat)
+    p = numerics._problem(secret_generator)
+    quant = numerics._w4a8(p, *numerics._scales(p, fp8)) if scales == "static" else numerics._w4a8(p)
+    after = numerics._run(subject, plat, p, quant)["input_after"]
+    assert isinstance(after, torch.Tensor) and after.shape == p["x"].shape
+    changed = int((after != p["x"]).sum())
+    assert changed == 0, (
+        f"with {scales} scales the MoE changed {changed} of {after.numel()} values of its input activations "
+        f"(largest change {float((after - p['x']).abs().max()):.3g})"
+    )
+
+
+# Per-expert scales need not be equal: calibration gives each expert its own. The emulation's QDQ is per tensor, so
+# they collapse to one, and the one vLLM's MoE weight loading keeps when it collapses per-expert input scales (quark's
+# MoE methods: the max of a1's and of a2's) is the one that clips no expert's calibrated range. For a1, quantized once
+# before the tokens reach their experts, that is the only choice; a2 (one row per token and expert) may instead take
+# each row's own expert's scale. Expert 0 gets 0.3 of the largest scale and the largest belongs to an expert no token
+# is routed to, so the first scale, the mean or the routed experts' largest all differ from it. No factor between two
+# of them is a power of two: an FP8 QDQ with a scale twice another rounds every (normal) value alike.
+UNEQUAL_FACTORS = torch.linspace(0.3, 1.0, numerics.E)
+
+
+def _reference_a2_per_expert(p, s1, s2_experts, fp8):
+    """The reference MoE with a1 QDQ'd with ``s1`` and each a2 row with its own expert's scale."""
+    _, inter = numerics._reference(p, s1, None, fp8, "none")
+    w2 = numerics._dequant(p["w2"], p["w2s"])
+    out = torch.zeros(numerics.T, numerics.H)
+    for t in range(numerics.T):
+        for k in range(numerics.K):
+            e = int(p["ids"][t, k])
+            row = numerics._qdq(inter[t * numerics.K + k], s2_experts[e].reshape(1), fp8)
+            out[t] += p["tw"][t, k] * (row @ w2[e].T)
+    return out
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(activation_scale=["a1", "a2"], scale_shape="per-expert", evidence="output",
+                   scale_values="unequal", local_experts="all")
+@pytest.mark.parametrize("plat", [numerics.PLATFORMS[0], numerics.PLATFORMS[2]])
+def test_unequal_per_expert_scales_collapse_to_the_largest(subject, secret_generator, plat):
+    """Per-expert static a1/a2 scales that differ are applied as their largest (a2: or each row's expert's own)."""
+    fp8 = numerics._fp8_of(plat)
+    p = numerics._problem(secret_generator)
+    s1, s2 = numerics._scales(p, fp8)
+    s1_experts, s2_experts = s1 * UNEQUAL_FACTORS, s2 * UNEQUAL_FACTORS
+    out = numerics._run(subject, plat, p, numerics._w4a8(p, s1_experts, s2_experts))["output"]
+    refs = {"a2 largest": numerics._reference(p, s1, s2, fp8, "static")[0],
+            "a2 per expert": _reference_a2_per_expert(p, s1, s2_experts, fp8)}
+    errs = {name: numerics._rel_err(out, ref) for name, ref in refs.items()}
+    first = numerics._reference(p, s1_experts[:1], s2_experts[:1], fp8, "static")[0]
+    assert min(errs.values()) < numerics.TOL, (
+        f"with unequal per-expert scales the output matches no reference that applies a1's largest scale: {errs} "
+        f"(from the reference of expert 0's scales: {numerics._rel_err(out, first):.3g})"
     )
