@@ -158,3 +158,26 @@ def test_unequal_per_expert_scales_collapse_to_the_largest(subject, secret_gener
         f"with unequal per-expert scales the output matches no reference that applies a1's largest scale: {errs} "
         f"(from the reference of expert 0's scales: {numerics._rel_err(out, first):.3g})"
     )
+
+
+# The QDQ is a round trip: its result is in the activations' dtype, so the GEMM that follows runs as the layer does.
+# A QDQ that hands back its float32 working copy gives a bfloat16 or float16 layer's GEMMs float32 activations beside
+# weights of the layer's dtype (on the GPU, a Triton dot of mismatched operands). The layer runs in bfloat16 and
+# float16 with its GEMMs recorded rather than run (the interpreter's half precision is unreliable).
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(scheme="w_mxfp4_a_fp8", inputs="random")
+@pytest.mark.parametrize("scales", ["static", "dynamic"])
+@pytest.mark.parametrize("layer_dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("plat", [numerics.PLATFORMS[0], numerics.PLATFORMS[2]])
+def test_fp8_qdq_keeps_the_activation_dtype(subject, secret_generator, plat, layer_dtype, scales):
+    """In a bfloat16 or float16 layer both GEMMs of the emulated MoE get activations of the layer's dtype."""
+    fp8 = numerics._fp8_of(plat)
+    p = numerics._problem(secret_generator)
+    quant = numerics._w4a8(p, *numerics._scales(p, fp8)) if scales == "static" else numerics._w4a8(p)
+    got = subject.call("rocm_mx_numerics.run_emulation", device=numerics.devices.of(plat), dims=numerics.DIMS,
+                       problem={k: p[k] for k in ("x", "w1", "w2", "ids", "tw")}, quant=quant,
+                       layer_dtype=layer_dtype)
+    gemms = got["gemm_inputs"]
+    assert len(gemms) == 2, f"the emulated MoE ran {len(gemms)} GEMMs, not 2: {gemms}"
+    wrong = [g for g in gemms if g["a"] != layer_dtype]
+    assert not wrong, f"a {layer_dtype} layer's GEMMs got activations of another dtype: {gemms}"
