@@ -1,6 +1,6 @@
-"""c2, c4: static FP8 activation scales at the edges of their case space, on CPU.
+"""c2, c4: the FP8 QDQ's scales at the edges of their case space, and its side effects, on CPU.
 
-Two corners the main numerics file (``test_emulation_numerics.py``, whose problem, torch reference and probe call
+Corners the main numerics file (``test_emulation_numerics.py``, whose problem, torch reference and probe call
 these checks reuse) leaves out:
 
 * Static scales that saturate. A checkpoint's calibrated input scale is fixed while activations are not: values
@@ -8,7 +8,9 @@ these checks reuse) leaves out:
   of an out-of-range value to float8_e4m3fnuz is NaN).
 * Per-expert scales of any length. A checkpoint stores one input scale per local expert, so an expert-parallel
   rank holding two experts gets a two-element scale (and a layer of two local experts); it must be applied like
-  any other per-expert scale.
+  any other per-expert scale. Unequal per-expert scales collapse to their largest.
+* The layer's input left as it was given, and the activations' dtype kept by the round trip (bfloat16 and float16
+  layers, their GEMMs recorded rather than run).
 """
 
 from __future__ import annotations
