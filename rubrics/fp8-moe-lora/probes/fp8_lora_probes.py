@@ -45,7 +45,7 @@ def _register(ns: str, schema: str, fn) -> None:
     if not has_torch_op(ns, name):
         lib = torch.library.Library(ns, "FRAGMENT")
         lib.define(schema)
-        lib.impl(name, fn, "CompositeExplicitAutograd")
+        lib.impl(name, _unwatched(fn), "CompositeExplicitAutograd")
         _LIBS.append(lib)
         return
     # A compiled op exists (GPU host with vLLM's extensions): give it a CPU kernel if it lacks one,
@@ -133,11 +133,34 @@ _HOST_READ_METHODS = {torch.Tensor.tolist: "tolist", torch.Tensor.numpy: "numpy"
                       torch.Tensor.__array__: "__array__"}
 
 
+_VALUE_READ_OPS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal"}
+_VALUE_SIZED_OPS = {"aten::nonzero", "aten::masked_select", "aten::_unique", "aten::_unique2", "aten::unique_dim",
+                    "aten::unique_consecutive"}
+_INDEX_OPS = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}
+
+
+def _has_mask_index(args) -> bool:
+    """An index argument (a list of tensors or None) holding a boolean or byte mask."""
+    return any(isinstance(a, (list, tuple)) and any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+                                                    for i in a) for a in args)
+
+
+def _host_read_op(func, args) -> bool:
+    """Aten ops that read a tensor's values on the host: a scalar read, or an output whose size the values decide
+    (on a GPU the host waits for the device to learn it), as a boolean-mask index is."""
+    name = func._schema.name
+    if name in _VALUE_READ_OPS or name in _VALUE_SIZED_OPS:
+        return True
+    return name in _INDEX_OPS and _has_mask_index(args)
+
+
 class _SyncGuard:
     """CPU stand-in for CUDA's sync debug mode: records every read of a tensor's value on the host, both the aten
-    ops (aten._local_scalar_dense, which .item(), bool() and int() go through; is_nonzero; equal) and the Tensor
-    methods that copy values to the host without an aten op (tolist, numpy, cpu, __array__), except reads of the
-    host-side flag tensors named as allowed. On a GPU each such read of a device tensor syncs."""
+    ops (aten._local_scalar_dense, which .item(), bool() and int() go through; is_nonzero; equal; the ops whose
+    output size the values decide: nonzero, masked_select, unique, a boolean-mask index) and the Tensor methods that
+    copy values to the host without an aten op (tolist, numpy, cpu, __array__), except reads of the host-side flag
+    tensors named as allowed. On a GPU each such read of a device tensor syncs. The torch stand-ins of vLLM's
+    compiled ops are not watched: on a GPU they are device kernels."""
 
     paused = 0
 
@@ -160,13 +183,12 @@ class _SyncGuard:
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if not _SyncGuard.paused and func in (torch.ops.aten._local_scalar_dense.default,
-                                                      torch.ops.aten.is_nonzero.default,
-                                                      torch.ops.aten.equal.default):
+                if not _SyncGuard.paused and _host_read_op(func, args):
                     for a in args:
                         if isinstance(a, torch.Tensor) and \
                                 a.untyped_storage().data_ptr() not in guard.allowed:
                             guard.reads.append(f"{func} on tensor of shape {tuple(a.shape)}")
+                            break
                 return func(*args, **kwargs)
 
         self.mode = _Mode()
@@ -189,6 +211,15 @@ def _paused_guard():
         yield
     finally:
         _SyncGuard.paused -= 1
+
+
+def _unwatched(fn):
+    """``fn`` run with the sync guard paused."""
+    def run(*args, **kwargs):
+        with _paused_guard():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 class _Recorder:

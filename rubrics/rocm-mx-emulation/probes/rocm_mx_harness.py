@@ -40,8 +40,8 @@ from probe_support import Patches, has_torch_op  # noqa: E402
 _DEFAULT_STATE = {"kind": "rocm", "arch": "gfx942", "gcn": "gfx942", "cap": (9, 4)}
 STATE: dict = dict(_DEFAULT_STATE)
 
-ROCM_CAPS = {"gfx90a": (9, 0), "gfx942": (9, 4), "gfx950": (9, 5), "gfx1100": (11, 0), "gfx1151": (11, 5),
-             "gfx1200": (12, 0), "gfx1201": (12, 0)}
+ROCM_CAPS = {"gfx908": (9, 0), "gfx90a": (9, 0), "gfx942": (9, 4), "gfx950": (9, 5), "gfx1030": (10, 3),
+             "gfx1100": (11, 0), "gfx1151": (11, 5), "gfx1200": (12, 0), "gfx1201": (12, 0)}
 
 
 def _arch() -> str:

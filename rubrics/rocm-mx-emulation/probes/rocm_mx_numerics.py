@@ -21,7 +21,8 @@ SPIED_MODULES = (
 )
 
 
-def _moe_config(dims: dict):
+def _moe_config(dims: dict, in_dtype: torch.dtype = torch.float32):
+    """The layer's config: ``E`` experts in the model, of which this rank holds ``local_E`` (default: all)."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
@@ -34,11 +35,11 @@ def _moe_config(dims: dict):
         experts_per_token=dims["K"],
         hidden_dim=dims["H"],
         intermediate_size=dims["I"],
-        num_local_experts=dims["E"],
+        num_local_experts=dims.get("local_E", dims["E"]),
         num_logical_experts=dims["E"],
         moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
         activation=MoEActivation.SILU,
-        in_dtype=torch.float32,
+        in_dtype=in_dtype,
         device="cpu",
         routing_method=RoutingMethodType.Renormalize,
         moe_backend="emulation",
@@ -129,9 +130,24 @@ def _install_spies(h, seen: list) -> None:
             h.patches.set(mod, "scaled_fp8_quant", spy_fp8)
 
 
-def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: bool = False) -> dict:
-    """The emulation experts' MoE output for ``problem`` (``x``, ``w1``, ``w2``, ``ids``, ``tw``) on ``device``;
-    with ``spy``, also every scale the activation-quantize entry points were given (``seen_scales``)."""
+def _record_gemm_inputs(h, gemms: list) -> None:
+    """Replace the Triton MoE GEMM by a recorder of the dtypes of its activations (A) and weights (B); it writes
+    zeros. The interpreter's bfloat16 and float16 are unreliable, so a layer of those dtypes is observed this way."""
+    import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
+
+    def record(A, B, C, *args, **kwargs):
+        gemms.append({"a": str(A.dtype).removeprefix("torch."), "b": str(B.dtype).removeprefix("torch.")})
+        C.zero_()
+
+    h.patches.set(triton_moe, "invoke_fused_moe_triton_kernel", record)
+
+
+def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: bool = False,
+                  layer_dtype: str | None = None) -> dict:
+    """The emulation experts' MoE output for ``problem`` (``x``, ``w1``, ``w2``, ``ids``, ``tw``) on ``device``,
+    and the layer input as the call left it (``input_after``); with ``spy``, also every scale the
+    activation-quantize entry points were given (``seen_scales``). With ``layer_dtype`` (``"bfloat16"``,
+    ``"float16"``) the layer runs in that dtype and its GEMMs are not run but recorded (``gemm_inputs``)."""
     with rocm_mx_harness.device(ORACLE) as h:
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
@@ -141,15 +157,21 @@ def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: boo
         seen: list = []
         if spy:
             _install_spies(h, seen)
+        gemms: list = []
+        in_dtype = torch.float32
+        if layer_dtype is not None:
+            in_dtype = getattr(torch, layer_dtype)
+            _record_gemm_inputs(h, gemms)
         h.prepare_cpu_run()
         kernel = oracle.make_mxfp4_moe_kernel(
             moe_quant_config=quant_config,
-            moe_config=_moe_config(dims),
+            moe_config=_moe_config(dims, in_dtype),
             experts_cls=_emulation_cls(),
             mxfp4_backend=oracle.Mxfp4MoeBackend.EMULATION,
         )
+        x = problem["x"].to(in_dtype)
         out = kernel.apply(
-            hidden_states=problem["x"].clone(),
+            hidden_states=x,
             w1=problem["w1"],
             w2=problem["w2"],
             topk_ids=problem["ids"],
@@ -161,4 +183,4 @@ def run_emulation(device: dict, dims: dict, problem: dict, quant: dict, spy: boo
         )
         return {"output": out.detach().clone() if isinstance(out, torch.Tensor) else None,
                 "output_repr": None if isinstance(out, torch.Tensor) else repr(out)[:300],
-                "seen_scales": seen}
+                "seen_scales": seen, "input_after": x.detach().clone(), "gemm_inputs": gemms}

@@ -175,6 +175,31 @@ def test_rdna_selection_unchanged(subject, base_subject, platform, scheme):
     assert got["experts"]["is_none"] == want["experts"]["is_none"]
 
 
+# ROCm GPUs the base's OAI Triton MXFP4 gate leaves out: MI100 (gfx908, capability 9.0 like gfx90a) and RDNA2
+# (gfx1030, capability 10.3, between gfx950's 9.5 and RDNA3's 11.0). The fix must not widen that gate to them: a
+# gate written as "not gfx90a or gfx942", or as a capability of at least gfx950's, hands them the OAI Triton
+# kernels. Their selection may be emulation (the fix's fallback) or the base's refusal, never an OAI Triton backend.
+OTHER_ROCM_ARCHS = ["gfx908", "gfx1030"]
+OAI_TRITON_BACKENDS = ("TRITON", "TRITON_UNFUSED")
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(path="oracle", gcn_arch="bare")
+@pytest.mark.parametrize("scheme", ACT_SCHEMES)
+@pytest.mark.parametrize("platform", OTHER_ROCM_ARCHS)
+def test_rocm_gpus_outside_the_gate_get_no_oai_triton(subject, platform, scheme):
+    """On a ROCm GPU the base's OAI Triton gate rejects, the oracle selects emulation or refuses, as the base."""
+    seen = subject.outcome("rocm_mx_selection.oracle_selection", device=devices.rocm(platform, False), scheme=scheme,
+                           activation="SWIGLUOAI", moe_backend="auto", num_experts=E)
+    if "raised" in seen:
+        assert seen["raised"] == "ValueError", f"{platform}, {scheme}: raised {seen['raised']}: {seen['message']}"
+        return
+    backend = seen["returned"]["backend"]
+    assert not any(_is(backend, name) for name in OAI_TRITON_BACKENDS), (
+        f"{platform}, {scheme} activations: selected {backend['repr']}, an OAI Triton backend the base's gate "
+        f"keeps from this GPU")
+
+
 CUDA_CASES = [
     pytest.param("SWIGLUOAI", "TRITON", id="sm90-swigluoai"),
     pytest.param("SILU", "MARLIN", id="sm90-silu"),
@@ -259,7 +284,7 @@ def test_non_emulation_triton_moe_passes_activation_scale(subject, plat):
 # (gfx950 and CUDA selection, the non-emulation Triton path), so one broken case leaves c5 below met while a
 # change that only keeps the CUDA choices stays unmet.
 @pytest.mark.criterion("c5", weight=6)
-@pytest.mark.cases(platform=["gfx950", "sm90", *RDNA_ARCHS], path=["oracle", "quark", "non-emulation-triton"],
+@pytest.mark.cases(platform=["gfx950", "sm90", *RDNA_ARCHS, *OTHER_ROCM_ARCHS], path=["oracle", "quark", "non-emulation-triton"],
                    scheme=ACT_SCHEMES)
 def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
     """Every gfx950, RDNA and CUDA selection case and the non-emulation Triton GEMM scale are as before, together."""
@@ -272,6 +297,8 @@ def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
               for c in CUDA_CASES]
     cases += [(functools.partial(test_rdna_selection_unchanged, base_subject=base_subject),
                dict(platform=arch, scheme=scheme), f"{arch}-{scheme}") for arch in RDNA_ARCHS for scheme in ACT_SCHEMES]
+    cases += [(test_rocm_gpus_outside_the_gate_get_no_oai_triton, dict(platform=arch, scheme=scheme),
+               f"{arch}-{scheme}") for arch in OTHER_ROCM_ARCHS for scheme in ACT_SCHEMES]
     cases += [(test_non_emulation_triton_moe_passes_activation_scale, dict(plat=c.values[0]), f"triton-{c.id}")
               for c in NON_EMULATION_PLATFORMS]
     wrong = []
