@@ -82,24 +82,31 @@ def _platform_of(case: dict) -> tuple:
     return case["platform"], tuple(case["capability"]) if case.get("capability") else None
 
 
+def _group_of(case: dict) -> tuple:
+    """The platform and the site: each site is observed on its own fresh fake and modules, so that what one site
+    does to the platform or the modules (a capability patched onto the platform object) never answers for the
+    other; a process may ask the KV cache store before any backend is constructed."""
+    return *_platform_of(case), case["site"]
+
+
 def site_outcomes(cases: list[dict]) -> list[dict]:
     """For each ``{"site": "impl"|"validator", "platform": kind, "capability": [major, minor] | None, "dtype"}``:
     what the site did there: ``{"returned": the backend's kv_cache_dtype | the validator's bool}`` or
-    ``{"raised": type, "message": text}``. The cases of one platform run on modules imported afresh under it."""
+    ``{"raised": type, "message": text}``. The cases of one platform and site run on a fake and modules made afresh for them."""
     import vllm.platforms as vp
 
     results: list[dict | None] = [None] * len(cases)
-    platforms = list(dict.fromkeys(map(_platform_of, cases)))
+    groups = list(dict.fromkeys(map(_group_of, cases)))
     with _loaded_modules_kept(), Patches() as patches:
         replaced = [vp.current_platform]
-        for kind, capability in platforms:
+        for kind, capability, site in groups:
             fake = _make_platform(kind, capability)
             install_platform(patches, replaced, fake)
             modules = _fresh_modules()
             for mod in modules:
                 patches.set(mod, "current_platform", fake)
             for index, case in enumerate(cases):
-                if _platform_of(case) != (kind, capability):
+                if _group_of(case) != (kind, capability, site):
                     continue
                 if case["site"] == "impl":
                     results[index] = outcome_of(_construct, modules[0], case["dtype"])
