@@ -11,6 +11,7 @@ and the fp8 cast equals torch's round-to-nearest-even cast with saturation.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -29,7 +30,11 @@ NEAR = [0.49999997, -0.49999997, 0.50000006, -2.4999998, 2.5000002, 126.49999, -
 
 
 def _load(name: str, alias: str):
-    spec = importlib.util.spec_from_file_location(alias, HERE / f"{name}.py")
+    return _load_path(HERE / f"{name}.py", alias)
+
+
+def _load_path(path: Path, alias: str):
+    spec = importlib.util.spec_from_file_location(alias, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[alias] = mod
     spec.loader.exec_module(mod)
@@ -195,3 +200,56 @@ def test_uninstall_restores_interpreter(shim, probe):
             interp.InterpreterBuilder.create_extern_elementwise(None, "", "", "__nv_roundf", [], None, True)
     finally:
         shim.install()
+
+
+def test_a_generic_function_the_backend_lacks_raises(probe, shim, monkeypatch):
+    """Standing for a backend whose libdevice (in the installed Triton) has no ``rint``, the generic ``rint``
+    raises and says so, as a kernel compiled for that backend could not call it; it never runs the empty stub."""
+    import types
+
+    real = shim._backend_libdevice_modules()
+    monkeypatch.setattr(shim, "_backend_libdevice_modules",
+                        lambda: {"cuda": real["cuda"], "hip": types.ModuleType("hip_libdevice_without_rint")})
+    shim.uninstall()
+    shim.install("hip")
+    try:
+        x = torch.ones(8)
+        with pytest.raises(Exception, match="libdevice.rint is not in the hip libdevice"):
+            probe.probe_unary[(1,)](x, torch.empty_like(x), 8, "rint")
+    finally:
+        shim.uninstall()
+        monkeypatch.undo()
+        shim.install()
+
+
+KERNEL_SOURCE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_max(x_ptr, out_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(out_ptr, tl.max(tl.load(x_ptr + o)))
+'''
+
+
+def test_interpreting_runs_kernels_defined_with_the_interpreter_off(shim, tmp_path, monkeypatch):
+    """A GPU run defines every kernel compiled (no TRITON_INTERPRET); inside ``interpreting()`` the kernel and the
+    Triton functions it calls (``tl.max``) run through the interpreter on CPU tensors, and afterwards the compiled
+    path and the environment are as they were."""
+    from triton.runtime.jit import JITFunction
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (tmp_path / "compiled_kernel.py").write_text(KERNEL_SOURCE)
+    kernels = _load_path(tmp_path / "compiled_kernel.py", "_selftest_compiled_kernel")
+    assert isinstance(kernels.row_max, JITFunction)
+    compiled = (JITFunction.run, JITFunction.__call__)
+    x = torch.tensor([3.0, -7.0, 11.5, 2.0])
+    out = torch.zeros(1)
+    with shim.interpreting():
+        kernels.row_max[(1,)](x, out, 4)
+    assert out.item() == 11.5
+    assert (JITFunction.run, JITFunction.__call__) == compiled
+    assert "TRITON_INTERPRET" not in os.environ
+

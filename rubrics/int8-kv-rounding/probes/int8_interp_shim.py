@@ -19,7 +19,8 @@ The interpreter runs Triton kernels on CPU with numpy, but it has two gaps that 
 ``install()`` fixes both for as long as it is installed, and ``uninstall()`` puts everything back.
 ``install(backend="cuda")`` or ``install(backend="hip")`` stands for one GPU backend, as a kernel compiled for it
 would: the generic libdevice functions resolve to that backend's, and a call of the other backend's libdevice
-symbol raises ``WrongBackend`` (on the hardware it does not link). Without a backend both are evaluated.
+symbol raises ``WrongBackend`` (on the hardware it does not link), as does a generic function the installed
+Triton's module for that backend lacks. Without a backend both are evaluated.
 
 - ``_patch_lang`` (called by the interpreter for every kernel launch and device-function call) additionally
   binds the backend libdevice modules to the interpreter and points the generic libdevice stubs at the CUDA
@@ -37,7 +38,9 @@ symbol raises ``WrongBackend`` (on the hardware it does not link). Without a bac
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import re
 
 import numpy as np
@@ -49,6 +52,19 @@ class InterpreterUnsupported(NotImplementedError):
 
 class WrongBackend(RuntimeError):
     """A kernel called a libdevice symbol of another GPU backend than the one it is compiled for."""
+
+
+def _missing_in_backend(name: str, backend: str):
+    """What a generic libdevice function becomes where the installed Triton's ``backend`` libdevice lacks it: a
+    kernel compiled for that backend with this Triton cannot resolve the call (Triton 3.6's HIP module has no
+    ``rint``; 3.7 has), so the launch raises, saying so, instead of running the generic stub (which returns
+    nothing)."""
+
+    def missing(*args, **kwargs):
+        raise WrongBackend(f"libdevice.{name} is not in the {backend} libdevice of the installed Triton: a kernel "
+                           f"compiled for {backend} with it cannot call it")
+
+    return missing
 
 
 # The interpreter builder's type getters for the fp8 formats its ``dtype.to_ir`` leaves out.
@@ -263,9 +279,10 @@ def install(backend: str | None = None) -> None:
                     interp._patch_attr(mod, name, member, interp.interpreter_builder, scope)
         if generic_target is not None:
             for name, member in inspect.getmembers(generic_ld, inspect.isfunction):
+                if getattr(member, "__module__", "") != generic_ld.__name__:
+                    continue
                 impl = getattr(generic_target, name, None)
-                if impl is not None and getattr(member, "__module__", "") == generic_ld.__name__:
-                    scope.set_attr(generic_ld, name, impl)
+                scope.set_attr(generic_ld, name, impl or _missing_in_backend(name, backend or "cuda"))
         return scope
 
     def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
@@ -326,3 +343,40 @@ def interpreter_cannot_run(exc: BaseException) -> str | None:
                 return text[:300]
         e = e.__cause__ or e.__context__
     return None
+
+
+@contextlib.contextmanager
+def interpreting(on: bool = True):
+    """Triton's interpreter on for the block, as a CPU run has it for the whole process (``TRITON_INTERPRET=1``).
+
+    A GPU run uses it for the ROCm cases, which no machine here can compile for. There Triton was imported with
+    the interpreter off, so every ``@triton.jit`` function (the candidate's kernels and Triton's own, such as
+    ``tl.max``) is a compiled-kernel object: for the block, launching one or calling one from a kernel runs its
+    Python function through the interpreter, as the same function defined under ``TRITON_INTERPRET=1`` would."""
+    held = os.environ.get("TRITON_INTERPRET")
+    if not on or held == "1":
+        yield
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict = {}
+
+    def as_interpreted(kernel):
+        if kernel.fn not in interpreted:
+            interpreted[kernel.fn] = InterpretedFunction(kernel.fn)
+        return interpreted[kernel.fn]
+
+    compiled = {"run": JITFunction.run, "__call__": JITFunction.__call__}
+    os.environ["TRITON_INTERPRET"] = "1"
+    JITFunction.run = lambda self, *args, **kwargs: as_interpreted(self).run(*args, **kwargs)
+    JITFunction.__call__ = lambda self, *args, **kwargs: as_interpreted(self)(*args, **kwargs)
+    try:
+        yield
+    finally:
+        JITFunction.run = compiled["run"]
+        JITFunction.__call__ = compiled["__call__"]
+        if held is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = held

@@ -3,9 +3,9 @@
 The judge builds every tensor (inputs, caches filled with sentinels, scale caches, slot mapping) and decides what
 the results mean; the probe only moves them to the device the judge names, runs the public launcher
 ``triton_reshape_and_cache_flash_per_token_head_quant`` on them, and sends the four written caches back. On a
-CPU run (``TRITON_INTERPRET=1``) the interpreter corrections of ``int8_interp_shim`` are installed for the launch
-and taken out afterwards, standing for the GPU backend the judge names; whatever the launch raises goes back to
-the judge as it is.
+CPU device (every case of a CPU run, and the ROCm cases of a GPU run) the kernels run through Triton's interpreter
+with the corrections of ``int8_interp_shim`` installed for the launch and taken out afterwards, standing for the
+GPU backend the judge names; whatever the launch raises goes back to the judge as it is.
 
 Platforms (``platform``): each imports a copy of the module with vLLM's platform answering as that GPU does, and
 with fresh copies of the vLLM modules it imports that read the platform (``FP8_DTYPE``, a platform-selected
@@ -124,16 +124,17 @@ def _module(platform: str):
 def _launch(module, tensors, device: str, platform: str) -> None:
     import torch
 
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if interpret:
-        int8_interp_shim.install(BACKENDS[platform])
-    try:
-        getattr(module, LAUNCHER)(*tensors)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    finally:
-        if interpret:
-            int8_interp_shim.uninstall()
+    interpreted = device == "cpu"
+    with int8_interp_shim.interpreting(interpreted):
+        if interpreted:
+            int8_interp_shim.install(BACKENDS[platform])
+        try:
+            getattr(module, LAUNCHER)(*tensors)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        finally:
+            if interpreted:
+                int8_interp_shim.uninstall()
 
 
 def store_per_token_head(key, value, key_cache, value_cache, k_scale_cache, v_scale_cache, slot_mapping,

@@ -7,8 +7,10 @@ two ways that the grader decides for the whole run (``grader/sandbox/launch.py``
   the subject installs the corrections of ``kv_interp_shim.py`` (libdevice functions evaluated with numpy, fp32
   -> fp8 through torch's cast) around each launch. Tests parametrised with the ``cpu`` device run here; ``cuda``
   ones are skipped by the shared conftest (marker ``gpu``).
-- GPU (``GRADER_GPU=1`` and CUDA visible): the kernel compiles natively in the subject; ``cuda`` cases run,
-  ``cpu`` cases are skipped as an environment matter (the subject cannot both interpret and compile kernels).
+- GPU (``GRADER_GPU=1`` and CUDA visible): the kernel compiles natively in the subject; ``cuda`` cases run as CUDA.
+  No machine here compiles for a ROCm GPU, so the ROCm cases still run on the ``cpu`` device through the
+  corrected interpreter (switched on in the subject for those launches only, on a copy of the module whose
+  kernels are interpreted); ``cpu`` cases as CUDA are skipped as a variant (the ``cuda`` one runs).
 
 Every skip is decided here, from what the judge measures itself: the run's mode, the interpreter corrections
 checked on the judge's own probe kernels (``kv_probe.py``), and the kernel's source read as text. Nothing a
@@ -25,8 +27,8 @@ from rubric_support import gpu_enabled, load_beside
 
 
 GPU_RUN = gpu_enabled()
-# The judge and the subject get the same TRITON_INTERPRET from the grader (set on every CPU run).
-INTERPRET = not GPU_RUN and os.environ.get("TRITON_INTERPRET") == "1"
+# A CPU run gets TRITON_INTERPRET from the grader (judge and subject alike); a GPU run interprets its ROCm cases.
+INTERPRETER_ON = GPU_RUN or os.environ.get("TRITON_INTERPRET") == "1"
 
 shim = load_beside(__file__, "kv_interp_shim")
 PLATFORMS = load_beside(__file__, "kv_cases").PLATFORMS
@@ -34,30 +36,30 @@ PLATFORMS = load_beside(__file__, "kv_cases").PLATFORMS
 PROBE = "int8_kv_probes.store_per_token_head"
 
 
-
 @pytest.fixture(scope="session")
-def _interpreter_checked():
-    """Measure, in the judge, that the corrected interpreter rounds and converts like the hardware; else skip."""
-    if not INTERPRET:
-        return
+def interpreter_fault() -> str | None:
+    """Measured in the judge: why the corrected interpreter cannot stand for a GPU here (the ``cpu`` cases are
+    then skipped as an environment matter), or None when it rounds and converts like the hardware."""
+    if not INTERPRETER_ON:
+        return "environment: the Triton interpreter is off in this run and no GPU is in use"
     import torch
-
-    try:
-        probe = load_beside(__file__, "kv_probe")
-    except Exception as exc:  # pragma: no cover - environment
-        pytest.skip(f"environment: Triton is not importable for the CPU interpreter: {exc!r}")
 
     x = torch.tensor([-31.6, -2.5, -1.5, -0.6, 0.5, 1.5, 2.5, 3.3], dtype=torch.float32)
     r = torch.empty_like(x)
     e = torch.empty_like(x)
     f = torch.empty(8, dtype=torch.float8_e4m3fn)
-    shim.install()
-    try:
-        probe.probe_rounding[(1,)](x, r, e, f, 8)
-    except Exception as exc:
-        pytest.skip(f"environment: the corrected Triton interpreter cannot run its probe kernel: {exc!r}")
-    finally:
-        shim.uninstall()
+    with shim.interpreting():
+        try:
+            probe = load_beside(__file__, "kv_probe")
+        except Exception as exc:  # pragma: no cover - environment
+            return f"environment: Triton is not importable for the CPU interpreter: {exc!r}"
+        shim.install()
+        try:
+            probe.probe_rounding[(1,)](x, r, e, f, 8)
+        except Exception as exc:
+            return f"environment: the corrected Triton interpreter cannot run its probe kernel: {exc!r}"
+        finally:
+            shim.uninstall()
     want_round = torch.sign(x) * torch.floor(x.abs() + 0.5)
     ok = (
         torch.equal(r, want_round)
@@ -65,7 +67,8 @@ def _interpreter_checked():
         and torch.equal(f.view(torch.uint8), shim.torch_fp8_cast(x, torch.float8_e4m3fn).view(torch.uint8))
     )
     if not ok:
-        pytest.skip("environment: the Triton interpreter's libdevice/fp8 corrections do not hold on this install")
+        return "environment: the Triton interpreter's libdevice/fp8 corrections do not hold on this install"
+    return None
 
 
 class KVStore:
@@ -75,15 +78,16 @@ class KVStore:
     FP8_SENTINEL_BYTE = 0x11
     SCALE_SENTINEL = -3.0
 
-    def __init__(self, subject):
+    def __init__(self, subject, interpreter_fault: str | None):
         self.subject = subject
+        self.interpreter_fault = interpreter_fault
 
     def runnable(self, device: str, platform: str) -> None:
         """Skip, with the reason, where this run cannot give evidence for ``device`` as ``platform``."""
-        if device == "cpu" and GPU_RUN:
+        if device == "cpu" and GPU_RUN and platform == "cuda":
             pytest.skip("variant: this run compiles Triton for the GPU, where the CUDA variant of this check runs")
-        if device == "cpu" and not INTERPRET:
-            pytest.skip("environment: the Triton interpreter is off in this run and no GPU is in use")
+        if device == "cpu" and self.interpreter_fault:
+            pytest.skip(self.interpreter_fault)
         if device == "cuda" and not GPU_RUN:  # pragma: no cover - the shared conftest skips these already
             pytest.skip("environment: no CUDA GPU in this run")
         if device == "cuda" and platform != "cuda":
@@ -123,5 +127,5 @@ class KVStore:
 
 
 @pytest.fixture
-def kv_store(subject, _interpreter_checked):
-    return KVStore(subject)
+def kv_store(subject, interpreter_fault):
+    return KVStore(subject, interpreter_fault)
