@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import types
 
 import torch
@@ -297,6 +298,34 @@ def _patch_fp8_dtype(patches: Patches, name: str) -> None:
     patches.set(cls, "is_fp8_fnuz", classmethod(lambda c: dtype == torch.float8_e4m3fnuz))
 
 
+# The modules a fix of this task lives in (rubric.toml's [summary.places], less the MoE-LoRA kernels' op files,
+# which register custom ops when imported and cannot be imported twice in one process).
+FIX_MODULES = ("vllm.model_executor.layers.fused_moe.experts.lora_context",
+               "vllm.lora.punica_wrapper.punica_gpu",
+               "vllm.model_executor.layers.fused_moe.experts.triton_moe")
+
+
+@contextlib.contextmanager
+def _fix_imported_on_the_platform_played():
+    """FIX_MODULES imported anew for the call, after the platform it plays is in place; the loaded ones are put
+    back (in ``sys.modules`` and on their packages) when it ends. vLLM fixes its platform before it imports the
+    model's modules, once per process: a fix that reads the platform (its FP8 dtype) when its module is imported
+    is right wherever one that reads it at each call is, and is graded so. Playing the platform under modules
+    imported on another would show them a platform no process has."""
+    kept = {name: import_module(name) for name in FIX_MODULES}
+    try:
+        for name in FIX_MODULES:
+            sys.modules.pop(name, None)
+        for name in FIX_MODULES:
+            import_module(name)
+        yield
+    finally:
+        for name, module in kept.items():
+            sys.modules[name] = module
+            package, _, leaf = name.rpartition(".")
+            setattr(sys.modules[package], leaf, module)
+
+
 @contextlib.contextmanager
 def _session(real_kernels: bool = False, spies: bool = True, fp8_dtype: str | None = None):
     """Stand-ins and spies for one probe call; everything is undone when it ends."""
@@ -306,9 +335,10 @@ def _session(real_kernels: bool = False, spies: bool = True, fp8_dtype: str | No
         _patch_platform(patches)
         if fp8_dtype is not None:
             _patch_fp8_dtype(patches, fp8_dtype)
-        if spies:
-            _install_spies(patches, rec, real_kernels)
-        yield rec, patches
+        with _fix_imported_on_the_platform_played():
+            if spies:
+                _install_spies(patches, rec, real_kernels)
+            yield rec, patches
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -106,12 +106,31 @@ def _route(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]
     return (tw / tw.sum(dim=-1, keepdim=True)).float(), tid.to(torch.int32)
 
 
+# Every drawn batch has tokens of unlike magnitude and, from hidden size 256 on, 128-wide scale groups of unlike
+# magnitude: fixed factors, not draws. A dequantization that applies one token's scale to another token, or one
+# group's to the other group, is then off by a factor of two or more on every secret; with equal magnitudes it is
+# off only by how far two random tokens' ranges happen to differ (a few percent to twenty), which the draw decides.
+TOKEN_SPREAD = (1.0, 4.0, 0.5, 2.0)
+GROUP_SPREAD = (1.0, 3.0)
+
+
+def spread(M: int, K: int) -> torch.Tensor:
+    """The fixed magnitude of each activation: its token's factor times its scale group's."""
+    tokens = torch.tensor([TOKEN_SPREAD[t % len(TOKEN_SPREAD)] for t in range(M)])
+    groups = torch.tensor([GROUP_SPREAD[(k // 128) % len(GROUP_SPREAD)] for k in range(K)])
+    return tokens[:, None] * groups[None, :]
+
+
+def _activations(g: torch.Generator, M: int, K: int, act_scale: float, dtype) -> torch.Tensor:
+    return (torch.randn(M, K, generator=g) * act_scale * spread(M, K)).to(dtype)
+
+
 def make_tokens(g: torch.Generator, *, M: int = 4, K: int = 128, E: int = 16, topk: int = 2, dtype=torch.bfloat16,
                 act_scale: float = 0.02) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A batch of tokens and its routing (hidden, topk_weights, topk_ids), drawn from ``g``: what another rank
     sends in a dispatch, which needs no weights of its own (drawing a whole problem for it cost the judge most of
     a check's time)."""
-    hidden = (torch.randn(M, K, generator=g) * act_scale).to(dtype)
+    hidden = _activations(g, M, K, act_scale, dtype)
     tw, tid = _route(torch.randn(M, E, generator=g), topk)
     return hidden, tw, tid
 
@@ -122,7 +141,7 @@ def make_problem(scheme: str, g: torch.Generator, *, M: int = 4, E: int = 16, to
     block = [128, 128] if scheme == "fp8-block" else None
     K = K or 128
     I = I or (128 if block else 64)
-    hidden = (torch.randn(M, K, generator=g) * act_scale).to(dtype)
+    hidden = _activations(g, M, K, act_scale, dtype)
     w1f = torch.randn(E, 2 * I, K, generator=g) / K ** 0.5
     w2f = torch.randn(E, K, I, generator=g) / I ** 0.5
     tw, tid = _route(torch.randn(M, E, generator=g), topk)
@@ -287,10 +306,13 @@ def qdq(p: Problem, x: torch.Tensor, which: int) -> torch.Tensor:
 
 
 def reference_moe(p: Problem, lora: LoraSetup | None, hidden: torch.Tensor | None = None,
-                  mapping: torch.Tensor | None = None, quantized_base: bool = True) -> torch.Tensor:
-    """fp32 reference: base GEMMs on the scheme's quantized activations, LoRA on unquantized ones."""
+                  mapping: torch.Tensor | None = None, quantized_base: bool = True,
+                  lora_dequantized: bool = False) -> torch.Tensor:
+    """fp32 reference: base GEMMs on the scheme's quantized activations, LoRA on unquantized ones (with
+    ``lora_dequantized``, the w13 LoRA on the scheme's quantize-dequantized ones, as a fix that dequantizes gives)."""
     x = (p.hidden if hidden is None else hidden).float()
     xq = qdq(p, x, 1) if quantized_base else x
+    x_lora = qdq(p, x, 1) if lora_dequantized else x
     M = x.shape[0]
     lids = [-1] * M
     if lora is not None:
@@ -302,7 +324,7 @@ def reference_moe(p: Problem, lora: LoraSetup | None, hidden: torch.Tensor | Non
             e = int(p.topk_ids[t, j])
             h = p.w1_f32[e] @ xq[t]
             if lid >= 0:
-                h = h + torch.cat([lora.b13[s][lid, e].float() @ (lora.a13[s][lid, e].float() @ x[t])
+                h = h + torch.cat([lora.b13[s][lid, e].float() @ (lora.a13[s][lid, e].float() @ x_lora[t])
                                    for s in range(2)])
             acts[t, j] = torch.nn.functional.silu(h[: p.I]) * h[p.I:]
     actq = qdq(p, acts.reshape(M * p.topk, p.I), 2).reshape(M, p.topk, p.I) if quantized_base \
@@ -324,6 +346,27 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a = a.float()
     b = b.float()
     return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+# What a right layer may differ from the fp32 reference by besides its LoRA input: bfloat16/float16 intermediates and
+# the FP8 roundings they move (at most 0.035 for the reference fix over 144 problems of every scheme and corner).
+OUTPUT_TOLERANCE = 0.05
+
+
+def assert_output_matches_reference(p: Problem, lora: LoraSetup, out: torch.Tensor) -> None:
+    """The layer output is the fp32 reference's, within a tolerance these inputs set. c1 lets the LoRA shrink get
+    the activations dequantized from the FP8 tensor: that moves the output from the reference (LoRA on the real
+    activations) by exactly what the FP8 round trip of the LoRA input moves it, 2 to 6.5% as the draw falls, so a
+    fixed tolerance would pass or fail a dequantizing fix by the draw. The tolerance is that movement, computed on
+    these very inputs, plus ``OUTPUT_TOLERANCE``; a LoRA input that is not the activations (FP8 without its scale,
+    another group's or token's scale) is off by far more whatever the draw."""
+    ref = reference_moe(p, lora)
+    assert out.shape == ref.shape, f"output shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    lora_round_trip = rel_err(reference_moe(p, lora, lora_dequantized=True), ref)
+    err = rel_err(out, ref)
+    assert err < OUTPUT_TOLERANCE + lora_round_trip, (
+        f"relative error {err:.3g} against the fp32 reference (allowed: {OUTPUT_TOLERANCE} plus the "
+        f"{lora_round_trip:.3g} an FP8 round trip of the LoRA input accounts for)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,14 +70,10 @@ def test_lora_shrink_gets_real_valued_activations_with_rocm_fp8(H, subject, secr
 @pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_fp8_moe_with_lora_matches_fp32_reference(H, subject, secret_generator, scheme):
-    """An FP8 MoE with a LoRA adapter matches an fp32 reference within 5% (relative)."""
+    """An FP8 MoE with a LoRA adapter matches an fp32 reference (within 5% plus what an FP8 round trip of the LoRA input moves it)."""
     p = H.make_problem(scheme, secret_generator)
     lo = H.make_lora(p, MAPPING, secret_generator)
-    out = H.run_moe(subject, p, lo).out
-    ref = H.reference_moe(p, lo)
-    assert out.shape == ref.shape, f"output shape {tuple(out.shape)} != {tuple(ref.shape)}"
-    err = H.rel_err(out, ref)
-    assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
+    H.assert_output_matches_reference(p, lo, H.run_moe(subject, p, lo).out)
 
 
 def _check_base_gemm(H, run, p, scheme, fp8_dtype=torch.float8_e4m3fn):
@@ -161,10 +157,7 @@ def test_lora_shrink_and_output_right_at_every_corner(H, subject, secret_generat
             assert not isinstance(run, str), f"the layer raised {run}"
             _assert_shrink_got_real_values(H, run, p)
             if compare_output:
-                ref = H.reference_moe(p, lo)
-                assert run.out.shape == ref.shape, f"output shape {tuple(run.out.shape)} != {tuple(ref.shape)}"
-                err = H.rel_err(run.out, ref)
-                assert err < 0.05, f"relative error {err:.3g} against the fp32 reference"
+                H.assert_output_matches_reference(p, lo, run.out)
 
         cases.append((name, check))
     failures = _wrong_cases(cases)

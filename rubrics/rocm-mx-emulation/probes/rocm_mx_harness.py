@@ -350,11 +350,34 @@ def _clear_oracle_caches() -> None:
         pass
 
 
+# The modules a fix of this task lives in ([summary.places] and [inference] in rubric.toml), in the order vLLM
+# imports them. vLLM fixes the GPU a process runs on before it imports them, once per process; so each is imported
+# anew once a probe has set the GPU it plays (``Harness.apply``), and a fix that reads the platform or the GPU
+# architecture when its module is imported is graded on what it does on that GPU, as one that reads it at each call
+# is. ``fused_moe/utils.py`` is left out: modules outside the fix (the prepare step) bind its functions by name.
+FIX_MODULES = (
+    "vllm.model_executor.layers.fused_moe.experts.gpt_oss_triton_kernels_moe",
+    "vllm.model_executor.layers.fused_moe.experts.triton_moe",
+    "vllm.model_executor.layers.fused_moe.experts.ocp_mx_emulation_moe",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp4",
+    "vllm.model_executor.layers.quantization.quark.quark_moe",
+    "vllm.model_executor.layers.quantization.mxfp4",
+)
+
+
+def _put_back(modules: dict) -> None:
+    for name, module in modules.items():
+        sys.modules[name] = module
+        package, _, leaf = name.rpartition(".")
+        setattr(sys.modules[package], leaf, module)
+
+
 class Harness:
     """What a probe switches and patches; every patch is undone when its ``device()`` block ends."""
 
     def __init__(self, patches: Patches):
         self.patches = patches
+        self.loaded: dict = {}  # FIX_MODULES as they were before this probe imported them anew
 
     # ---- device state
     def set_rocm(self, arch: str, aiter: bool = False, features: str = "") -> None:
@@ -374,6 +397,17 @@ class Harness:
             self.set_rocm(spec["arch"], aiter=bool(spec.get("aiter", False)), features=spec.get("features", ""))
         else:
             self.set_cuda(spec["cap"])
+        self._import_fix_modules()
+
+    def _import_fix_modules(self) -> None:
+        """FIX_MODULES imported anew on the GPU now played; ``device()`` puts the loaded ones back when it ends."""
+        for name in FIX_MODULES:
+            if name not in self.loaded:
+                self.loaded[name] = __import__(name, fromlist=["_"])
+            sys.modules.pop(name, None)
+        for name in FIX_MODULES:
+            __import__(name, fromlist=["_"])
+        _clear_oracle_caches()
 
     def _set_aiter(self, enabled: bool) -> None:
         import vllm._aiter_ops as aiter_ops
@@ -455,6 +489,7 @@ def device(*preimport: str):
         yield harness
     finally:
         patches.undo()
+        _put_back(harness.loaded)
         STATE.clear()
         STATE.update(_DEFAULT_STATE)
         _clear_oracle_caches()

@@ -47,8 +47,8 @@ def run_test_file(device: dict, path: str, force_native: bool = False) -> dict:
 
     file = _tree_root() / path
     with rocm_mx_harness.device(ORACLE) as h:
-        oracle = sys.modules[ORACLE]
         h.apply(device)
+        oracle = sys.modules[ORACLE]
         h.fake_triton_kernels(True)
         h.fake_vllm_config()
         if force_native:

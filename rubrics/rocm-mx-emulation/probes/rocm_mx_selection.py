@@ -27,22 +27,35 @@ QUARK_SCHEMES = {
 }
 
 
-def _moe_config(num_experts: int, activation: str = "SWIGLUOAI", moe_backend: str = "auto"):
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (
-        FusedMoEConfig,
-        FusedMoEParallelConfig,
-        RoutingMethodType,
-    )
+# Expert-parallel configs over two data-parallel ranks, by the all2all backend: "ep-standard" (all-gather and
+# reduce-scatter: the experts take standard activations) and "ep-batched" (DeepEP low latency: batched activations,
+# which TritonExperts and so the emulation experts do not take).
+EP_ALL2ALL = {"ep-standard": "allgather_reducescatter", "ep-batched": "deepep_low_latency"}
 
+
+def _parallel_config(parallel: str):
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
+
+    if parallel == "none":
+        return FusedMoEParallelConfig.make_no_parallel()
+    return FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=2, ep_size=2, tp_rank=0, pcp_rank=0, dp_rank=0,
+                                  ep_rank=0, sp_size=1, use_ep=True, all2all_backend=EP_ALL2ALL[parallel],
+                                  enable_eplb=False)
+
+
+def _moe_config(num_experts: int, activation: str = "SWIGLUOAI", moe_backend: str = "auto", parallel: str = "none"):
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, RoutingMethodType
+
+    parallel_config = _parallel_config(parallel)
     return FusedMoEConfig(
         num_experts=num_experts,
         experts_per_token=2,
         hidden_dim=256,
         intermediate_size=256,
-        num_local_experts=num_experts,
+        num_local_experts=num_experts // parallel_config.ep_size,
         num_logical_experts=num_experts,
-        moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
+        moe_parallel_config=parallel_config,
         activation=getattr(MoEActivation, activation),
         in_dtype=torch.bfloat16,
         device="cpu",
@@ -77,13 +90,14 @@ def _setup(h, spec: dict) -> None:
 
 
 def oracle_selection(device: dict, scheme: str, activation: str = "SWIGLUOAI", moe_backend: str = "auto",
-                     num_experts: int = 8) -> dict:
-    """What ``select_mxfp4_moe_backend`` returns on ``device`` for the activation ``scheme``."""
+                     num_experts: int = 8, parallel: str = "none") -> dict:
+    """What ``select_mxfp4_moe_backend`` returns on ``device`` for the activation ``scheme`` (``parallel``: "none",
+    or an expert-parallel config of ``EP_ALL2ALL``)."""
     with rocm_mx_harness.device(ORACLE, EMULATION) as h:
         _setup(h, device)
         oracle = sys.modules[ORACLE]
         backend, experts_cls = oracle.select_mxfp4_moe_backend(
-            _moe_config(num_experts, activation, moe_backend), activation_key=_act_key(scheme)
+            _moe_config(num_experts, activation, moe_backend, parallel), activation_key=_act_key(scheme)
         )
         return {"backend": _backend(backend), "experts": _experts(experts_cls)}
 
@@ -125,11 +139,11 @@ def first_gemm_a_scale(device: dict, w1, w2, x, a1q_scale, topk_ids, topk_weight
     """Run an FP8 W8A8 ``TritonExperts`` (dynamic activations, already quantized ``x`` with ``a1q_scale``) on
     ``device`` until its first GEMM, and report the A scale that GEMM got (a spy stops the run there)."""
     with rocm_mx_harness.device(TRITON_MOE) as h:
-        triton_moe = sys.modules[TRITON_MOE]
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
         from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
 
         h.apply(device)
+        triton_moe = sys.modules[TRITON_MOE]
         h.prepare_cpu_run()
         num_experts, hidden = w1.shape[0], w1.shape[2]
         tokens, top_k = topk_ids.shape

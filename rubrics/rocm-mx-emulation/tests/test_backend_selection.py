@@ -179,6 +179,32 @@ def test_rdna_selection_unchanged(subject, base_subject, platform, scheme):
 # (gfx1030, capability 10.3, between gfx950's 9.5 and RDNA3's 11.0). The fix must not widen that gate to them: a
 # gate written as "not gfx90a or gfx942", or as a capability of at least gfx950's, hands them the OAI Triton
 # kernels. Their selection may be emulation (the fix's fallback) or the base's refusal, never an OAI Triton backend.
+# c1 over the parallel config: emulation is selected under an expert-parallel config whose experts take standard
+# activations as without one, and a config the emulation experts cannot run (batched activations, which
+# TritonExperts does not take) is refused with the base's ValueError, as every other backend's is. A fallback that
+# hands emulation whatever the OAI Triton backend refused, without asking emulation whether it supports the config,
+# selects a backend that cannot run it; every earlier check used no parallel config, where both answers agree.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(gcn_arch="bare", path="oracle")
+@pytest.mark.parametrize("parallel", ["none", "ep-standard", "ep-batched"])
+@pytest.mark.parametrize("scheme", ACT_SCHEMES)
+@pytest.mark.parametrize("arch,aiter", NON_GFX950)
+def test_oracle_emulation_only_for_configs_it_runs(subject, arch, aiter, scheme, parallel):
+    """On gfx942/gfx90a the oracle selects emulation under every parallel config the emulation experts support,
+    and refuses (ValueError) one they do not (batched activations)."""
+    seen = subject.outcome("rocm_mx_selection.oracle_selection", device=devices.rocm(arch, aiter), scheme=scheme,
+                           activation="SWIGLUOAI", moe_backend="auto", num_experts=E, parallel=parallel)
+    if parallel == "ep-batched":
+        assert seen.get("raised") == "ValueError", (
+            f"{arch}, {scheme}, {parallel}: the emulation experts take no batched activations, yet the oracle "
+            f"{'raised ' + seen['raised'] if 'raised' in seen else 'selected ' + seen['returned']['backend']['repr']}")
+        return
+    assert "raised" not in seen, f"{arch}, {scheme}, {parallel}: raised {seen['raised']}: {seen['message'][:200]}"
+    got = seen["returned"]
+    assert _is(got["backend"], "EMULATION") and got["experts"]["is_emulation_subclass"], (
+        f"{arch}, {scheme}, {parallel}: selected {got['backend']['repr']} with experts {got['experts']['repr']}")
+
+
 OTHER_ROCM_ARCHS = ["gfx908", "gfx1030"]
 OAI_TRITON_BACKENDS = ("TRITON", "TRITON_UNFUSED")
 
@@ -243,6 +269,24 @@ def test_cuda_selection_as_base(subject, base_subject, platform):
             if got != want:
                 wrong.append(f"{platform} {scheme} {activation}: {got}, the base {want}")
     assert not wrong, "; ".join(wrong)
+
+
+# c5 over the parallel config: on the GPUs whose selection the fix must leave alone (gfx950, an RDNA GPU, and one
+# outside the base's OAI Triton gate), a config no MXFP4 MoE backend there runs (an expert-parallel one with
+# batched activations) is refused as the base refuses it, not handed to emulation by a widened fallback.
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(path="oracle", gcn_arch="bare", parallel="ep-batched")
+@pytest.mark.parametrize("scheme", ACT_SCHEMES)
+@pytest.mark.parametrize("platform", ["gfx950", "gfx1100", "gfx908"])
+def test_unsupported_parallel_config_refused_as_base(subject, base_subject, platform, scheme):
+    """Under an expert-parallel config with batched activations, gfx950, RDNA and gfx908 selection is the base's."""
+    def outcome(who):
+        seen = who.outcome("rocm_mx_selection.oracle_selection", device=devices.rocm(platform, False), scheme=scheme,
+                           activation="SWIGLUOAI", moe_backend="auto", num_experts=E, parallel="ep-batched")
+        return ("raised", seen["raised"]) if "raised" in seen else tuple(seen["returned"]["backend"]["equals"])
+
+    got, want = outcome(subject), outcome(base_subject)
+    assert got == want, f"{platform}, {scheme}, ep-batched: {got}, the base {want}"
 
 
 # The fix touches TritonExperts, which every Triton MoE path shares, not only emulation. Outside emulation the

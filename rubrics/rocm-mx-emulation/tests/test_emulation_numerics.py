@@ -120,6 +120,23 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
+# The two e4m3 formats vLLM's platforms quantize activations to: float8_e4m3fn (largest 448) and float8_e4m3fnuz
+# (largest 240; gfx94x). Under an in-range static scale (every activation within 6 times it, ``_scales``) they round
+# every value alike but the few below float8_e4m3fn's smallest normal (2^-6 times the scale), where their subnormal
+# steps differ; whether the draw puts any there, and how far they then move the output, is the draw's doing (a QDQ
+# in the wrong format was 0.0006 from the platform's reference for one secret, 0.006 for another, either side of
+# TOL). A check whose question is not the format (a QDQ is done with in-range static scales, c2; the static scales
+# are applied, c4) therefore accepts the round trip in either e4m3 format. The format is decided where the two
+# differ whatever is drawn: the dynamic QDQ (scale amax/448 against amax/240) and the saturating static one
+# (clamped at 448 against 240), on every platform (c2).
+E4M3_FORMATS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def _err_in_either_format(out: torch.Tensor, reference) -> float:
+    """The output's distance from ``reference(fp8_dtype)``, the nearer of the two e4m3 formats."""
+    return min(_rel_err(out, reference(fp8)) for fp8 in E4M3_FORMATS)
+
+
 TOL = 2e-3
 
 PLATFORMS = [pytest.param(("rocm", arch), id=arch, marks=pytest.mark.cases(platform=arch))
@@ -141,9 +158,10 @@ def test_fp8_activation_emulation_matches_qdq_reference(subject, secret_generato
     s1, s2 = _scales(p, fp8)
     out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
     assert torch.isfinite(out).all()
-    refs = {mode: _reference(p, s1, s2, fp8, mode)[0] for mode in ("static", "dynamic", "none")}
-    errs = {mode: _rel_err(out, r) for mode, r in refs.items()}
-    # c2 asks for the QDQ round trip itself; whether a2 uses its static scale is c4's question.
+    errs = {mode: _err_in_either_format(out, lambda f, mode=mode: _reference(p, s1, s2, f, mode)[0])
+            for mode in ("static", "dynamic", "none")}
+    # c2 asks for the QDQ round trip itself; whether a2 uses its static scale is c4's question, and which e4m3
+    # format it rounds to is asked where the formats differ whatever is drawn (E4M3_FORMATS).
     assert min(errs["static"], errs["dynamic"]) < TOL, f"no FP8 QDQ reference matches: {errs}"
 
 
@@ -326,9 +344,8 @@ def test_static_scales_applied_to_both_activations(subject, secret_generator, pl
     p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
     out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
-    static = _reference(p, s1, s2, fp8, "static")[0]
     dynamic = _reference(p, s1, s2, fp8, "dynamic")[0]
-    err = _rel_err(out, static)
+    err = _err_in_either_format(out, lambda f: _reference(p, s1, s2, f, "static")[0])
     assert err < TOL, (
         f"output differs from the static-a1/static-a2 reference by {err:.3g} "
         f"(from the dynamic-a2 reference by {_rel_err(out, dynamic):.3g})"
@@ -365,9 +382,8 @@ def test_per_expert_static_scales_applied(subject, secret_generator, plat):
     p = _problem(secret_generator)
     s1, s2 = _scales(p, fp8)
     out = _run(subject, plat, p, _w4a8(p, s1.expand(E).contiguous(), s2.expand(E).contiguous()))["output"]
-    static = _reference(p, s1, s2, fp8, "static")[0]
     dynamic = _reference(p, s1, s2, fp8, "dynamic")[0]
-    err = _rel_err(out, static)
+    err = _err_in_either_format(out, lambda f: _reference(p, s1, s2, f, "static")[0])
     assert err < TOL, (
         f"with per-expert scales the output differs from the static-a1/static-a2 reference by {err:.3g} "
         f"(from the dynamic-a2 reference by {_rel_err(out, dynamic):.3g})"
