@@ -34,9 +34,15 @@ def _assert_well_split(subject, cases: list[dict]) -> None:
 
 
 def _poisoned(audio: torch.Tensor, start: int, stop: int, value: float | str) -> torch.Tensor:
-    """``audio`` with samples ``[start, stop)`` set to ``value`` (a float, or "mixed": NaN, +inf and -inf in turn)."""
+    """``audio`` with samples ``[start, stop)`` set to ``value``: a float; "mixed" (NaN, +inf and -inf in turn);
+    "sparse-nan" (a NaN every SPARSE samples among the audio's own, so every window holds one); or "overflow"
+    (finite samples whose squares overflow the dtype, so every window's energy is inf)."""
     out = audio.clone()
-    if value == "mixed":
+    if value == "sparse-nan":
+        out[..., start:stop:SPARSE] = float("nan")
+    elif value == "overflow":
+        out[..., start:stop] = OVERFLOW[out.dtype]
+    elif value == "mixed":
         pattern = torch.tensor([float("nan"), float("inf"), float("-inf")], dtype=out.dtype)
         out[..., start:stop] = pattern.repeat(-(-(stop - start) // 3))[:stop - start]
     else:
@@ -47,7 +53,15 @@ def _poisoned(audio: torch.Tensor, start: int, stop: int, value: float | str) ->
 # --- c1: NaN and infinite samples in an overlap region ------------------------------------------------------------
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-NON_FINITE = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "mixed": "mixed"}
+NON_FINITE = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "mixed": "mixed",
+              "sparse-nan": "sparse-nan", "overflow": "overflow"}
+# A window with no finite energy need not be all non-finite: one NaN among finite samples, or finite samples too
+# large to square, score none either (SPARSE is below every window the tests use).
+SPARSE = 29
+OVERFLOW = {torch.float32: 1e20, torch.float64: 1e160}
+# Fixed search-region starts on no window grid (and on one), beside the drawn start: a fallback that depends on
+# where the region starts is seen for every secret.
+FIXED_STARTS = (1037, 2000)
 
 
 @pytest.mark.criterion("c1")
@@ -182,13 +196,13 @@ def test_find_split_point_stays_in_a_region_it_cannot_score(subject, secret_gene
     """find_split_point returns an index inside its search region when no window there has a finite energy: every
     non-finite value in each dtype."""
     gen = secret_generator
-    start = int(torch.randint(500, 2500, (1,), generator=gen))
-    end = start + 1000
+    drawn = int(torch.randint(500, 2500, (1,), generator=gen))
     cases = []
     for dtype_name, dtype in DTYPES.items():
         base = speech(gen, 6000, dtype=dtype)
-        cases += [_region(_poisoned(base, start, end, value), start, end, name=f"{dtype_name} {value_name} region")
-                  for value_name, value in NON_FINITE.items()]
+        cases += [_region(_poisoned(base, start, start + 1000, value), start, start + 1000,
+                          name=f"{dtype_name} {value_name} region")
+                  for start in (drawn, *FIXED_STARTS) for value_name, value in NON_FINITE.items()]
     _assert_points_in_region(subject, cases)
 
 
@@ -197,16 +211,16 @@ def test_find_split_point_stays_in_a_region_it_cannot_score(subject, secret_gene
 def test_find_split_point_stays_in_a_region_without_a_window(subject, secret_generator):
     """find_split_point returns an index inside a search region too short for one window, and on 2D audio."""
     gen = secret_generator
-    start = int(torch.randint(500, 2500, (1,), generator=gen))
+    drawn = int(torch.randint(500, 2500, (1,), generator=gen))
     cases = []
     for dtype_name, dtype in DTYPES.items():
         wav = speech(gen, 6000, dtype=dtype)
-        cases += [
+        cases += [case for start in (drawn, *FIXED_STARTS) for case in (
             _region(wav, start, start + 60, name=f"{dtype_name} region shorter than a window"),
             _region(wav, start, start + audio_cases.WINDOW, name=f"{dtype_name} region of exactly one window"),
             _region(wav, start, start, name=f"{dtype_name} empty region"),
             _region(speech(gen, 6000, channels=2, dtype=dtype), start, start + 1000, name=f"{dtype_name} stereo"),
-        ]
+        )]
     _assert_points_in_region(subject, cases)
 
 
@@ -239,10 +253,20 @@ def _whisper_over_first_windows(audio: torch.Tensor, clip: int, overlap: int) ->
     return out
 
 
+def _quieter_ahead_of_every_cursor(audio: torch.Tensor) -> torch.Tensor:
+    """For 3 s clips with an overlap of a whole clip: whispers at 1.5 s and then every 2.2 s, each 100 times quieter
+    than the one before (more than the noise's own loudness range), so that each region, which starts at the cursor,
+    finds its quietest window ahead of it: the base finishes, cutting there, and a fix must cut there too."""
+    out = audio.clone()
+    for k, start in enumerate(range(1500, out.shape[-1] - 1000, 2200)):
+        out[..., start:start + audio_cases.WINDOW] *= 1e-2 ** (k + 1)
+    return out
+
+
 @pytest.mark.criterion("c5", weight=2)
 @pytest.mark.cases(site="split_audio", dtype=list(DTYPES), audio=["long", "about-one-clip"],
                    search=["quietest-window", "first-of-equal", "last-whole-window", "first-window"],
-                   sample_rate=["1000", "16000"], overlap=["up-to-half", "over-half", "near-clip"])
+                   sample_rate=["1000", "16000"], overlap=["up-to-half", "over-half", "near-clip", "equals-clip"])
 def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator):
     """Finite audio is split at the same quietest windows as before, into the same chunks.
 
@@ -260,6 +284,9 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(_whisper_over_first_windows(speech(gen, 12000, dtype=dtype), 3000, overlap), 3.0, overlap / 1000,
              name=f"{dtype_name}, whisper over the first region's first window, overlap {overlap / 1000} s")
         for overlap in (1000, 2000, 2950) for dtype_name, dtype in DTYPES.items()]
+    equal_overlap = [case(_quieter_ahead_of_every_cursor(speech(gen, 12000, dtype=dtype)), 3.0, 3.0,
+                          name=f"{dtype_name}, overlap of a whole clip, each region's quietest window ahead")
+                     for dtype_name, dtype in DTYPES.items()]
     whisper = speech(gen, 16000 * 70)
     whisper[16000 * 30 - 1600:16000 * 30] *= 0.001
     cases = [
@@ -276,12 +303,25 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(speech(gen, 3001), 3.0, 1.0, name="just over one clip"),
         case(pauses(speech(gen, 14000), gen, 5, 250), 3.0, 2.5, name="noise with pauses, overlap 2.5 s"),
         *first_windows,
+        *equal_overlap,
     ]
     _assert_split_as_base(subject, base_subject, cases)
 
 
+def _quiet_beside_nan(audio: torch.Tensor) -> torch.Tensor:
+    """For 3 s clips, a 1 s overlap and 128-sample windows (the first region's windows start at 2000 + 128 k): NaN
+    over 2300-2450 (windows 2 and 3 hold some), the finite part of window 2 (2256-2300) a near-silence and window 5
+    (2640) a whisper. The base skips the NaN windows and cuts at 2640; a fix that scores a window by its finite
+    samples, or that reads NaN as silence or as the minimum, cuts elsewhere."""
+    out = audio.clone()
+    out[..., 2256:2300] *= 1e-4
+    out[..., 2640:2768] *= 1e-2
+    out[..., 2300:2450] = float("nan")
+    return out
+
+
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(site="split_audio", search="partly-nan", dtype="float32", sample_rate="1000")
+@pytest.mark.cases(site="split_audio", search="partly-nan", dtype=list(DTYPES), sample_rate="1000")
 def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, secret_generator):
     """An overlap region with some NaN windows is still split at its quietest finite window, as before."""
     gen = secret_generator
@@ -290,6 +330,9 @@ def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, s
         audio = _poisoned(audio, start, start + 150, float("nan"))
     # 128-sample windows: no search region is whole windows, so the last whole window is one the base scores too
     cases = [case(audio, 3.0, 1.0, window=128, name="NaN bursts of 150 samples every 1.6 s")]
+    cases += [case(_quiet_beside_nan(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=128,
+                   name=f"{dtype_name}, a near-silence beside NaN in one window, a whisper in a finite one")
+              for dtype_name, dtype in DTYPES.items()]
     _assert_split_as_base(subject, base_subject, cases)
 
 

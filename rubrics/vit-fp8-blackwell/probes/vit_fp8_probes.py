@@ -2,11 +2,13 @@
 
 The gate under test, ``is_flashinfer_cudnn_fp8_prefill_attn_supported`` in ``vllm/utils/flashinfer.py``, decides
 from the platform's compute capability, the platform's supported ViT attention backends and the cuDNN version.
-Each case the judge sends, ``{"capability": [major, minor], "cudnn": int, "flashinfer": bool}``, controls all
-three on a CPU-only machine:
+Each case the judge sends, ``{"capability": [major, minor] or None, "cudnn": int, "flashinfer": bool}`` (and
+``"platform"``, the fake's kind: "cuda" unless it says rocm, xpu, cpu, tpu or oot), controls all three on a
+CPU-only machine:
 
-- a fake CUDA ``Platform`` subclass (``_enum`` set, so every ``is_*`` / ``has_device_capability`` query is vLLM's
-  own and answers consistently) with that capability and FLASHINFER listed as a supported ViT backend or not,
+- a fake ``Platform`` subclass of that kind (``_enum`` set, so every ``is_*`` / ``has_device_capability`` query is
+  vLLM's own and answers consistently) with that capability (None: the platform reports none, as XPU and CPU do)
+  and FLASHINFER listed as a supported ViT backend or not,
   installed as ``current_platform`` in ``vllm.platforms`` and in every loaded vLLM module that holds it;
 - ``torch.backends.cudnn.is_available`` / ``version`` patched to report that cuDNN;
 - ``has_flashinfer`` patched to True, in case a candidate adds that check to the gate.
@@ -36,15 +38,21 @@ def _clear_caches(mod) -> None:
             clear()
 
 
-def _make_cuda_platform(capability: tuple[int, int], with_flashinfer: bool):
+# The fake's kind -> (PlatformEnum member, device_type): CUDA and ROCm GPUs are "cuda" devices to torch.
+PLATFORM_KINDS = {"cuda": ("CUDA", "cuda"), "rocm": ("ROCM", "cuda"), "xpu": ("XPU", "xpu"), "cpu": ("CPU", "cpu"),
+                  "tpu": ("TPU", "tpu"), "oot": ("OOT", "oot")}
+
+
+def _make_platform(kind: str, capability: tuple[int, int] | None, with_flashinfer: bool):
     from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    cap = DeviceCapability(major=capability[0], minor=capability[1])
+    enum_name, device_type = PLATFORM_KINDS[kind]
+    cap = None if capability is None else DeviceCapability(major=capability[0], minor=capability[1])
     backends = [AttentionBackendEnum.TORCH_SDPA]
     if with_flashinfer:
         backends = [AttentionBackendEnum.FLASHINFER, *backends]
-    label = f"Fake NVIDIA GPU sm_{capability[0]}{capability[1]}"
+    label = f"Fake {kind} device" + ("" if capability is None else f" sm_{capability[0]}{capability[1]}")
 
     def get_device_capability(cls, device_id: int = 0):
         return cap
@@ -56,14 +64,14 @@ def _make_cuda_platform(capability: tuple[int, int], with_flashinfer: bool):
         return list(backends)
 
     attrs = {
-        "_enum": PlatformEnum.CUDA,
-        "device_name": "cuda",
-        "device_type": "cuda",
+        "_enum": PlatformEnum[enum_name],
+        "device_name": device_type,
+        "device_type": device_type,
         "get_device_capability": classmethod(get_device_capability),
         "get_device_name": classmethod(get_device_name),
         "get_supported_vit_attn_backends": classmethod(get_supported_vit_attn_backends),
     }
-    return type("FakeCudaPlatform", (Platform,), attrs)()
+    return type(f"Fake{enum_name.title()}Platform", (Platform,), attrs)()
 
 
 def _install(patches: Patches, replaced: list, fi_utils, case: dict) -> None:
@@ -71,9 +79,10 @@ def _install(patches: Patches, replaced: list, fi_utils, case: dict) -> None:
     earlier case of this probe installed), with its cuDNN version; clear the gate's cache."""
     import torch.backends.cudnn as cudnn_mod
 
-    capability = (int(case["capability"][0]), int(case["capability"][1]))
+    given = case["capability"]
+    capability = None if given is None else (int(given[0]), int(given[1]))
     cudnn = int(case["cudnn"])
-    fake = _make_cuda_platform(capability, bool(case["flashinfer"]))
+    fake = _make_platform(case.get("platform", "cuda"), capability, bool(case["flashinfer"]))
     install_platform(patches, replaced, fake)
     patches.set(fi_utils, "current_platform", fake)
     patches.set(cudnn_mod, "is_available", lambda: True)
@@ -140,9 +149,11 @@ def _build(mm_mod, backend, attn_dtype: str | None = "fp8", with_mm_config: bool
 
 
 def _build_outcome(case, fi_utils, mm_mod) -> dict:
-    # A user asks for the FlashInfer backend where the platform has it; elsewhere the layer picks its own.
+    # A user asks for the FlashInfer backend where the platform has it (unless the case leaves the choice to the
+    # layer: "backend_requested" False); elsewhere the layer picks its own.
+    requested = case["flashinfer"] and case.get("backend_requested", True)
     try:
-        layer = _build(mm_mod, "FLASHINFER" if case["flashinfer"] else None, case.get("attn_dtype", "fp8"),
+        layer = _build(mm_mod, "FLASHINFER" if requested else None, case.get("attn_dtype", "fp8"),
                        case.get("multimodal_config", True))
     except Exception as exc:  # noqa: BLE001 - the judge decides what each exception means
         return _exception_record(exc)
@@ -154,7 +165,8 @@ def build_outcomes(cases: list[dict]) -> list[dict]:
     """For each case: what building ``MMEncoderAttention`` with ``mm_encoder_attn_dtype`` the case's
     ``attn_dtype`` ('fp8' unless it says otherwise; None leaves it unset), or with no multimodal config at all
     where ``multimodal_config`` is False (the way a model does, config creation included, the FlashInfer backend
-    requested where the fake GPU lists it, the layer's own choice elsewhere) did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
+    requested where the fake GPU lists it unless ``backend_requested`` is False, the layer's own choice elsewhere)
+    did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
     ``{"raised": type, "message": text, "classes": the exception's MRO as module.qualname}``. Only the CUDA
     workspace allocation is stubbed."""
     fi_utils = import_module(FLASHINFER_UTILS)

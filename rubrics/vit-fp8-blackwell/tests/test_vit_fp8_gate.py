@@ -134,6 +134,18 @@ AS_MINIMUM = re.compile(r"\s*(?:\+|or (?:newer|later|above|higher)|and (?:newer|
 SUPPORT_WORDS = re.compile(r"\b(supported|supports|works?|runs?|available)\b", re.I)
 # A mention that is the bar another is measured against ("older than Blackwell", "pre-Blackwell", "below SM100").
 AS_BAR = re.compile(r"(?:\bthan|\bpre-|\bbelow|\bbefore|\bprior to|\bunder)\W{0,3}(?:\w+\W{1,3})?$", re.I)
+# The device itself, named without a number ("this GPU", "your device", "the current hardware"): on an SM100+ GPU
+# refused for its cuDNN or backend, calling it old or telling the user to change it is false.
+DEVICE_REFERENCE = re.compile(r"\b(?:this|your|the current|current|detected)\s+(?:\w+\s+)?"
+                              r"(?:gpus?|devices?|hardware|cards?|accelerators?)\b", re.I)
+DEVICE_CALLED_OLD = re.compile(r"\b(older|too old|outdated|obsolete|legacy|below|predates?|pre-blackwell|lacks?|"
+                               r"insufficient|not new enough)\b", re.I)
+GPU_CHANGE = re.compile(r"\b(upgrade|replace|switch)\b[^;,.]{0,40}?\b(gpus?|devices?|hardware|cards?)\b", re.I)
+# Market segments that hold SM100+ parts (GeForce RTX 50x0 and RTX PRO 6000 are SM120, Jetson Thor SM110): a clause
+# that says such a segment does not run it, without narrowing it to older parts, says an SM100+ GPU does not.
+SEGMENT = re.compile(r"\b(geforce|consumer|workstation|desktop|laptop|jetson|rtx(?!\s?(?:pro\s?)?\d))\b", re.I)
+# "only on SM100 (B200)": the requirement said to be one capability or part, not "or newer", excludes the rest.
+ONLY = re.compile(r"\b(only|exclusively|solely)\b", re.I)
 
 
 def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
@@ -148,13 +160,58 @@ def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
             for m, value in found]
 
 
+def _clauses(message: str) -> list[tuple[str, str]]:
+    """The message's clauses, each with its context for a report of the device: the clause itself, and the one
+    before it where a colon joins them ("this device: compute capability 9.0")."""
+    pieces = re.split(f"({CLAUSE_BREAK.pattern})", message, flags=re.I)
+    clauses, breaks = pieces[0::2], [""] + [b or "" for b in pieces[1::2]]
+    return [(clause, (clauses[i - 1] + " " if i and breaks[i].strip() == ":" else "") + clause)
+            for i, clause in enumerate(clauses)]
+
+
+def _device_problems(clause: str, device: int) -> list[str]:
+    """On an SM100+ GPU (refused for its cuDNN or backend), what a clause says falsely of the device or of SM100+
+    parts without naming a capability: calls this GPU old, tells the user to change it, or says a market segment
+    holding SM100+ parts does not run it."""
+    if device < REQUIRED:
+        return []
+    problems = []
+    if DEVICE_REFERENCE.search(clause) and DEVICE_CALLED_OLD.search(clause):
+        problems.append(f"calls this SM100+ GPU old ({clause.strip()!r})")
+    if (change := GPU_CHANGE.search(clause)) and not re.search(r"cudnn|flashinfer|driver", clause, re.I):
+        problems.append(f"tells the user of an SM100+ GPU to {change.group(1).lower()} it ({clause.strip()!r})")
+    return problems
+
+
+def _segment_problems(clause: str, negated: bool, mentions: list) -> list[str]:
+    """A clause that says a market segment holding SM100+ parts does not run it, unless it narrows the segment to
+    older parts (an older capability named, or called old)."""
+    segment = SEGMENT.search(clause)
+    if not (segment and negated) or CALLS_IT_OLD.search(clause) or any(v < REQUIRED for _, v, _, _ in mentions):
+        return []
+    return [f"says {segment.group(0)!r} GPUs, among them SM100+ parts, do not run it ({clause.strip()!r})"]
+
+
+def _only_problems(clause: str, negated: bool, mentions: list) -> list[str]:
+    """A clause that says only some SM100+ capabilities or parts run it (none stated as a minimum): the rest of
+    SM100 or newer runs it too. An architecture name ("only on Blackwell") is left alone."""
+    exact = [t for t, v, as_minimum, as_bar in mentions if v >= REQUIRED and not as_minimum and not as_bar
+             and t.lower() not in ARCHITECTURES]
+    if negated or not ONLY.search(clause) or not exact or any(m for _, v, m, _ in mentions if v >= REQUIRED):
+        return []
+    return [f"says only {', '.join(exact)} runs it, not SM100 or newer ({clause.strip()!r})"]
+
+
 def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
     """What is false or missing in a refusal's message on ``capability`` with ``cudnn``, read as claims."""
     device = CAPABILITIES[capability][0] * 10 + CAPABILITIES[capability][1]
     problems, names_requirement = [], False
-    for clause in CLAUSE_BREAK.split(message):
+    for clause, context in _clauses(message):
         negated = bool(NEGATION.search(clause))
-        for text, value, as_minimum, as_bar in _hardware_mentions(clause):
+        mentions = _hardware_mentions(clause)
+        problems += (_device_problems(clause, device) + _segment_problems(clause, negated, mentions)
+                     + _only_problems(clause, negated, mentions))
+        for text, value, as_minimum, as_bar in mentions:
             if negated and as_bar:
                 names_requirement = names_requirement or value >= REQUIRED
             elif negated:
@@ -165,7 +222,7 @@ def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
             elif value >= REQUIRED:
                 names_requirement = True
             elif (value == device and not as_minimum and not SUPPORT_WORDS.search(clause)
-                  and REPORTS_THE_DEVICE.search(clause)):
+                  and REPORTS_THE_DEVICE.search(context)):
                 continue  # the device named ("this device reports 9.0", "on NVIDIA H100 this needs ...")
             else:
                 problems.append(f"says {text!r} runs it or is what it needs ({clause.strip()!r})")
@@ -239,6 +296,7 @@ C4_CASES = ([(c, v, "available") for c in ("sm100", "sm120") for v in OLD_CUDNN]
 
 
 @pytest.mark.criterion("c4")
+@pytest.mark.cases(platform="cuda")
 @pytest.mark.parametrize("site", [GATE, LAYER])
 @pytest.mark.parametrize("capability,cudnn,flashinfer", C4_CASES, ids=["-".join(c) for c in C4_CASES])
 def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answers):
@@ -246,23 +304,80 @@ def test_cudnn_and_backend_checks_kept(capability, cudnn, flashinfer, site, answ
     expect(answers, site, capability, cudnn, flashinfer)
 
 
+# Platforms without the FlashInfer ViT backend: the gate answers False there and the layer refuses FP8, as in the
+# base, whatever capability the platform reports (ROCm's gfx1201 reads 12.0, XPU and CPU report none). A check
+# narrowed to CUDA, or one that reads a capability that is not there, lets FP8 through or crashes instead.
+OTHER_PLATFORMS = {"gfx90a": ("rocm", (9, 0)), "gfx942": ("rocm", (9, 4)), "gfx950": ("rocm", (9, 5)),
+                   "gfx1201": ("rocm", (12, 0)), "xpu": ("xpu", None), "cpu": ("cpu", None), "tpu": ("tpu", None),
+                   "oot": ("oot", (10, 0))}
+
+
+@pytest.fixture(scope="module")
+def other_platform_answers(subject) -> dict:
+    """What the gate and the layer did on each platform of OTHER_PLATFORMS: {(site, name): outcome}."""
+    cases = [{"platform": kind, "capability": None if cap is None else list(cap), "cudnn": CUDNN["9.17.1"],
+              "flashinfer": False} for kind, cap in OTHER_PLATFORMS.values()]
+    gate_seen = subject.call("vit_fp8_probes.gate_answers", cases=cases)
+    built = subject.call("vit_fp8_probes.build_outcomes", cases=cases)
+    return {**{(GATE, name): seen for name, seen in zip(OTHER_PLATFORMS, gate_seen, strict=True)},
+            **{(LAYER, name): seen for name, seen in zip(OTHER_PLATFORMS, built, strict=True)}}
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.parametrize("site", [GATE, LAYER])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.cases(
+    platform=kind, capability=n if kind == "rocm" else ("none" if cap is None else "sm100"))) for n, (kind, cap)
+    in OTHER_PLATFORMS.items()], ids=list(OTHER_PLATFORMS))
+def test_platforms_without_the_backend_refused(name, site, other_platform_answers):
+    """Platforms without the FlashInfer ViT backend (ROCm, XPU, CPU, TPU, out-of-tree) are refused as in the base."""
+    kind, cap = OTHER_PLATFORMS[name]
+    seen = other_platform_answers[(site, name)]
+    answers = {(site, name, "9.17.1", "unavailable"): seen}
+    got = verdict(answers, site, name, "9.17.1", "unavailable")
+    what = "the gate" if site == GATE else "building MMEncoderAttention with FP8"
+    assert got == "reject", (f"{what} on a {kind} platform ({name}, capability {cap}, no FlashInfer ViT backend): "
+                             f"expected reject, as in the base, got {got}")
+
+
 # --- c5: a Hopper user is stopped up front with that error ---------------------------------------------------
 
 
-@pytest.mark.criterion("c5")
-@pytest.mark.cases(capability="sm90", flashinfer="available", attn_dtype="fp8")
-@pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
-def test_hopper_stopped_at_construction(cudnn, answers):
-    """Hopper is stopped when the layer is built."""
-    expect(answers, LAYER, "sm90", cudnn, "available")
+@pytest.fixture(scope="module")
+def hopper_builds(subject, answers) -> dict:
+    """Building the layer with FP8 on Hopper (FlashInfer available): {(cudnn, backend): outcome}, the backend
+    requested by the user ("requested") or left to the layer's own choice ("layer-choice")."""
+    left = subject.call("vit_fp8_probes.build_outcomes",
+                        cases=[{**_gpu("sm90", v), "backend_requested": False} for v in NEW_ENOUGH_CUDNN])
+    return {**{(v, "requested"): answers[(LAYER, "sm90", v, "available")] for v in NEW_ENOUGH_CUDNN},
+            **{(v, "layer-choice"): seen for v, seen in zip(NEW_ENOUGH_CUDNN, left, strict=True)}}
+
+
+HOPPER_BACKENDS = ["requested", "layer-choice"]
+
+
+def _hopper_answers(hopper_builds, cudnn, backend) -> dict:
+    """One Hopper build in the shape ``verdict`` and ``refusal_message`` read."""
+    return {(LAYER, "sm90", cudnn, "available"): hopper_builds[(cudnn, backend)]}
 
 
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(capability="sm90", flashinfer="available", attn_dtype="fp8")
+@pytest.mark.parametrize("backend", HOPPER_BACKENDS)
 @pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
-def test_hopper_error_names_blackwell(cudnn, answers):
+def test_hopper_stopped_at_construction(cudnn, backend, hopper_builds):
+    """Hopper is stopped when the layer is built, whether the FlashInfer backend is requested or not."""
+    got = verdict(_hopper_answers(hopper_builds, cudnn, backend), LAYER, "sm90", cudnn, "available")
+    assert got == "reject", (f"building MMEncoderAttention with FP8 on {_label('sm90', cudnn, 'available')}, the "
+                             f"ViT backend {backend}: expected reject, got {got}")
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(capability="sm90", flashinfer="available", attn_dtype="fp8")
+@pytest.mark.parametrize("backend", HOPPER_BACKENDS)
+@pytest.mark.parametrize("cudnn", NEW_ENOUGH_CUDNN)
+def test_hopper_error_names_blackwell(cudnn, backend, hopper_builds):
     """The Hopper error names the SM100 need and claims nothing false."""
-    message = refusal_message(answers, "sm90", cudnn, "available")
+    message = refusal_message(_hopper_answers(hopper_builds, cudnn, backend), "sm90", cudnn, "available")
     problems = message_problems(message, "sm90", cudnn)
     assert not problems, f"the error on Hopper with cuDNN {cudnn} ({message!r}): " + "; ".join(problems)
 
