@@ -4,7 +4,9 @@ support, and which WNA16 MoE backend the oracle picks, on a faked GPU. Observati
 The fake platform is a real subclass of vLLM's ``Platform`` with ``_enum`` and a device capability set, so every
 ``is_cuda``/``is_rocm``/``is_device_capability_family``/``has_device_capability`` answer agrees with one state.
 ``is_flashinfer_mxint4_moe_available`` (which needs FlashInfer) is answered by the probe as the real helper answers
-where FlashInfer is installed or not (``"flashinfer"`` of a case); whether the tree asks it is the tree's business.
+where FlashInfer is installed or not (``"flashinfer"`` of a case), in every loaded vLLM module that holds it (a tree
+may import it at module level); whether the tree asks it is the tree's business. ``VLLM_BATCH_INVARIANT`` is set
+per case (off unless the case turns it on).
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ def _available(installed: bool, platform) -> bool:
 
 
 # name -> FusedMoEParallelConfig fields over the no-parallel config: plain tensor parallel, data parallel without
-# expert parallel, expert parallel over the allgather/reduce-scatter all2all and over every other all2all backend of
-# this vLLM that runs on CUDA (batched-format ones: DeepEP low latency, NIXL EP; standard-format ones: DeepEP high
-# throughput and v2, naive, pplx, FlashInfer; MoRI needs ROCm's aiter, its config refuses CUDA), and EPLB.
+# expert parallel, expert parallel without data parallel (over the TP ranks: no all2all), expert parallel over the
+# allgather/reduce-scatter all2all and over every other all2all backend of this vLLM that runs on CUDA
+# (batched-format ones: DeepEP low latency, NIXL EP; standard-format ones: DeepEP high throughput and v2, naive,
+# pplx, FlashInfer two-sided under both of its names and one-sided; MoRI needs ROCm's aiter, its config refuses
+# CUDA), and EPLB.
 _EP = {"dp_size": 2, "ep_size": 2, "use_ep": True}
 PARALLEL = {
     "none": {},
@@ -77,6 +81,9 @@ PARALLEL = {
     "dp2-ep-naive": {**_EP, "all2all_backend": "naive"},
     "dp2-ep-pplx": {**_EP, "all2all_backend": "pplx"},
     "dp2-ep-flashinfer": {**_EP, "all2all_backend": "flashinfer_nvlink_two_sided"},
+    "dp2-ep-flashinfer-all2allv": {**_EP, "all2all_backend": "flashinfer_all2allv"},
+    "dp2-ep-flashinfer-one-sided": {**_EP, "all2all_backend": "flashinfer_nvlink_one_sided"},
+    "ep2": {"ep_size": 2, "use_ep": True},
     "eplb": {"enable_eplb": True},
 }
 
@@ -141,7 +148,8 @@ def _other_predicates(experts, case: dict) -> dict:
 def _observe(case: dict) -> dict:
     """One case: ``{"site": "predicate"|"config"|"oracle"|"others", "activation": member name, "platform",
     "capability", "flashinfer": bool, "weight_key"/"activation_key": quant_utils names, "routing",
-    "router_logits_dtype", "parallel": a PARALLEL name, "lora": bool, "dtype", shape fields}``."""
+    "router_logits_dtype", "parallel": a PARALLEL name, "lora": bool, "batch_invariant": "on" or absent,
+    "dtype", shape fields}``."""
     mod = import_module(MODULE)
     experts = mod.TrtLlmMxint4ExpertsMonolithic
     if case["site"] == "predicate":
@@ -172,14 +180,67 @@ def _observe(case: dict) -> dict:
     return outcome_of(select)
 
 
+def _other_experts_answers(case: dict) -> dict:
+    """``is_supported_config`` of every other ``FusedMoEExperts`` class of vLLM's experts package, for a layer of
+    each ``MoEActivation`` with the case's weight key, each class's device check answered True (so that the shared
+    check goes on to the activation and the rest): ``{"module.Class:ACTIVATION": outcome}``; a module that does not
+    import answers ``{"module": outcome}``."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import vllm.model_executor.layers.fused_moe.experts as package
+    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    mxint4 = import_module(MODULE).TrtLlmMxint4ExpertsMonolithic
+    weight_key = _weight_key(case.get("weight_key", "kInt4Static32"))
+    answers = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda found: found.name):
+        name = f"{package.__name__}.{info.name}"
+        loaded = outcome_of(importlib.import_module, name)
+        if "raised" in loaded:
+            answers[name] = loaded
+            continue
+        module = loaded["returned"]
+        for class_name, cls in sorted(vars(module).items()):
+            if not (inspect.isclass(cls) and issubclass(cls, mk.FusedMoEExperts) and cls.__module__ == name
+                    and cls is not mxint4):
+                continue
+            on_device = type(class_name, (cls,), {"_supports_current_device": staticmethod(lambda: True)})
+            for activation in MoEActivation:
+                config = _moe_config({**case, "activation": activation.name})
+
+                def supported(on_device=on_device, config=config):
+                    ok, reason = on_device.is_supported_config(on_device, config, weight_key, None,
+                                                               on_device.activation_format())
+                    return {"supported": bool(ok), "reason": None if reason is None else str(reason)[:300]}
+
+                answers[f"{name}.{class_name}:{activation.name}"] = outcome_of(supported)
+    return answers
+
+
+def _holders_of(helper) -> list[tuple[object, str]]:
+    """Where the tree can reach ``helper``: (module, name) for every loaded ``vllm`` module that holds it, its own
+    module and any that imported it at module level or under an alias."""
+    import sys
+
+    return [(mod, attribute) for name, mod in list(sys.modules.items())
+            if mod is not None and (name == "vllm" or name.startswith("vllm."))
+            for attribute, value in list(getattr(mod, "__dict__", {}).items()) if value is helper]
+
+
 def observe(cases: list[dict]) -> list[dict]:
     """For each case, what the tree did on its faked platform: ``{"returned": ...}`` or ``{"raised", "message"}``
     (``predicate``: the activation predicate's answer; ``config``: ``is_supported_config``'s verdict and reason;
-    ``oracle``: the WNA16 backend and experts class ``select_wna16_moe_backend`` picks)."""
+    ``oracle``: the WNA16 backend and experts class ``select_wna16_moe_backend`` picks; ``other-experts``: every
+    other experts class's support check, ``_other_experts_answers``)."""
+    import vllm.envs as envs
     import vllm.platforms as vp
 
     availability = import_module(AVAILABILITY)
     modules = [import_module(MODULE), import_module(ORACLE)]
+    holders = _holders_of(availability.is_flashinfer_mxint4_moe_available)
     results = []
     with Patches() as patches:
         replaced = [vp.current_platform]
@@ -190,7 +251,9 @@ def observe(cases: list[dict]) -> list[dict]:
             for mod in modules:
                 patches.set(mod, "current_platform", fake)
             installed = bool(case.get("flashinfer", True))
-            patches.set(availability, "is_flashinfer_mxint4_moe_available",
-                        lambda installed=installed, fake=fake: _available(installed, fake))
-            results.append(_observe(case))
+            for holder, attribute in holders:
+                patches.set(holder, attribute, lambda installed=installed, fake=fake: _available(installed, fake))
+            patches.set(envs, "VLLM_BATCH_INVARIANT", case.get("batch_invariant") == "on")
+            results.append(_observe(case) if case["site"] != "other-experts"
+                           else outcome_of(_other_experts_answers, case))
     return results

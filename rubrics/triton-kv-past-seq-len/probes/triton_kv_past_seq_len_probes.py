@@ -43,8 +43,10 @@ def _loads_of(caches: dict):
 
     Every Triton load the interpreter executes (plain, block-pointer, tensor-descriptor) goes through
     ``InterpreterBuilder.create_masked_load`` with the lanes' addresses and mask: the lanes the mask enables are
-    exactly the memory the kernel reads. Yields ``{name: sorted element offsets into that tensor}``, filled when
-    the block ends; ``None`` values where kernels do not run through the interpreter (nothing is recorded)."""
+    exactly the memory the kernel reads; the interpreter runs one program (grid point) at a time and names it in
+    ``grid_idx``. Yields ``{name: int64 tensor [n, 4]}``, one row ``(x, y, z, element offset)`` per element a
+    program loaded from that tensor, filled when the block ends; ``None`` values where kernels do not run
+    through the interpreter (nothing is recorded)."""
     import numpy as np
     import torch
 
@@ -62,32 +64,46 @@ def _loads_of(caches: dict):
     def recording_load(self, ptrs, mask, *args, **kwargs):
         addresses = np.asarray(ptrs.data, dtype=np.uint64)[np.broadcast_to(np.asarray(mask.data, dtype=bool),
                                                                            np.shape(ptrs.data))]
+        program = tuple(int(i) for i in (self.grid_idx or (-1, -1, -1)))
         for name, (lo, hi, _) in spans.items():
             inside = addresses[(addresses >= lo) & (addresses < hi)]
             if inside.size:
-                hits[name].append(np.unique(inside))
+                hits[name].append((program, np.unique(inside)))
         return original(self, ptrs, mask, *args, **kwargs)
 
     with Patches() as patches:
         patches.set(interpreter.InterpreterBuilder, "create_masked_load", recording_load)
         yield seen
     for name, (lo, _, size) in spans.items():
-        found = np.unique(np.concatenate(hits[name])) if hits[name] else np.zeros(0, dtype=np.uint64)
-        seen[name] = torch.from_numpy(((found - lo) // size).astype(np.int64))
+        rows = [np.column_stack([np.broadcast_to(np.asarray(program, dtype=np.int64), (found.size, 3)),
+                                 ((found - lo) // size).astype(np.int64)]) for program, found in hits[name]]
+        table = np.unique(np.concatenate(rows), axis=0) if rows else np.zeros((0, 4), dtype=np.int64)
+        seen[name] = torch.from_numpy(np.ascontiguousarray(table))
 
 
-def _observed(out, loads: dict, caches: dict) -> dict:
-    """What one launch left behind: its output, the caches as it left them, the cache elements it loaded."""
-    return {"output": out.cpu(), "loads": loads, "caches_after": {name: t.cpu() for name, t in caches.items()}}
+def _observed(out, loads: dict, caches: dict, inputs: dict) -> dict:
+    """What one launch left behind: its output, the caches and the other inputs (block table, lengths, queries)
+    as it left them, the cache elements it loaded."""
+    return {"output": out.cpu(), "loads": loads, "caches_after": {name: t.cpu() for name, t in caches.items()},
+            "inputs_after": {name: t.cpu() for name, t in inputs.items()}}
 
 
 def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, max_seqlen_k,
-                 scale, causal, window_left, softcap, sinks, mm_prefix_range, segments, device):
+                 scale, causal, window_left, softcap, sinks, mm_prefix_range, segments, device, kv_quant_mode=0,
+                 k_scale_cache=None, v_scale_cache=None):
     import torch
 
     q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks, mm_prefix_range = (
         _on(device, t) for t in (q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks,
                                  mm_prefix_range))
+    k_scale_cache, v_scale_cache = _on(device, k_scale_cache), _on(device, v_scale_cache)
+    quant = {}
+    if kv_quant_mode:
+        # A cache quantised per token and KV head: int8 slots and one fp32 scale per (slot, KV head) each.
+        from vllm.v1.kv_cache_interface import KVQuantMode
+
+        quant = {"kv_quant_mode": KVQuantMode(kv_quant_mode), "k_scale_cache": k_scale_cache,
+                 "v_scale_cache": v_scale_cache}
     out = torch.full_like(q, float("nan"))
     split = {}
     if segments:
@@ -105,13 +121,16 @@ def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_
                                                device=device),
         }
     caches = {"k": k_cache, "v": v_cache}
+    if quant:
+        caches.update(k_scale=k_scale_cache, v_scale=v_scale_cache)
+    inputs = {"q": q, "block_table": block_table, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
     with _loads_of(caches) as loads:
         module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k,
                                  scale, causal, (window_left, -1), block_table, softcap, None, None, None,
-                                 sinks=sinks, mm_prefix_range=mm_prefix_range, **split)
+                                 sinks=sinks, mm_prefix_range=mm_prefix_range, **split, **quant)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches)
+    return _observed(out, loads, caches, inputs)
 
 
 def _run_diffkv(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, scale, device):
@@ -121,12 +140,13 @@ def _run_diffkv(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_l
         _on(device, t) for t in (q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens))
     out = torch.full_like(q, float("nan"))
     caches = {"k": k_cache, "v": v_cache}
+    inputs = {"q": q, "block_table": block_table, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
     with _loads_of(caches) as loads:
         module.unified_attention_diffkv(q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, scale, True, (-1, -1),
                                         block_table, 0.0, max_seqlen_q=max_seqlen_q)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches)
+    return _observed(out, loads, caches, inputs)
 
 
 def diffkv_attention_runs(cases: list[dict]) -> list[dict]:
@@ -168,16 +188,18 @@ def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, 
     out = torch.full_like(query, float("nan"))
     one = torch.tensor(1.0, dtype=torch.float32, device=device)
     caches = {"k": key_cache, "v": value_cache}
+    query_start_loc = torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device)
+    inputs = {"q": query, "block_table": block_table, "cu_seqlens_q": query_start_loc, "seq_lens": seq_lens}
     with _loads_of(caches) as loads:
         module.chunked_prefill_paged_decode(
             query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
             value_cache=value_cache, block_table=block_table,
-            query_start_loc=torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device), seq_lens=seq_lens,
+            query_start_loc=query_start_loc, seq_lens=seq_lens,
             max_seq_len=max_seq_len, max_query_len=1, k_scale=one, v_scale=one, alibi_slopes=alibi_slopes,
             sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches)
+    return _observed(out, loads, caches, inputs)
 
 
 def paged_decode_runs(cases: list[dict]) -> list[dict]:

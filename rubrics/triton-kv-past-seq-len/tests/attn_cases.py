@@ -32,6 +32,9 @@ POISONS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "mi
 POISON_IDS = list(POISONS)
 
 HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 32
+# vLLM's KVQuantMode.INT8_PER_TOKEN_HEAD: int8 cache slots, and one fp32 scale per (slot, KV head) in a scale cache
+# of its own for K and for V, read with the same tile mask as the slots.
+INT8_PER_TOKEN_HEAD = 2
 
 
 @dataclass
@@ -50,6 +53,9 @@ class Batch:
     dtype: torch.dtype
     # The kernels pad the head dimension to a power of two and mask the rest: 40 exercises that mask, 32 does not.
     head_size: int = HEAD_SIZE
+    # For an int8 cache quantised per token and KV head: per sequence [seq_len, KV_HEADS] fp32 scales of the keys
+    # and of the values (``keys``/``values`` then hold int8 codes times these); None for a plain cache.
+    kv_scales: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     @property
     def cu_seqlens_q(self) -> torch.Tensor:
@@ -66,15 +72,18 @@ class Batch:
 
 def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, block_size: int = 16,
                dtype: torch.dtype = torch.float32, spare_blocks: int = 2, extra_columns: int = 2,
-               head_size: int = HEAD_SIZE) -> Batch:
+               head_size: int = HEAD_SIZE, int8_kv: bool = False) -> Batch:
     """Draw queries, keys and values with ``gen`` and place each sequence's blocks at shuffled physical blocks.
 
     The block table is wider than any sequence needs (``extra_columns``); its unused entries point at spare
-    blocks, which hold nothing but ``fill`` (stale blocks of finished requests)."""
+    blocks, which hold nothing but ``fill`` (stale blocks of finished requests). ``int8_kv`` draws int8 codes
+    and a scale per (position, KV head) for the keys and for the values (an INT8_PER_TOKEN_HEAD cache)."""
     assert len(q_lens) == len(seq_lens) and all(0 < q <= s for q, s in zip(q_lens, seq_lens))
     needed = [math.ceil(s / block_size) for s in seq_lens]
     num_blocks = sum(needed) + spare_blocks
-    order = torch.randperm(num_blocks, generator=gen).tolist()
+    # Physical block 0 is always a spare: vLLM keeps it as its null block, which no sequence writes, so a kernel
+    # that sends lanes past seq_len there meets what is left in it on every draw.
+    order = [0] + [1 + b for b in torch.randperm(num_blocks - 1, generator=gen).tolist()]
     spares, order = order[:spare_blocks], order[spare_blocks:]
     width = max(needed) + extra_columns
     table = torch.empty(len(seq_lens), width, dtype=torch.int32)
@@ -87,10 +96,22 @@ def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, 
         # Rounded through the kernel's dtype so the fp32 oracle sees exactly what the cache holds.
         return torch.randn(*shape, generator=gen).to(dtype).float()
 
-    keys = [draw(s, KV_HEADS, head_size) for s in seq_lens]
-    values = [draw(s, KV_HEADS, head_size) for s in seq_lens]
+    def quantised(s):
+        codes = torch.randint(-127, 128, (s, KV_HEADS, head_size), generator=gen).float()
+        scales = torch.rand(s, KV_HEADS, generator=gen) * 0.015 + 0.005
+        return codes * scales[..., None], scales
+
+    kv_scales = None
+    if int8_kv:
+        keys, key_scales = zip(*(quantised(s) for s in seq_lens))
+        values, value_scales = zip(*(quantised(s) for s in seq_lens))
+        keys, values, kv_scales = list(keys), list(values), (list(key_scales), list(value_scales))
+    else:
+        keys = [draw(s, KV_HEADS, head_size) for s in seq_lens]
+        values = [draw(s, KV_HEADS, head_size) for s in seq_lens]
     q = draw(sum(q_lens), HEADS, head_size).to(dtype)
-    return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype, head_size)
+    return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype, head_size,
+                 kv_scales)
 
 
 def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
@@ -103,17 +124,35 @@ def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
     return torch.full(shape, float(fill))
 
 
-def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key and value caches in the unified-attention layout [num_blocks, block_size, kv_heads, head_size]."""
-    shape = (batch.num_blocks, batch.block_size, KV_HEADS, batch.head_size)
-    k = _fill_like(shape, fill, gen)
-    v = _fill_like(shape, fill, gen)
+def _written(batch: Batch, cache: torch.Tensor, per_seq: list[torch.Tensor]) -> torch.Tensor:
+    """``cache`` (unified layout, slot in dim 1) with each sequence's rows of ``per_seq`` at its slots."""
     for i, s in enumerate(batch.seq_lens):
         for pos in range(s):
-            block = int(batch.block_table[i, pos // batch.block_size])
-            k[block, pos % batch.block_size] = batch.keys[i][pos]
-            v[block, pos % batch.block_size] = batch.values[i][pos]
+            cache[int(batch.block_table[i, pos // batch.block_size]), pos % batch.block_size] = per_seq[i][pos]
+    return cache
+
+
+def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key and value caches in the unified-attention layout [num_blocks, block_size, kv_heads, head_size]. For
+    an int8 cache the unwritten slots hold random codes (int8 has no NaN): ``scale_caches`` carries the poison."""
+    shape = (batch.num_blocks, batch.block_size, KV_HEADS, batch.head_size)
+    if batch.kv_scales is not None:
+        caches = []
+        for per_seq, scales in zip((batch.keys, batch.values), batch.kv_scales):
+            codes = [(x / s[..., None]).round() for x, s in zip(per_seq, scales)]
+            garbage = torch.randint(-128, 128, shape, generator=gen).float()
+            caches.append(_written(batch, garbage, codes).to(torch.int8))
+        return caches[0], caches[1]
+    k = _written(batch, _fill_like(shape, fill, gen), batch.keys)
+    v = _written(batch, _fill_like(shape, fill, gen), batch.values)
     return k.to(batch.dtype), v.to(batch.dtype)
+
+
+def scale_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-token-head scale caches of an int8 batch, [num_blocks, block_size, kv_heads] fp32, whose unwritten
+    slots hold ``fill`` (a freed scale slot is as uncleared as its cache slot)."""
+    shape = (batch.num_blocks, batch.block_size, KV_HEADS)
+    return tuple(_written(batch, _fill_like(shape, fill, gen), scales) for scales in batch.kv_scales)
 
 
 PAGED_X = 8  # elements per innermost key vector in the paged-decode key layout (16 bytes of fp16)
@@ -198,51 +237,82 @@ def mismatch(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, device: 
     return None
 
 
-# Where a cache layout keeps its slot index: unified [block, slot, kv_head, dim]; paged K
-# [block, kv_head, dim // x, slot, x] and paged V [block, kv_head, dim, slot].
-SLOT_DIM = {"unified": {"k": 1, "v": 1}, "paged": {"k": 3, "v": 3}}
+# Where a cache layout keeps its slot index: unified [block, slot, kv_head, dim] (per-token-head scale caches
+# [block, slot, kv_head]); paged K [block, kv_head, dim // x, slot, x] and paged V [block, kv_head, dim, slot].
+SLOT_DIM = {"unified": {"k": 1, "v": 1, "k_scale": 1, "v_scale": 1}, "paged": {"k": 3, "v": 3}}
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.uint8),
+                                                                      b.contiguous().view(torch.uint8))
 
 
 @dataclass
 class Launch:
-    """One launch as the judge sent it and as the subject saw it: the output, the caches as the call left them,
-    and the cache elements the kernels loaded (``None`` where kernels do not run through the interpreter)."""
+    """One launch as the judge sent it and as the subject saw it: the output, the caches and other inputs as the
+    call left them, and the cache elements each kernel program loaded (``None`` where kernels do not run through
+    the interpreter)."""
 
     batch: Batch
     device: str
     layout: str                    # "unified" or "paged"
-    sent: dict                     # {"k": cache, "v": cache} as sent
+    sent: dict                     # {"k": cache, "v": cache[, "k_scale": ..., "v_scale": ...]} as sent
     output: torch.Tensor
-    loads: dict
+    loads: dict                    # name -> int64 [n, 4]: (program x, y, z, element offset) per loaded element
     caches_after: dict
+    inputs_sent: dict              # the block table, lengths and queries as sent
+    inputs_after: dict
 
-    def written_slots(self) -> set[int]:
-        """``block * block_size + slot`` of every slot that holds a key of some sequence (position < seq_len)."""
+    def slot_owners(self) -> torch.Tensor:
+        """For each slot ``block * block_size + slot`` of the cache, the sequence whose key it holds (position <
+        its seq_len), or -1 where no sequence wrote it."""
         bs = self.batch.block_size
-        return {int(self.batch.block_table[i, p // bs]) * bs + p % bs
-                for i, s in enumerate(self.batch.seq_lens) for p in range(s)}
+        owners = torch.full((self.batch.num_blocks * bs,), -1, dtype=torch.int64)
+        for i, s in enumerate(self.batch.seq_lens):
+            for p in range(s):
+                owners[int(self.batch.block_table[i, p // bs]) * bs + p % bs] = i
+        return owners
 
     def read_problems(self) -> list[str]:
-        """What the launch did beyond reading written slots: changed a cache it was given, loaded a slot no
-        sequence wrote (past its seq_len), or loaded nothing of the cache it was given (it read a copy)."""
-        problems, written, bs = [], self.written_slots(), self.batch.block_size
+        """What the launch did beyond reading its own written slots: changed a cache or another input it was
+        given, loaded a slot no sequence wrote (past its seq_len), had one kernel program load the slots of two
+        sequences (a slot past its own seq_len that another sequence wrote), or loaded nothing of a cache it was
+        given (it read a copy)."""
+        problems, owners, bs = [], self.slot_owners(), self.batch.block_size
         for name, sent in self.sent.items():
-            after = self.caches_after[name]
-            if after.shape != sent.shape or not torch.equal(after.contiguous().view(torch.uint8),
-                                                            sent.contiguous().view(torch.uint8)):
+            if not _same_bits(self.caches_after[name], sent):
                 problems.append(f"the call rewrote the caller's {name.upper()} cache (in place)")
             loaded = self.loads.get(name)
             if loaded is None:
                 continue
-            if loaded.numel() == 0:
+            if loaded.shape[0] == 0:
                 problems.append(f"the kernels loaded nothing from the caller's {name.upper()} cache (a copy of it "
                                 "was read)")
                 continue
-            coords = torch.unravel_index(loaded, tuple(sent.shape))
-            slots = (coords[0] * bs + coords[SLOT_DIM[self.layout][name]]).unique().tolist()
-            unwritten = sorted(set(slots) - written)
+            coords = torch.unravel_index(loaded[:, 3], tuple(sent.shape))
+            slots = coords[0] * bs + coords[SLOT_DIM[self.layout][name]]
+            whose = owners[slots]
+            unwritten = sorted(set(slots[whose < 0].tolist()))
             if unwritten:
                 where = ", ".join(f"block {s // bs} slot {s % bs}" for s in unwritten[:4])
                 problems.append(f"the kernels loaded {len(unwritten)} {name.upper()} cache slots past seq_len "
                                 f"({where}{', ...' if len(unwritten) > 4 else ''})")
+            problems.extend(self._programs_reading_two_sequences(name, loaded[whose >= 0, :3], whose[whose >= 0]))
+        for name, sent in self.inputs_sent.items():
+            if not _same_bits(self.inputs_after[name], sent):
+                problems.append(f"the call rewrote the caller's {name} (in place)")
         return problems
+
+    @staticmethod
+    def _programs_reading_two_sequences(name: str, programs: torch.Tensor, whose: torch.Tensor) -> list[str]:
+        """A program of these kernels serves one sequence: slots of a second one are slots past its own seq_len,
+        whichever sequence happens to hold them."""
+        pairs = torch.unique(torch.cat([programs, whose[:, None]], dim=1), dim=0)
+        found, counts = torch.unique(pairs[:, :3], dim=0, return_counts=True)
+        mixed = found[counts > 1]
+        if mixed.shape[0] == 0:
+            return []
+        first = mixed[0]
+        seqs = sorted(pairs[(pairs[:, :3] == first).all(dim=1), 3].tolist())
+        return [f"{mixed.shape[0]} kernel programs loaded {name.upper()} cache slots of more than one sequence "
+                f"(program {tuple(first.tolist())}: sequences {seqs}), i.e. slots past their own seq_len"]

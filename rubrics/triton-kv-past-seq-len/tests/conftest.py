@@ -67,7 +67,8 @@ class Attention:
                          "cu_seqlens_q": batch.cu_seqlens_q, "seq_lens": batch.seq_lens_tensor,
                          "max_seqlen_q": max(batch.q_lens), "scale": batch.scale, "device": device})
         outcomes = self.subject.call(f"{PROBES}.diffkv_attention_runs", cases=sent)
-        return [_launch(o, "unified_attention_diffkv", b, device, "unified", c["k_cache"], c["v_cache"])
+        return [_launch(o, "unified_attention_diffkv", b, device, "unified", {"k": c["k_cache"], "v": c["v_cache"]},
+                        _inputs(c, "q", "cu_seqlens_q"))
                 for o, (b, _), c in zip(outcomes, runs, sent)]
 
     def unified_many(self, runs, device: str, gen) -> list:
@@ -75,12 +76,19 @@ class Attention:
         import torch
 
         _skip_unless_runnable(device)
-        sent = []
+        sent, caches = [], []
         for batch, fill, opts in runs:
             k_cache, v_cache = cases.unified_caches(batch, fill, gen)
+            caches.append({"k": k_cache, "v": v_cache})
+            quant = {}
+            if batch.kv_scales is not None:
+                k_scales, v_scales = cases.scale_caches(batch, fill, gen)
+                caches[-1].update(k_scale=k_scales, v_scale=v_scales)
+                quant = {"kv_quant_mode": cases.INT8_PER_TOKEN_HEAD, "k_scale_cache": k_scales,
+                         "v_scale_cache": v_scales}
             causal = opts.get("causal", True)
             mm = opts.get("mm_ranges")
-            sent.append({
+            sent.append({**quant, 
                 "q": batch.q, "k_cache": k_cache, "v_cache": v_cache, "block_table": batch.block_table,
                 "cu_seqlens_q": batch.cu_seqlens_q, "seq_lens": batch.seq_lens_tensor,
                 "max_seqlen_q": max(batch.q_lens), "max_seqlen_k": max(batch.seq_lens), "scale": batch.scale,
@@ -90,14 +98,16 @@ class Attention:
                 "mm_prefix_range": None if mm is None else mm_prefix_tensor(mm), "device": device,
             })
         outcomes = self.subject.call(f"{PROBES}.unified_attention_runs", cases=sent)
-        return [_launch(o, "unified_attention", b, device, "unified", c["k_cache"], c["v_cache"])
-                for o, (b, _, _), c in zip(outcomes, runs, sent)]
+        return [_launch(o, "unified_attention", b, device, "unified", kv, _inputs(c, "q", "cu_seqlens_q"))
+                for o, (b, _, _), c, kv in zip(outcomes, runs, sent, caches)]
 
     def paged(self, batch, device: str, fill, gen, *, window: int = 0, alibi=None, sinks=None):
         """``chunked_prefill_paged_decode`` (a decode batch) on ``batch`` with unwritten slots holding ``fill``."""
         return self.paged_many([(batch, fill, dict(window=window, alibi=alibi, sinks=sinks))], device, gen)[0]
 
     def paged_many(self, runs, device: str, gen) -> list:
+        import torch
+
         _skip_unless_runnable(device)
         sent = []
         for batch, fill, opts in runs:
@@ -110,7 +120,9 @@ class Attention:
                 "alibi_slopes": opts.get("alibi"), "sinks": opts.get("sinks"), "device": device,
             })
         outcomes = self.subject.call(f"{PROBES}.paged_decode_runs", cases=sent)
-        return [_launch(o, "chunked_prefill_paged_decode", b, device, "paged", c["key_cache"], c["value_cache"])
+        return [_launch(o, "chunked_prefill_paged_decode", b, device, "paged",
+                        {"k": c["key_cache"], "v": c["value_cache"]},
+                        {**_inputs(c, "query"), "cu_seqlens_q": torch.arange(len(b.seq_lens) + 1, dtype=torch.int32)})
                 for o, (b, _, _), c in zip(outcomes, runs, sent)]
 
 
@@ -123,12 +135,18 @@ def mm_prefix_tensor(ranges):
     return torch.tensor(rows, dtype=torch.int32).view(len(ranges), width, 2)
 
 
-def _launch(outcome: dict, what: str, batch, device: str, layout: str, k_cache, v_cache):
+def _inputs(sent: dict, query: str, *more: str) -> dict:
+    """The launch's inputs besides its caches, named as the probe reports them after the call."""
+    return {"q": sent[query], "block_table": sent["block_table"], "seq_lens": sent["seq_lens"],
+            **{name: sent[name] for name in more}}
+
+
+def _launch(outcome: dict, what: str, batch, device: str, layout: str, caches: dict, inputs: dict):
     if "raised" in outcome:
         raise AssertionError(f"{what} raised {outcome['raised']}: {outcome['message']}")
     seen = outcome["returned"]
-    return cases.Launch(batch, device, layout, {"k": k_cache, "v": v_cache}, seen["output"], seen["loads"],
-                        seen["caches_after"])
+    return cases.Launch(batch, device, layout, caches, seen["output"], seen["loads"], seen["caches_after"],
+                        inputs, seen["inputs_after"])
 
 
 @pytest.fixture(scope="session")

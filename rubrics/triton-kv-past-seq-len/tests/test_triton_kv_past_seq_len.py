@@ -23,14 +23,16 @@ cases = load_beside(__file__, "attn_cases")
 DEVICES, POISONS, POISON_IDS = cases.DEVICES, cases.POISONS, cases.POISON_IDS
 PROBES = "triton_kv_past_seq_len_probes"
 BLOCK_Q = 8  # query positions per query block of the unified kernel at these shapes
-# What a read criterion's check judges: the outputs against the oracle, and the loads the interpreter recorded
-# (plus the caches as the call left them).
+# What a read criterion's check judges: the outputs against the oracle, and the loads the interpreter recorded per
+# kernel program (plus the caches and other inputs as the call left them).
 READS = ["outputs", "loads"]
 
 
 def _judge(launches, expected, labels, *, reads: bool) -> None:
     """Every launch's output matches its oracle and, where ``reads``, it loaded no unwritten slot of the caches
-    it was given, left them as they were, and read them rather than a copy; the failures are listed together."""
+    it was given, no kernel program of it loaded another sequence's slots, it left the caches, block table,
+    lengths and queries as they were, and it read the caches rather than a copy; the failures are listed
+    together."""
     failures = []
     for launch, want, label in zip(launches, expected, labels):
         why = cases.mismatch(launch.output, want, launch.batch.dtype, launch.device)
@@ -55,7 +57,7 @@ SEQ_LENS = ["1", "ragged", "block-aligned", "tile-aligned", "150"]
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch="2d-prefill", dtype="fp32", seq_len=["1", "ragged", "tile-aligned"],
-                   query_blocks="one", feature="plain", head_size="32")
+                   query_blocks="one", feature="plain", head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -68,7 +70,7 @@ def test_non_causal_prefill_ignores_unwritten_slots(attention, secret_generator,
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch="3d-decode", dtype="fp32", seq_len=SEQ_LENS, query_blocks="one",
-                   feature="plain", head_size="32")
+                   feature="plain", head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -81,7 +83,8 @@ def test_non_causal_split_kv_decode_ignores_unwritten_slots(attention, secret_ge
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch=["2d-decode", "2d-prefill", "3d-decode"], dtype=["fp32", "fp16"],
-                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain", head_size="32")
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain", head_size="32",
+                   kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_generator, device):
     """Non-causal decode through the 2D launch in fp32, and 2D prefill, 2D decode and 3D decode in fp16 (other
@@ -98,7 +101,7 @@ def test_non_causal_decode_2d_and_fp16_ignore_unwritten_slots(attention, secret_
 
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence="loads", launch="2d-prefill", dtype="fp32", seq_len=["ragged", "1"], poison="mixed",
-                   query_blocks="several", feature=["sliding-window", "softcap"], head_size="32")
+                   query_blocks="several", feature=["sliding-window", "softcap"], head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_generator, device):
     """Non-causal prefills longer than one query block (every query block, not only the last), also with a
@@ -125,7 +128,7 @@ def test_non_causal_long_prefill_loads_nothing_past_seq_len(attention, secret_ge
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(evidence=READS, launch=["2d-prefill", "3d-decode"], dtype="fp32",
                    seq_len=["1", "ragged", "block-aligned", "tile-aligned", "150"], poison="mixed", query_blocks="one",
-                   feature="plain", head_size="40")
+                   feature="plain", head_size="40", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_causal_padded_head_size_ignores_unwritten_slots(attention, secret_generator, device):
     """Non-causal unified attention with head size 40 (padded to 64), 2D prefill and 3D decode, stays exact with
@@ -137,6 +140,27 @@ def test_non_causal_padded_head_size_ignores_unwritten_slots(attention, secret_g
     got = attention.unified_many(runs, device, gen)
     _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
            ["head size 40, 2D prefill", "head size 40, 3D decode"], reads=True)
+
+
+# An int8 cache quantised per token and KV head: each slot's scale sits in a scale cache of its own, loaded with the
+# same tile mask as the slot. A bound at seq_len on the K and V loads alone leaves the scale loads reading past it:
+# a NaN value scale there multiplies a zero softmax weight, and the row turns NaN.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "3d-decode"], dtype="fp32", seq_len=SEQ_LENS,
+                   poison="mixed", query_blocks="one", feature="plain", head_size="32",
+                   kv_cache="int8-per-token-head")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_int8_per_token_head_cache_ignores_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention over an int8 cache with per-token-head scales (NaN/inf in the scale slots past
+    seq_len, random codes in the cache slots), 2D prefill and 3D decode, stays exact and loads no cache or scale
+    slot past seq_len."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, int8_kv=True)
+    decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, int8_kv=True)
+    runs = [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
+           ["int8 per-token-head cache, 2D prefill", "int8 per-token-head cache, 3D decode"], reads=True)
 
 
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
@@ -193,7 +217,7 @@ MIXED_CAUSAL = [True, False, True, False]
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill", head_size="32")
+@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill", head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -206,7 +230,7 @@ def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, de
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode="per-sequence-causal", launch="2d-prefill", head_size="32")
+@pytest.mark.cases(evidence=READS, mode="per-sequence-causal", launch="2d-prefill", head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -219,7 +243,8 @@ def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_gen
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed", head_size="32")
+@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed",
+                   head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention, secret_generator, device):
     """Decode batches with multimodal ranges, and with per-sequence causal flags, through the split-KV (3D) launch
@@ -238,7 +263,7 @@ def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention,
 
 @pytest.mark.criterion("c3")
 @pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="2d-prefill", poison="mixed",
-                   head_size="40")
+                   head_size="40", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_ranges_and_flags_with_padded_head_size_ignore_unwritten_slots(attention, secret_generator, device):
     """PrefixLM and per-sequence-causal batches with head size 40 (padded to 64) stay exact with NaN/inf past
@@ -251,6 +276,23 @@ def test_ranges_and_flags_with_padded_head_size_ignore_unwritten_slots(attention
     _judge(got, [cases.attention_oracle(ranged, mm_ranges=MM_RANGES), cases.attention_oracle(flagged,
                                                                                           causal=MIXED_CAUSAL)],
            ["head size 40, mm_prefix ranges", "head size 40, per-sequence causal"], reads=True)
+
+
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="2d-prefill", poison="mixed",
+                   head_size="32", kv_cache="int8-per-token-head")
+@pytest.mark.parametrize("device", DEVICES)
+def test_ranges_and_flags_with_int8_cache_ignore_unwritten_slots(attention, secret_generator, device):
+    """PrefixLM and per-sequence-causal batches over an int8 cache with per-token-head scales stay exact with
+    NaN/inf in the scale slots past seq_len and load no cache or scale slot past it."""
+    gen = secret_generator
+    ranged = cases.make_batch(gen, *MM_BATCH, int8_kv=True)
+    flagged = cases.make_batch(gen, *MIXED_BATCH, int8_kv=True)
+    runs = [(ranged, "mixed", {"mm_ranges": MM_RANGES}), (flagged, "mixed", {"causal": MIXED_CAUSAL})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(ranged, mm_ranges=MM_RANGES),
+                 cases.attention_oracle(flagged, causal=MIXED_CAUSAL)],
+           ["int8 cache, mm_prefix ranges", "int8 cache, per-sequence causal"], reads=True)
 
 
 # --- c4: full-range modes still see the whole sequence (conditional on c1) ------------------------------------
@@ -296,7 +338,8 @@ def test_per_sequence_non_causal_long_queries_attend_every_key(attention, secret
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature=["plain", "sliding-window", "softcap", "sinks"], head_size="32")
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature=["plain", "sliding-window", "softcap", "sinks"],
+                   head_size="32", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_unified_attention_unchanged(attention, secret_generator, device):
     """Causal unified attention (2D prefill+decode, 3D decode, sliding window with softcap, sinks) matches the
@@ -317,7 +360,7 @@ def test_causal_unified_attention_unchanged(attention, secret_generator, device)
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature="plain", head_size="40")
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature="plain", head_size="40", kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_causal_unified_attention_padded_head_size_unchanged(attention, secret_generator, device):
     """Causal unified attention with head size 40 (padded to 64), 2D prefill+decode and 3D decode, matches the
@@ -329,6 +372,21 @@ def test_causal_unified_attention_padded_head_size_unchanged(attention, secret_g
     got = attention.unified_many(runs, device, gen)
     _judge(got, [cases.attention_oracle(prefill_mix), cases.attention_oracle(decode)],
            ["head size 40, 2D", "head size 40, 3D decode"], reads=True)
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site=["unified-2d", "unified-3d"], feature="plain", kv_cache="int8-per-token-head")
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_unified_attention_int8_cache_unchanged(attention, secret_generator, device):
+    """Causal unified attention over an int8 cache with per-token-head scales (NaN/inf in the scale slots past
+    seq_len), 2D prefill+decode and 3D decode, matches the oracle and, as the base, loads nothing past seq_len."""
+    gen = secret_generator
+    prefill_mix = cases.make_batch(gen, [12, 1, 20, 1], [40, 17, 20, 1], int8_kv=True)
+    decode = cases.make_batch(gen, [1, 1, 1], [33, 16, 1], int8_kv=True)
+    runs = [(prefill_mix, "mixed", {}), (decode, "mixed", {"segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(prefill_mix), cases.attention_oracle(decode)],
+           ["int8 cache, 2D", "int8 cache, 3D decode"], reads=True)
 
 
 @pytest.mark.criterion("c5")
