@@ -101,4 +101,5 @@ def test_every_sample_gets_the_same_grade_under_five_secrets():
     assert len({tuple(s) for s in samples.values()}) == 1, samples
     assert not [g for graded in by_secret.values() for g in graded.values() if g["run_status"] != "complete"], \
         "a grading did not complete: its grade says nothing about the secret"
-    assert disagreements(by_secret) == []
+    found = disagreements(by_secret)
+    assert not found, "samples graded differently by secret:\n" + "\n".join(found)
