@@ -9,6 +9,7 @@ the same subject starts clean.
 from __future__ import annotations
 
 import importlib
+import sys
 
 
 class Patches:
@@ -53,6 +54,15 @@ def outcome_of(function, *args, **kwargs) -> dict:
 def import_module(name: str):
     """Import a module of the tree under test; its import errors propagate (they fail the probe)."""
     return importlib.import_module(name)
+
+
+def put_back(modules: dict) -> None:
+    """Put the given loaded modules (name -> module) back in ``sys.modules`` and on their packages, after a probe
+    imported them anew (a platform read at import is then read on the platform the probe plays)."""
+    for name, module in modules.items():
+        sys.modules[name] = module
+        package, _, leaf = name.rpartition(".")
+        setattr(sys.modules[package], leaf, module)
 
 
 def install_platform(patches: Patches, replaced: list, fake) -> None:

@@ -27,7 +27,7 @@ import types
 import torch
 
 import fp8_lora_reference_ops as R
-from probe_support import Patches, has_torch_op, import_module, outcome_of
+from probe_support import Patches, has_torch_op, import_module, outcome_of, put_back
 
 FP8 = R.FP8
 
@@ -320,10 +320,7 @@ def _fix_imported_on_the_platform_played():
             import_module(name)
         yield
     finally:
-        for name, module in kept.items():
-            sys.modules[name] = module
-            package, _, leaf = name.rpartition(".")
-            setattr(sys.modules[package], leaf, module)
+        put_back(kept)
 
 
 @contextlib.contextmanager

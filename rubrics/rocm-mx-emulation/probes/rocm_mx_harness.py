@@ -29,7 +29,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch  # noqa: E402
 
-from probe_support import Patches, has_torch_op  # noqa: E402
+from probe_support import Patches, has_torch_op, put_back  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------
 # Mutable device state
@@ -365,13 +365,6 @@ FIX_MODULES = (
 )
 
 
-def _put_back(modules: dict) -> None:
-    for name, module in modules.items():
-        sys.modules[name] = module
-        package, _, leaf = name.rpartition(".")
-        setattr(sys.modules[package], leaf, module)
-
-
 class Harness:
     """What a probe switches and patches; every patch is undone when its ``device()`` block ends."""
 
@@ -489,7 +482,7 @@ def device(*preimport: str):
         yield harness
     finally:
         patches.undo()
-        _put_back(harness.loaded)
+        put_back(harness.loaded)
         STATE.clear()
         STATE.update(_DEFAULT_STATE)
         _clear_oracle_caches()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
-from probe_support import Patches, import_module, install_platform, outcome_of
+from probe_support import Patches, import_module, install_platform, outcome_of, put_back
 
 ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"
 CACHE_MODULE = "vllm.v1.attention.ops.triton_reshape_and_cache_flash"
@@ -64,10 +64,7 @@ def _loaded_modules_kept():
     try:
         yield
     finally:
-        for name, module in kept.items():
-            sys.modules[name] = module
-            package, _, leaf = name.rpartition(".")
-            setattr(sys.modules[package], leaf, module)
+        put_back(kept)
 
 
 def _fresh_modules() -> tuple:
