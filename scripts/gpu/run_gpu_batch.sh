@@ -12,7 +12,8 @@
 # Every step is time-boxed against one deadline (GPU_KIT_BUDGET seconds, default 530), in priority order:
 # probes, bases, validate-rubrics (GPU) while grade (CPU, for comparison) runs niced in the background,
 # grade (GPU), CPU-vs-GPU comparison, benchmarks (each one run over all its trees, samples interleaved),
-# minimax's speed test on the reference alone (GPU_KIT_SPEED_TEST=1).
+# minimax's speed test on the reference alone (GPU_KIT_SPEED_TEST=1), five-secret tests and mutation runs on the
+# machine's CPUs (GPU_KIT_SECRETS, GPU_KIT_MUTATE).
 # What comes back ($OUT): summary.txt, compare.txt, gpu-results.tar.gz (all logs and outputs), grade-gpu.json,
 # grade-cpu.json, validate-on.txt, bench-moe.{txt,json}, bench-qk.{txt,json}, speed-test-reference.txt.
 
@@ -323,6 +324,25 @@ PYEOF
   fi
   pack
 fi
+
+# ------------------------------------------------------------------ 9. CPU measurements on the machine's cores
+# GPU_KIT_SECRETS="TASK ...": the five-secret test of each task (tests/e2e/test_secrets.py, the five secrets at
+# once); GPU_KIT_MUTATE="TASK ...": grade.py mutate of each (--jobs GPU_KIT_MUTATE_JOBS). Both with CPU evidence
+# (CUDA_VISIBLE_DEVICES=""), side by side, each time-boxed by the deadline; logs in $OUT/secrets-TASK.txt and
+# $OUT/mutate-TASK.txt, mutation.json in the results tarball.
+for T in ${GPU_KIT_SECRETS:-}; do
+  CUDA_VISIBLE_DEVICES="" GRADER_TEST_SECRETS_AT_ONCE=5 GRADER_TEST_TASKS=$T \
+    step "secrets-$T" "${GPU_KIT_SECRETS_LIMIT:-500}" $PY -m pytest tests/e2e/test_secrets.py -q -m slow -k five &
+  sleep 1
+done
+for T in ${GPU_KIT_MUTATE:-}; do
+  CUDA_VISIBLE_DEVICES="" step "mutate-$T" "${GPU_KIT_MUTATE_LIMIT:-500}" \
+    $PY grade.py mutate --task "$T" --jobs "${GPU_KIT_MUTATE_JOBS:-8}" --out "$R/mutate-$T" &
+  sleep 1
+done
+wait
+for log in "$R"/secrets-*.log "$R"/mutate-*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$log" .log).txt"; done
+pack
 
 note "done in $(( $(date +%s) - START ))s"
 pack
