@@ -222,6 +222,20 @@ def test_a_generic_function_the_backend_lacks_raises(probe, shim, monkeypatch):
         shim.install()
 
 
+def test_rint_as_hip_raises_whatever_triton_is_installed(probe, shim):
+    """Triton 3.6.0 (vLLM 0.24's pin) has no HIP ``rint``; standing for HIP, the generic ``rint`` raises even where
+    the installed Triton's HIP module has one, so the grade does not depend on the grader's own Triton."""
+    shim.uninstall()
+    shim.install("hip")
+    try:
+        x = torch.ones(8)
+        with pytest.raises(Exception, match="libdevice.rint is not in the hip libdevice"):
+            probe.probe_unary[(1,)](x, torch.empty_like(x), 8, "rint")
+    finally:
+        shim.uninstall()
+        shim.install()
+
+
 KERNEL_SOURCE = '''
 import triton
 import triton.language as tl
@@ -245,6 +259,7 @@ def test_interpreting_runs_kernels_defined_with_the_interpreter_off(shim, tmp_pa
     kernels = _load_path(tmp_path / "compiled_kernel.py", "_selftest_compiled_kernel")
     assert isinstance(kernels.row_max, JITFunction)
     compiled = (JITFunction.run, JITFunction.__call__)
+    language = _language_namespaces()
     x = torch.tensor([3.0, -7.0, 11.5, 2.0])
     out = torch.zeros(1)
     with shim.interpreting():
@@ -252,4 +267,20 @@ def test_interpreting_runs_kernels_defined_with_the_interpreter_off(shim, tmp_pa
     assert out.item() == 11.5
     assert (JITFunction.run, JITFunction.__call__) == compiled
     assert "TRITON_INTERPRET" not in os.environ
+    # Names the interpreter only adds (its rewritten functions' imports, an inherited ``__repr__`` made explicit)
+    # leave what the compiler finds unchanged; a name that held something before must hold it again.
+    changed = [f"{owner}.{name}" for owner, names in _language_namespaces().items()
+               for name, value in language[owner].items() if names.get(name) is not value]
+    assert not changed, f"triton.language left patched for the interpreter after the block: {sorted(changed)[:8]}"
+
+
+def _language_namespaces() -> dict[str, dict]:
+    """What the compiler reads of triton.language (the modules and the classes the interpreter patches), by
+    attribute, as it is now."""
+    import triton.language as tl
+
+    owners = {"tl": tl, "tl.core": tl.core, "tl.math": tl.math, "tl.standard": tl.standard,
+              "tl.core.tensor": tl.core.tensor, "tl.core.dtype": tl.core.dtype,
+              "tl.core.tensor_descriptor_base": tl.core.tensor_descriptor_base}
+    return {label: dict(vars(owner)) for label, owner in owners.items()}
 

@@ -19,8 +19,8 @@ The interpreter runs Triton kernels on CPU with numpy, but it has two gaps that 
 ``install()`` fixes both for as long as it is installed, and ``uninstall()`` puts everything back.
 ``install(backend="cuda")`` or ``install(backend="hip")`` stands for one GPU backend, as a kernel compiled for it
 would: the generic libdevice functions resolve to that backend's, and a call of the other backend's libdevice
-symbol raises ``WrongBackend`` (on the hardware it does not link), as does a generic function the installed
-Triton's module for that backend lacks. Without a backend both are evaluated.
+symbol raises ``WrongBackend`` (on the hardware it does not link), as does a generic function that module lacks,
+in the installed Triton or at vLLM's pin (``HIP_LACKS_AT_PIN``). Without a backend both are evaluated.
 
 - ``_patch_lang`` (called by the interpreter for every kernel launch and device-function call) additionally
   binds the backend libdevice modules to the interpreter and points the generic libdevice stubs at the CUDA
@@ -66,6 +66,11 @@ def _missing_in_backend(name: str, backend: str):
 
     return missing
 
+
+# Generic libdevice functions that the HIP libdevice of Triton 3.6.0, the version vLLM 0.24 pins, lacks while a
+# later Triton's has them: a ROCm build at the pin cannot resolve them, so a ROCm case fails them on any Triton the
+# grader itself runs on (the same grade on this machine's 3.7 and the GPU machine's 3.6).
+HIP_LACKS_AT_PIN = frozenset({"rint", "finitef", "isfinited"})
 
 # The interpreter builder's type getters for the fp8 formats its ``dtype.to_ir`` leaves out.
 _FNUZ_IR_TYPES = {"fp8e4b8": "get_fp8e4b8_ty", "fp8e5b16": "get_fp8e5b16_ty"}
@@ -281,7 +286,8 @@ def install(backend: str | None = None) -> None:
             for name, member in inspect.getmembers(generic_ld, inspect.isfunction):
                 if getattr(member, "__module__", "") != generic_ld.__name__:
                     continue
-                impl = getattr(generic_target, name, None)
+                lacking = backend == "hip" and name in HIP_LACKS_AT_PIN
+                impl = None if lacking else getattr(generic_target, name, None)
                 scope.set_attr(generic_ld, name, impl or _missing_in_backend(name, backend or "cuda"))
         return scope
 
@@ -346,13 +352,47 @@ def interpreter_cannot_run(exc: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
+def _language_put_back():
+    """Every attribute the interpreter's patch scopes change inside the block, set back at its end to what it was
+    before the block (or removed, where it was not there), whether or not the scope that changed it restored it."""
+    from triton.runtime import interpreter as interp
+
+    scope_cls = interp._LangPatchScope
+    plain_set_attr = scope_cls.set_attr
+    before: dict = {}
+    absent = object()
+
+    def set_attr(scope, obj, name, value):
+        before.setdefault((id(obj), name), (obj, name, getattr(obj, name, absent)))
+        plain_set_attr(scope, obj, name, value)
+
+    scope_cls.set_attr = set_attr
+    try:
+        yield
+    finally:
+        scope_cls.set_attr = plain_set_attr
+        for obj, name, value in reversed(list(before.values())):
+            if value is absent:
+                if hasattr(obj, name):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
+@contextlib.contextmanager
 def interpreting(on: bool = True):
     """Triton's interpreter on for the block, as a CPU run has it for the whole process (``TRITON_INTERPRET=1``).
 
     A GPU run uses it for the ROCm cases, which no machine here can compile for. There Triton was imported with
     the interpreter off, so every ``@triton.jit`` function (the candidate's kernels and Triton's own, such as
     ``tl.max``) is a compiled-kernel object: for the block, launching one or calling one from a kernel runs its
-    Python function through the interpreter, as the same function defined under ``TRITON_INTERPRET=1`` would."""
+    Python function through the interpreter, as the same function defined under ``TRITON_INTERPRET=1`` would.
+
+    The interpreter patches ``triton.language`` for each launch and puts it back at the launch's end, but a device
+    function it calls (``tl.max`` is one) patches it again without ever putting it back: harmless where every
+    kernel is interpreted, it leaves the compiler's ``tl.load`` and the rest bound to the interpreter, so the next
+    compiled launch fails ("block_argument has no attribute get_element_ty", as the first GPU run of v8 showed).
+    So every attribute any patch changes in the block is put back as it was before the block."""
     held = os.environ.get("TRITON_INTERPRET")
     if not on or held == "1":
         yield
@@ -372,7 +412,8 @@ def interpreting(on: bool = True):
     JITFunction.run = lambda self, *args, **kwargs: as_interpreted(self).run(*args, **kwargs)
     JITFunction.__call__ = lambda self, *args, **kwargs: as_interpreted(self)(*args, **kwargs)
     try:
-        yield
+        with _language_put_back():
+            yield
     finally:
         JITFunction.run = compiled["run"]
         JITFunction.__call__ = compiled["__call__"]
