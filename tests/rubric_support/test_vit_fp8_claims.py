@@ -44,7 +44,9 @@ TRUE_MESSAGES = [
     (90, '9.17.1', 'FP8 ViT attention is not available before Blackwell (SM100); detected compute capability 9.0.'),
     (90, '9.17.1', 'requires SM >= 100, cuDNN >= 9.17.1 and the FlashInfer cuDNN backend'),
     (100, '9.16.0', 'FP8 ViT attention requires cuDNN >= 9.17.1 (found 9.16.0) on a Blackwell (SM100+) GPU.'),
-    (120, '9.17.1', 'The FlashInfer ViT backend is unavailable on this platform; FP8 ViT attention needs SM100 or newer with FlashInfer and cuDNN 9.17.1+.'),
+    (120, '9.17.1', 'The FlashInfer ViT backend is unavailable on this platform; FP8 ViT attention '
+     'needs SM100 or newer '
+     'with FlashInfer and cuDNN 9.17.1+.'),
     (90, '9.17.1', 'Without a Blackwell-or-newer GPU (SM100+), FP8 ViT attention cannot run.'),
     (90, '9.17.1', 'Pre-Blackwell GPUs (Hopper, Ada, Ampere) are not supported; use SM100 or newer.'),
     (90, '9.17.1', 'FP8 ViT attention is not supported on GPUs older than SM100.'),
@@ -56,18 +58,23 @@ TRUE_MESSAGES = [
     (86, '9.17.1', 'FP8 ViT attention requires a GPU with compute capability 10.0 or above; this device has 8.6.'),
     (75, '9.17.1', 'Unsupported GPU (sm75): FP8 ViT attention requires Blackwell or a later architecture.'),
     (90, '9.17.1', 'FP8 ViT attention is absent on Hopper and earlier GPUs and needs SM 10.0+.'),
-    (90, '9.17.1', 'FP8 ViT attention needs a compute capability of 10.0 or greater (Blackwell and newer); Hopper is not supported.'),
+    (90, '9.17.1', 'FP8 ViT attention needs a compute capability of 10.0 or greater (Blackwell and '
+     'newer); Hopper is not '
+     'supported.'),
     (90, '9.17.1', 'FP8 ViT attention requires Blackwell; your Hopper GPU (cc 9.0) is not supported.'),
     (90, '9.17.1', 'FP8 ViT attention requires compute capability 10.0+, got 9.0.'),
     (90, '9.17.1', 'Compute capability 9.0 < 10.0: FP8 ViT attention needs Blackwell.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer; SM90 is insufficient.'),
     (90, '9.17.1', 'This feature targets SM100+, not SM90.'),
     (90, '9.17.1', 'FP8 ViT attention needs a B200-class GPU or newer.'),
-    (90, '9.17.1', 'FP8 ViT attention requires compute capability 10.0 or later; sm_90 lacks the required cuDNN kernel.'),
+    (90, '9.17.1', 'FP8 ViT attention requires compute capability 10.0 or later; sm_90 lacks the '
+     'required cuDNN kernel.'),
     (90, '9.17.1', 'FP8 ViT attention needs sm_100+ (Blackwell); H100/H200 are unsupported.'),
     (90, '9.17.1', 'Not supported: this GPU is older than compute capability 10.0.'),
     (100, '9.16.0', 'cuDNN 9.16.0 is too old: FP8 ViT attention needs cuDNN 9.17.1+ on SM100 or newer.'),
-    (120, '9.17.1', 'The FlashInfer ViT backend is not available on this GPU (SM120); FP8 ViT attention needs it and an SM100+ GPU.'),
+    (120, '9.17.1', 'The FlashInfer ViT backend is not available on this GPU (SM120); FP8 ViT '
+     'attention needs it and an '
+     'SM100+ GPU.'),
     (90, '9.17.1', 'FP8 ViT attention needs SM100 or newer; on Hopper, use bf16 ViT attention instead.'),
     (90, '9.17.1', 'FP8 ViT attention requires compute capability 10 or newer.'),
     (90, '9.17.1', 'FP8 ViT attention requires a Blackwell (or newer) GPU.'),
@@ -75,6 +82,9 @@ TRUE_MESSAGES = [
     (90, '9.17.1', 'Hopper, Ada and Ampere GPUs are not supported; FP8 ViT attention needs SM100 or newer.'),
     (90, '9.17.1', 'FP8 ViT attention: Blackwell (SM100+) only, not Hopper.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer; not available on ROCm (MI300X) or XPU.'),
+    (100, '9.16.0', 'FP8 ViT attention needs an SM100+ GPU (Blackwell or newer) with cuDNN 9.17.1+ '
+     'and the FlashInfer ViT '
+     'backend; Hopper, Ada and older GPUs cannot run it (this GPU: compute capability 10.0).'),
 ]
 
 # What contradicts the truth or names no requirement: older hardware as what runs it (as a minimum, a range, a
@@ -90,8 +100,10 @@ FALSE_MESSAGES = [
     (90, '9.17.1', 'FP8 ViT attention requires newer hardware.'),
     (90, '9.17.1', 'FP8 ViT attention is unavailable on GB200; it needs SM100 or newer.'),
     (90, '9.17.1', 'Blackwell GPUs lack the FP8 kernels; Hopper (SM90) or newer is required.'),
-    (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer and is not supported on Blackwell consumer GPUs (SM120).'),
-    (90, '9.17.1', 'FP8 ViT attention requires Blackwell; GPUs with compute capability 8.9 and up run it with cuDNN 9.17.1.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer and is not supported on Blackwell '
+     'consumer GPUs (SM120).'),
+    (90, '9.17.1', 'FP8 ViT attention requires Blackwell; GPUs with compute capability 8.9 and up run it with cuDNN '
+     '9.17.1.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer, torch >= 2.9 and cuDNN 9.18.0.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM 10.x (B100/B200); SM 12.x is not supported.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer; it is also available on H200 with cuDNN 9.17.1.'),
@@ -119,7 +131,9 @@ FALSE_MESSAGES = [
     (90, '9.17.1', 'FP8 ViT attention requires at least Hopper (SM90); Blackwell recommended.'),
     (100, '9.16.0', 'FP8 ViT attention requires Blackwell (SM100+) and cuDNN >= 9.17.1; this GPU (SM100) is too old.'),
     (120, '9.17.1', 'FP8 ViT attention requires SM100 or newer; it is not supported on SM120 GPUs.'),
-    (90, '9.17.1', 'FP8 ViT attention is not supported on Hopper without cuDNN 9.17.1; Blackwell (SM100+) needs nothing more.'),
+    (90, '9.17.1', 'FP8 ViT attention is not supported on Hopper without cuDNN 9.17.1; Blackwell '
+     '(SM100+) needs nothing '
+     'more.'),
     (90, '9.17.1', 'FP8 ViT attention requires Hopper-class or better GPUs.'),
     (90, '9.17.1', 'FP8 ViT attention requires the Hopper generation or later.'),
     (90, '9.17.1', 'FP8 ViT attention needs NVIDIA Hopper (or newer).'),
@@ -130,6 +144,9 @@ FALSE_MESSAGES = [
     (90, '9.17.1', 'Blackwell, Hopper and Ada are supported for FP8 ViT attention.'),
     (90, '9.17.1', 'FP8 ViT attention is available on B200, H200 and RTX 5090.'),
     (90, '9.17.1', 'FP8 ViT attention requires SM100+; gfx942 and MI300X are also supported.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100-SM103 (Blackwell), the FlashInfer cuDNN backend '
+     'and cuDNN >= 9.17.1; '
+     'this device reports compute capability 9.0.'),
 ]
 
 

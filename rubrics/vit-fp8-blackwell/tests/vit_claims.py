@@ -77,7 +77,8 @@ CAPABILITY_NUMBER = re.compile(CAPABILITY_WORD + r"(?:(?!cudnn)[^\d;])*?(?<![\d.
                                r"(\d{1,2})(?![\d.\w])", re.I)
 NEXT_NUMBER = re.compile(r"\s*(?:-|\u2013|/|\bto\b|\bthrough\b|\bthru\b|\band\b|\bor\b)\s*(\d{1,2})\.(\d|x)(?![\d.])",
                          re.I)
-GPU_VERSION = re.compile(r"(?<![\d.])(\d{1,2})\.(\d|x)(?![\d.])(?=[\s-]*(?:\+\s*|(?:or|and)[\s-](?:newer|later|above|higher)"
+GPU_VERSION = re.compile(r"(?<![\d.])(\d{1,2})\.(\d|x)(?![\d.])"
+                         r"(?=[\s-]*(?:\+\s*|(?:or|and)[\s-](?:newer|later|above|higher)"
                          r"[\s-]*)?(?:class\s+|series\s+)?"
                          r"(?:gpus?|devices?|archs?|architectures?|hardware|cards?)\b)", re.I)
 
@@ -155,6 +156,7 @@ class Mention:
     no_cuda: bool = False    # hardware that runs no CUDA
     unknown: bool = False    # a part-like name it cannot place
     called_old: bool = False
+    minimum: bool = False     # stated as a minimum ("SM100 or newer", ">= 10.0")
     comparison: bool = False  # the bar of a comparison ("is older than SM100", "9.0 < 10.0"), not a claim
 
 
@@ -231,7 +233,7 @@ def _qualify(clause: str, mentions: list[Mention]) -> list[Mention]:
             prev.end = m.end
             continue
         if LEAD_MINIMUM.search(before) or TRAIL_MINIMUM.match(after):
-            m.hi, m.exact, m.bounded = INF, False, False
+            m.hi, m.exact, m.bounded, m.minimum = INF, False, False, True
         elif below := LEAD_BELOW.search(before):
             m.lo, m.hi, m.exact, m.bar, m.bounded = -INF, m.lo - 1, False, True, False
             m.comparison = bool(COMPARISON.search(before[:below.start()]) or below.group(0).startswith("<"))
@@ -245,7 +247,7 @@ def _qualify(clause: str, mentions: list[Mention]) -> list[Mention]:
             elif prev.hi == INF:
                 m.hi = INF
             m.exact = False
-        if appositive and m.hi == INF and not m.bar and prev.bounded and prev.lo >= REQUIRED:
+        if appositive and m.minimum and prev.bounded and prev.lo >= REQUIRED:
             prev.hi, prev.bounded = INF, False  # "a data-center Blackwell GPU (SM100 or newer)": it says what it means
         if CALLED_OLD_AFTER.match(after):
             m.called_old = True
@@ -254,8 +256,10 @@ def _qualify(clause: str, mentions: list[Mention]) -> list[Mention]:
 
 
 def _split_parentheses(clause: str) -> list[str]:
-    """A parenthesis that holds a verb of its own is a clause of its own."""
-    inner = [p for p in re.findall(r"\(([^()]*)\)", clause) if VERB.search(p)]
+    """A parenthesis that holds a verb of its own, or reports the device ("(this GPU: compute capability 10.0)"), is
+    a clause of its own."""
+    inner = [p for p in re.findall(r"\(([^()]*)\)", clause)
+             if VERB.search(p) or (DEVICE_REFERENCE.search(p) and _raw_mentions(p))]
     for p in inner:
         clause = clause.replace(f"({p})", " ")
     return [clause, *inner]
