@@ -22,6 +22,9 @@ KINDS = {
     "cuda": ("CUDA", "cuda", "cuda"),
     "rocm": ("ROCM", "rocm", "cuda"),
     "xpu": ("XPU", "xpu", "xpu"),
+    "cpu": ("CPU", "cpu", "cpu"),
+    "tpu": ("TPU", "tpu", "tpu"),
+    "oot": ("OOT", "oot", "oot"),
 }
 
 
@@ -159,6 +162,26 @@ def _observe(case: dict) -> dict:
     if case["site"] == "others":
         return outcome_of(_other_predicates, experts, case)
     config = _moe_config(case)
+    before = _config_state(config)
+    seen = _observe_layer(case, experts, config)
+    seen["config_changed"] = sorted(name for name, value in _config_state(config).items() if before.get(name) != value)
+    return seen
+
+
+def _config_state(config) -> dict:
+    """Every field of the layer's ``FusedMoEConfig`` (and of its parallel config) as text: what a site must leave as
+    it was given."""
+    import dataclasses
+
+    state = {f"parallel.{f.name}": repr(getattr(config.moe_parallel_config, f.name))
+             for f in dataclasses.fields(config.moe_parallel_config)}
+    state.update({f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config)
+                  if f.name != "moe_parallel_config"})
+    return state
+
+
+def _observe_layer(case: dict, experts, config) -> dict:
+    """The support check's or the oracle's answer for the layer ``config``."""
     weight_key = _weight_key(case.get("weight_key", "kInt4Static32"))
     if case["site"] == "config":
         import vllm.model_executor.layers.fused_moe.modular_kernel as mk

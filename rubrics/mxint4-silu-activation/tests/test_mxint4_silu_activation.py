@@ -17,7 +17,8 @@ PROBES = "mxint4_silu_activation_probes"
 MODULE = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxint4_moe"
 FLASHINFER_BACKEND = {"backend": "FLASHINFER_TRTLLM", "experts": "TrtLlmMxint4ExpertsMonolithic"}
 
-SM100_FAMILY = {"sm100": [10, 0], "sm103": [10, 3]}
+# The SM100 family is every capability 10.x (vLLM's is_device_capability_family(100)): 10.0, 10.1 and 10.3.
+SM100_FAMILY = {"sm100": [10, 0], "sm101": [10, 1], "sm103": [10, 3]}
 SUPPORTED_ROUTINGS = ["Renormalize", "RenormalizeNaive", "DeepSeekV3", "Llama4", "Simulated"]
 OTHER_ROUTINGS = ["Default", "TopK", "SigmoidRenorm", "MiniMax2", "Sigmoid", "DeepseekV4"]
 # No parallelism, tensor parallel, data parallel, expert parallel over the TP ranks (no all2all), and expert parallel
@@ -37,11 +38,14 @@ LOGITS_DTYPES = ["bfloat16", "float16", "float32"]
 # Every MoEActivation of the base but the two the kernel runs.
 OTHER_ACTIVATIONS = ["GELU", "GELU_TANH", "RELU2", "SWIGLUOAI_UNINTERLEAVE", "SWIGLUSTEP", "SILU_NO_MUL",
                      "GELU_NO_MUL", "GELU_TANH_NO_MUL", "RELU2_NO_MUL"]
-# Where the MxInt4 kernel does not run: CUDA outside the SM100 family, ROCm, XPU; and SM100/SM103 without FlashInfer.
+# Where the MxInt4 kernel does not run: CUDA outside the SM100 family; ROCm; XPU, CPU and TPU (no capability); an
+# out-of-tree platform that reports 10.0; and each SM100-family GPU without FlashInfer MxInt4.
 OFF_DEVICES = {"sm80": ("cuda", [8, 0], True), "sm89": ("cuda", [8, 9], True), "sm90": ("cuda", [9, 0], True),
                "sm110": ("cuda", [11, 0], True), "sm120": ("cuda", [12, 0], True), "sm121": ("cuda", [12, 1], True),
-               "gfx942": ("rocm", [9, 4], True), "gfx950": ("rocm", [9, 5], True), "xpu": ("xpu", None, True),
-               "sm100-no-flashinfer": ("cuda", [10, 0], False), "sm103-no-flashinfer": ("cuda", [10, 3], False)}
+               "gfx90a": ("rocm", [9, 0], True), "gfx942": ("rocm", [9, 4], True), "gfx950": ("rocm", [9, 5], True),
+               "xpu": ("xpu", None, True), "cpu": ("cpu", None, True), "tpu": ("tpu", None, True),
+               "oot-sm100": ("oot", [10, 0], True), "sm100-no-flashinfer": ("cuda", [10, 0], False),
+               "sm101-no-flashinfer": ("cuda", [10, 1], False), "sm103-no-flashinfer": ("cuda", [10, 3], False)}
 # One requirement other than the activation changed at a time from a layer the backend takes (SM100, Renormalize,
 # no parallelism, BF16 router logits, kInt4Static32 weights, BF16 activations, no LoRA), to one the base refuses
 # for that requirement alone: axis -> values.
@@ -349,6 +353,21 @@ def test_no_other_requirement_widened(axis, value, observed, base_observed):
         if got != want:
             wrong.append(f"the oracle picks {got} for {act}, the base {want}")
     assert not wrong, f"{axis}={value}: " + "; ".join(wrong)
+
+
+# Asking is not changing: the support check and the oracle are handed the layer's own config, which the layer then
+# runs with. A site that rewrites it (an activation renamed in place, a routing or a parallel field adjusted) changes
+# what the model computes, whatever it answers. Every layer either site is asked about, of every activation, on
+# every device, is compared field by field before and after the call.
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(site=["is_supported_config", "select_wna16_moe_backend"])
+def test_sites_leave_the_layer_config_unchanged(observed):
+    """is_supported_config and select_wna16_moe_backend leave the layer's config as they were given it."""
+    sites = {"config": "is_supported_config", "oracle": "select_wna16_moe_backend"}
+    cases = [c for c in _declared_cases() if c["site"] in sites]
+    changed = [f"{sites[c['site']]} changed {observed[_key(c)]['config_changed']} of {c}" for c in cases
+               if observed[_key(c)].get("config_changed")]
+    assert not changed, f"{len(changed)} of {len(cases)} calls changed the config: " + "; ".join(changed[:3])
 
 
 # --- c5: every other activation and device refused --------------------------------------------------------------

@@ -9,9 +9,9 @@ Nothing is drawn: every status is the same for any secret.
 
 from __future__ import annotations
 
-import re
-
 import pytest
+
+from rubric_support import load_beside
 
 # Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug. Checked
 # against the raised exception's classes (its MRO), so a subclass of one of them counts, as with pytest.raises.
@@ -92,153 +92,18 @@ def expect(answers, site, capability, cudnn, flashinfer) -> None:
 
 # --- What an error message claims ----------------------------------------------------------------------------
 #
-# A refusal's message is read as claims, not matched against known phrasings. It is cut into clauses; each
-# hardware mention in a clause (an architecture name, a part name, an SM number, a "compute capability X.Y") is a
-# capability. In a clause that negates (not, unsupported, older, ...) a mention says that hardware does not run
-# FP8 ViT attention; elsewhere it says it does (requires, supported on, works on, or newer). Each claim must agree
-# with the truth (SM100 or newer); the device's own capability named as a report ("this device reports 9.0") or
-# as the subject of the refusal ("not supported on this GPU (compute capability 9.0)") claims nothing. A cuDNN
-# minimum, where one is stated, must be 9.17.1. And the message must name the requirement: some clause says that
-# SM100-or-newer hardware is what is needed.
+# A refusal's message is read as claims by ``vit_claims.py`` (the grammar is described there and in the README):
+# each hardware mention resolves to a set of capabilities, each clause has a polarity and a qualifier, and every
+# claim is compared with the truth (SM100 or newer runs it). Its own table of true and false messages is
+# tests/rubric_support/test_vit_fp8_claims.py in the project.
 
-ARCHITECTURES = {"blackwell": 100, "hopper": 90, "ada": 89, "lovelace": 89, "ampere": 80, "turing": 75,
-                 "volta": 70}
-PARTS = [(re.compile(r"\bG?B[123]00[a-z]?\b|\bGB10\b|\bRTX\s?PRO\s?6000\b", re.I), 100),
-         (re.compile(r"\bRTX\s?50\d0\b", re.I), 120),
-         (re.compile(r"\bG?H(?:100|200|20|800)\b", re.I), 90),
-         (re.compile(r"\bL(?:40S?|4|20)\b|\bRTX\s?40\d0\b", re.I), 89),
-         (re.compile(r"\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30\d0\b", re.I), 80)]
-ARCH = re.compile(r"\b(" + "|".join(ARCHITECTURES) + r")\b", re.I)
-SM = re.compile(r"\bsm[ _-]?(\d{2,3})[a-z]?\b", re.I)
-# A capability as a version number after any word for the GPU ("compute capability 9.0", "arch 9.0", "a 9.0 GPU"
-# reads the other way round and is caught by GPU_VERSION), never across a cuDNN version.
-CAPABILITY_NUMBER = re.compile(r"(?:capabilit(?:y|ies)|\barch(?:itecture)?s?|\bcompute|\bgpus?|\bdevices?|\bsm)"
-                               r"(?:(?!cudnn)\D){0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
-GPU_VERSION = re.compile(r"(?<![\d.])(\d{1,2})\.(\d)(?![\d.])(?=[\s-]*(?:\+\s*)?(?:class\s+|series\s+)?"
-                         r"(?:gpus?|devices?|archs?|architectures?|hardware|cards?)\b)", re.I)
-CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s|\bbut\b", re.I)
-NEGATION = re.compile(r"\b(not|unsupported|no|cannot|can't|isn't|aren't|doesn't|don't|lacks?|never|refuses?|"
-                      r"rejects?|older|too old|below|earlier|prior|predates?|pre-\w+)\b", re.I)
-CALLS_IT_OLD = re.compile(r"\b(older|too old|below|earlier|prior|predates?|pre-blackwell|lacks?)\b", re.I)
-CUDNN_MINIMUM = re.compile(r"cudnn[^;,]{0,24}?(?:>=|\u2265|=>|at least|version)\s*v?(\d+)\.(\d+)(?:\.(\d+))?"
-                           r"|cudnn\s*v?(\d+)\.(\d+)(?:\.(\d+))?\s*(?:\+|or (?:newer|later|above))", re.I)
-
-
-# Any cuDNN version a message names: it must be the minimum (9.17.1) or the machine's own.
-CUDNN_NAMED = re.compile(r"cudnn\D{0,24}?v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
-# What marks a mention of the device's own hardware as a report of it, not a claim ("this device reports 9.0",
-# "your H100", "detected SM90"): without one, naming the device's architecture says it runs FP8 ViT attention.
-REPORTS_THE_DEVICE = re.compile(r"\b(this|your|current|detected|reports?|reported|found|here|got|running|saw|seen|"
-                                r"given)\b", re.I)
-AS_MINIMUM = re.compile(r"\s*(?:\+|or (?:newer|later|above|higher)|and (?:newer|later|above|up))", re.I)
-SUPPORT_WORDS = re.compile(r"\b(supported|supports|works?|runs?|available)\b", re.I)
-# A mention that is the bar another is measured against ("older than Blackwell", "pre-Blackwell", "below SM100").
-AS_BAR = re.compile(r"(?:\bthan|\bpre-|\bbelow|\bbefore|\bprior to|\bunder)\W{0,3}(?:\w+\W{1,3})?$", re.I)
-# The device itself, named without a number ("this GPU", "your device", "the current hardware"): on an SM100+ GPU
-# refused for its cuDNN or backend, calling it old or telling the user to change it is false.
-DEVICE_REFERENCE = re.compile(r"\b(?:this|your|the current|current|detected)\s+(?:\w+\s+)?"
-                              r"(?:gpus?|devices?|hardware|cards?|accelerators?)\b", re.I)
-DEVICE_CALLED_OLD = re.compile(r"\b(older|too old|outdated|obsolete|legacy|below|predates?|pre-blackwell|lacks?|"
-                               r"insufficient|not new enough)\b", re.I)
-GPU_CHANGE = re.compile(r"\b(upgrade|replace|switch)\b[^;,.]{0,40}?\b(gpus?|devices?|hardware|cards?)\b", re.I)
-# Market segments that hold SM100+ parts (GeForce RTX 50x0 and RTX PRO 6000 are SM120, Jetson Thor SM110): a clause
-# that says such a segment does not run it, without narrowing it to older parts, says an SM100+ GPU does not.
-SEGMENT = re.compile(r"\b(geforce|consumer|workstation|desktop|laptop|jetson|rtx(?!\s?(?:pro\s?)?\d))\b", re.I)
-# "only on SM100 (B200)": the requirement said to be one capability or part, not "or newer", excludes the rest.
-ONLY = re.compile(r"\b(only|exclusively|solely)\b", re.I)
-
-
-def _hardware_mentions(clause: str) -> list[tuple[str, int, bool, bool]]:
-    """Each hardware mention in ``clause``: its text, its capability (major * 10 + minor), whether it is stated
-    as a minimum ("SM90+", "Hopper or newer") and whether it is a bar ("older than Blackwell (SM100)")."""
-    found = [(m, ARCHITECTURES[m.group(1).lower()]) for m in ARCH.finditer(clause)]
-    found += [(m, value) for pattern, value in PARTS for m in pattern.finditer(clause)]
-    found += [(m, int(m.group(1)) * (10 if int(m.group(1)) < 20 else 1)) for m in SM.finditer(clause)]
-    found += [(m, int(m.group(1)) * 10 + int(m.group(2))) for pattern in (CAPABILITY_NUMBER, GPU_VERSION)
-              for m in pattern.finditer(clause)]
-    return [(m.group(0), value, bool(AS_MINIMUM.match(clause, m.end())), bool(AS_BAR.search(clause[:m.start()])))
-            for m, value in found]
-
-
-def _clauses(message: str) -> list[tuple[str, str]]:
-    """The message's clauses, each with its context for a report of the device: the clause itself, and the one
-    before it where a colon joins them ("this device: compute capability 9.0")."""
-    pieces = re.split(f"({CLAUSE_BREAK.pattern})", message, flags=re.I)
-    clauses, breaks = pieces[0::2], [""] + [b or "" for b in pieces[1::2]]
-    return [(clause, (clauses[i - 1] + " " if i and breaks[i].strip() == ":" else "") + clause)
-            for i, clause in enumerate(clauses)]
-
-
-def _device_problems(clause: str, device: int) -> list[str]:
-    """On an SM100+ GPU (refused for its cuDNN or backend), what a clause says falsely of the device or of SM100+
-    parts without naming a capability: calls this GPU old, tells the user to change it, or says a market segment
-    holding SM100+ parts does not run it."""
-    if device < REQUIRED:
-        return []
-    problems = []
-    if DEVICE_REFERENCE.search(clause) and DEVICE_CALLED_OLD.search(clause):
-        problems.append(f"calls this SM100+ GPU old ({clause.strip()!r})")
-    if (change := GPU_CHANGE.search(clause)) and not re.search(r"cudnn|flashinfer|driver", clause, re.I):
-        problems.append(f"tells the user of an SM100+ GPU to {change.group(1).lower()} it ({clause.strip()!r})")
-    return problems
-
-
-def _segment_problems(clause: str, negated: bool, mentions: list) -> list[str]:
-    """A clause that says a market segment holding SM100+ parts does not run it, unless it narrows the segment to
-    older parts (an older capability named, or called old)."""
-    segment = SEGMENT.search(clause)
-    if not (segment and negated) or CALLS_IT_OLD.search(clause) or any(v < REQUIRED for _, v, _, _ in mentions):
-        return []
-    return [f"says {segment.group(0)!r} GPUs, among them SM100+ parts, do not run it ({clause.strip()!r})"]
-
-
-def _only_problems(clause: str, negated: bool, mentions: list) -> list[str]:
-    """A clause that says only some SM100+ capabilities or parts run it (none stated as a minimum): the rest of
-    SM100 or newer runs it too. An architecture name ("only on Blackwell") is left alone."""
-    exact = [t for t, v, as_minimum, as_bar in mentions if v >= REQUIRED and not as_minimum and not as_bar
-             and t.lower() not in ARCHITECTURES]
-    if negated or not ONLY.search(clause) or not exact or any(m for _, v, m, _ in mentions if v >= REQUIRED):
-        return []
-    return [f"says only {', '.join(exact)} runs it, not SM100 or newer ({clause.strip()!r})"]
+claims = load_beside(__file__, "vit_claims")
 
 
 def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
     """What is false or missing in a refusal's message on ``capability`` with ``cudnn``, read as claims."""
-    device = CAPABILITIES[capability][0] * 10 + CAPABILITIES[capability][1]
-    problems, names_requirement = [], False
-    for clause, context in _clauses(message):
-        negated = bool(NEGATION.search(clause))
-        mentions = _hardware_mentions(clause)
-        problems += (_device_problems(clause, device) + _segment_problems(clause, negated, mentions)
-                     + _only_problems(clause, negated, mentions))
-        for text, value, as_minimum, as_bar in mentions:
-            if negated and as_bar:
-                names_requirement = names_requirement or value >= REQUIRED
-            elif negated:
-                if value == device and not CALLS_IT_OLD.search(clause):
-                    continue  # the subject of the refusal: "not supported on this GPU (capability 9.0)"
-                if value >= REQUIRED:
-                    problems.append(f"says {text!r} does not run it ({clause.strip()!r})")
-            elif value >= REQUIRED:
-                names_requirement = True
-            elif (value == device and not as_minimum and not SUPPORT_WORDS.search(clause)
-                  and REPORTS_THE_DEVICE.search(context)):
-                continue  # the device named ("this device reports 9.0", "on NVIDIA H100 this needs ...")
-            else:
-                problems.append(f"says {text!r} runs it or is what it needs ({clause.strip()!r})")
-    for m in CUDNN_MINIMUM.finditer(message):
-        version = tuple(int(g) for g in (m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)) if g is not None)
-        if version not in ((9, 17, 1), (9, 17)):
-            problems.append(f"states cuDNN minimum {'.'.join(map(str, version))} ({m.group(0)!r}; the truth: 9.17.1)")
-    own = tuple(int(part) for part in cudnn.split("."))
-    for m in CUDNN_NAMED.finditer(message):
-        version = tuple(int(g) for g in m.group(1, 2, 3) if g is not None)
-        if version not in ((9, 17, 1), (9, 17), own, own[:2]):
-            problems.append(f"names cuDNN {'.'.join(map(str, version))} ({m.group(0)!r}), neither the minimum 9.17.1 "
-                            f"nor this machine's {cudnn}")
-    if not names_requirement:
-        problems.append("does not name the Blackwell / SM100-or-newer requirement")
-    return problems
+    major, minor = CAPABILITIES[capability]
+    return claims.message_problems(message, major * 10 + minor, cudnn)
 
 
 def refusal_message(answers, capability, cudnn, flashinfer) -> str:
