@@ -238,18 +238,23 @@ def false_platform_claims(clause: str, device_name: str) -> list[str]:
     return wrong
 
 
-def false_flag_values(message: str, capability: tuple, dtype: str) -> list[str]:
-    """The values the message gives for --kv-cache-dtype that vLLM refuses or that this GPU rejects too."""
-    device = capability[0] * 10 + capability[1]
-    return [f"gives --kv-cache-dtype {value!r}, " + ("which SM{} rejects too".format(device)
+def device_words(capability) -> str:
+    """How a failure names the device: its SM, or that it reports no capability."""
+    return "a device with no capability" if capability is None else f"SM{capability[0] * 10 + capability[1]}"
+
+
+def false_flag_values(message: str, capability, dtype: str) -> list[str]:
+    """The values the message gives for --kv-cache-dtype that vLLM refuses or that this device rejects too."""
+    return [f"gives --kv-cache-dtype {value!r}, " + (f"which {device_words(capability)} rejects too"
                                                        if value in ALL_DTYPES else "a value vLLM does not take")
             for value in FLAG_VALUE.findall(message.rstrip("."))
             if value not in ALL_DTYPES or value == dtype or not needs_met(capability, value)]
 
 
-def false_claims(message: str, capability: tuple, dtype: str, device_name: str) -> list[str]:
-    """The claims of a rejection message on CUDA ``capability`` for ``dtype`` that the truth table contradicts."""
-    device = capability[0] * 10 + capability[1]
+def false_claims(message: str, capability, dtype: str, device_name: str) -> list[str]:
+    """The claims of a rejection message on a device with ``capability`` (None: it reports none) for ``dtype``
+    that the truth table contradicts."""
+    device = None if capability is None else capability[0] * 10 + capability[1]
     required = REQUIRED_CAPABILITY[dtype]
     wrong = false_flag_values(message, capability, dtype)
     for clause in CLAUSE_BREAK.split(message):
@@ -265,7 +270,8 @@ def false_claims(message: str, capability: tuple, dtype: str, device_name: str) 
             if (is_minimum or states_requirement) and number != device and number != required:
                 wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
             elif number not in (device, required):
-                wrong.append(f"names SM{number}, neither this GPU (SM{device}) nor the requirement (SM{required})")
+                wrong.append(f"names SM{number}, neither this device ({device_words(capability)}) nor the requirement "
+                             f"(SM{required})")
         for pattern, numbers_named in GENERATIONS:
             for m in pattern.finditer(clause):
                 if AS_MINIMUM.match(clause, m.end()):
@@ -273,13 +279,14 @@ def false_claims(message: str, capability: tuple, dtype: str, device_name: str) 
                         wrong.append(f"says {m.group(0)!r} or newer is the requirement (the truth: SM{required})")
                 elif required not in numbers_named and (states_requirement or device not in numbers_named):
                     wrong.append(f"names {m.group(0)!r} (SM{'/'.join(map(str, sorted(numbers_named)))}) where the "
-                                 f"truth is this GPU (SM{device}) needing SM{required}")
+                                 f"truth is this device ({device_words(capability)}) needing SM{required}")
         if NOT_A_SUGGESTION.search(clause):
             continue
         for token in DTYPE_TOKEN.findall(clause):
             suggested = DTYPE_WORDS[token.lower()]
             if suggested == dtype or not needs_met(capability, suggested):
-                wrong.append(f"suggests {token!r} ({clause.strip()!r}), which SM{device} rejects too")
+                wrong.append(f"suggests {token!r} ({clause.strip()!r}), which {device_words(capability)} rejects "
+                             "too")
     return wrong
 
 
@@ -339,6 +346,24 @@ def test_xpu_exemption_lifts_only_the_capability(kv_cache_dtype, observed, base_
     assert got in {"accept" if a else "reject" for a in allowed}, (
         f"{VALIDATOR} on XPU with kv_cache_dtype={kv_cache_dtype!r}: {got}, where the base, on XPU or with every "
         f"capability, would {' or '.join(sorted({'accept' if a else 'reject' for a in allowed}))}")
+
+
+# The constructor's rejections on the platforms that are not XPU: each message's claims must hold there too (a
+# suggestion that assumes a GPU with a capability, bfloat16 on a CPU, is as false as one on an old GPU).
+OTHER_REJECTIONS = [(name, dtype) for name, (_, cap) in OTHER_PLATFORMS.items() for dtype in CAPABILITY_DTYPES
+                    if not needs_met(cap, dtype)]
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(site=IMPL)
+@pytest.mark.parametrize("platform,kv_cache_dtype", OTHER_REJECTIONS, ids=[f"{p}-{d}" for p, d in OTHER_REJECTIONS])
+def test_non_xpu_rejection_message_claims_hold(platform, kv_cache_dtype, observed):
+    """A rejection on a platform that is not XPU claims only what holds there (what it suggests works there)."""
+    kind, cap = OTHER_PLATFORMS[platform]
+    expect(observed, IMPL, kind, cap, kv_cache_dtype, False, platform)
+    seen = observed[_key(_case(IMPL, kind, cap, kv_cache_dtype))]
+    wrong = false_claims(seen["message"], cap, kv_cache_dtype, seen["device_name"])
+    assert not wrong, f"the rejection on {platform} of {kv_cache_dtype!r} ({seen['message']!r}): " + "; ".join(wrong)
 
 
 # What the probe's fakes are, by kind: the PlatformEnum member each plays.
