@@ -1,8 +1,9 @@
 """Inputs and torch references for the int8-kv-rounding hidden tests, in the judge (no kernel code here).
 
 Every input is chosen so the verdict does not depend on details the tests do not judge:
-- INT8 inputs stay at least 0.05 away from an exact .5 tie after scaling, so round-half-away and
-  round-half-even agree and a 1-2 ulp difference in the kernel's scale (GPU division) cannot flip a result.
+- INT8 inputs stay away from an exact .5 tie after scaling, so round-half-away and round-half-even agree and a
+  1-2 ulp difference in the kernel's scale (GPU division) cannot flip a result: random data by 0.06, the fixed
+  rows (exact scales 1 or 2) by 2**-10 at least (the near-tie row), every other fixed value by 0.05.
 - Exactness cases fix the per-head scale at 1 (the head's absmax is 127) or 2 (absmax 254).
 - FP8 inputs sit at 0, 15, 30, 70 or 85 percent of the way between neighbouring e4m3 values, never near the
   midpoint, so fp8 round-to-nearest is decided by a wide margin.
@@ -37,7 +38,13 @@ INT8_POSITIVE_ROWS = {
     "scale1-large": [127.0, 126.625, 125.375, 99.75, 64.4375, 10.875, 50.1875, 17.5625],
     # scale 2: the rounding must apply to the scaled value (5.5 / 2 = 2.75 -> 3)
     "scale2": [254.0, 5.5, 3.25, 100.75, 6.75, 1.25, 0.75, 203.5],
+    # scale 1, values just off a .5 tie (2**-7 and 2**-10 from it, exact in fp32 and fp16): a rounding that is
+    # right only a margin away from the tie (x + 0.499, floor(x + 0.5 - 1e-3)) shows here. The scale is exactly
+    # 1, so the GPU's 1-2 ulp division error (about 1e-7 here) is far below the 2**-10 margin.
+    "scale1-near-ties": [127.0, 0.5078125, 1.4990234375, 1.5009765625, 2.4921875, 2.5078125, 6.4921875, 9.5078125],
 }
+# How far each row's scaled values are from a .5 tie at least (the random data keeps 0.06; see random_positive_heads).
+TIE_MARGIN = 2.0 ** -11
 ROW_IDS = list(INT8_POSITIVE_ROWS)
 
 # Key and value head sizes that differ (the kernel pads to the larger one and masks each cache's lanes by its own
@@ -89,7 +96,7 @@ def int8_expected(x: torch.Tensor) -> torch.Tensor:
     """Round-to-nearest INT8 quantisation of ``x`` per (token, head), clamped to [-128, 127]."""
     q = scaled(x, 127.0)
     frac = (q.double().abs() - q.double().abs().floor() - 0.5).abs()
-    assert bool((frac > 0.05).all()), "test input too close to a .5 tie"
+    assert bool((frac > TIE_MARGIN).all()), "test input too close to a .5 tie"
     return round_half_away(q).clamp(-128, 127).to(torch.int8)
 
 

@@ -29,8 +29,11 @@ LAYOUTS = {
 
 FP8_PLATFORMS = ["cuda", "rocm-gfx942", "rocm-gfx950"]
 # Cache dtypes whose acceptance is compared with the base's: the FP8 formats, the byte dtype vLLM keeps FP8 caches
-# in elsewhere, and the unquantised dtypes. INT8 is left to the rounding criteria, which fail where it is refused.
-CACHE_DTYPES = ["uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float16", "bfloat16", "float32"]
+# in elsewhere, the unquantised dtypes and the wider integer dtypes (an INT8 path "generalised" to every signed
+# integer widens the store as much as an FP8 path taking every format). INT8 is left to the rounding criteria,
+# which fail where it is refused.
+CACHE_DTYPES = ["uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float16", "bfloat16", "float32",
+                "int16", "int32", "int64"]
 
 
 def _inputs(layout: str, fp8_dtype, in_dtype, gen: torch.Generator, qmax: float) -> tuple[torch.Tensor,

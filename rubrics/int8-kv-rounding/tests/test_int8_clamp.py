@@ -141,6 +141,10 @@ class _Flow:
             key = (expr.id, line)
             if key in seen:
                 return False
+            if expr.id in self.bindings and not self.definition(expr.id, line):
+                # A helper's parameter: what the caller passed at the judged call.
+                caller, arg, arg_line = self.bindings[expr.id]
+                return caller.clamped(arg, arg_line)
             d = self.definition(expr.id, line)
             return bool(d) and self.clamped(d[1], d[0], seen + (key,))
         if isinstance(expr, ast.BinOp):
@@ -211,14 +215,26 @@ def _module_functions(tree: ast.Module) -> dict[str, list[ast.FunctionDef]]:
     return found
 
 
-def _stores_to(flow: _Flow, cache_ptr: str):
+def _stores_to(flow: _Flow, cache_ptrs: set[str]):
+    """Each ``tl.store`` (its flow, node and value) whose pointer is built from one of ``cache_ptrs``, in the flow's
+    function or in a module-level helper it passes such a pointer to (a store helper, up to three calls deep)."""
     for node in ast.walk(flow.fn):
-        if isinstance(node, ast.Call) and _call_name(node) == "store":
+        if not isinstance(node, ast.Call):
+            continue
+        if _call_name(node) == "store":
             ptr = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "pointer"), None)
             val = node.args[1] if len(node.args) > 1 else next(
                 (k.value for k in node.keywords if k.arg == "value"), None)
-            if ptr is not None and val is not None and cache_ptr in flow.names(ptr, node.lineno):
-                yield node, val
+            if ptr is not None and val is not None and cache_ptrs & flow.names(ptr, node.lineno):
+                yield flow, node, val
+        elif isinstance(node.func, ast.Name) and node.func.id in flow.module_fns and flow.depth < 3:
+            for fn in flow.module_fns[node.func.id]:
+                params = [a.arg for a in fn.args.args]
+                bound = {p: (flow, a, node.lineno) for p, a in zip(params, node.args)}
+                bound.update({k.arg: (flow, k.value, node.lineno) for k in node.keywords if k.arg in params})
+                carrying = {p for p, (_, arg, line) in bound.items() if cache_ptrs & flow.names(arg, line)}
+                if carrying:
+                    yield from _stores_to(_Flow(fn, flow.module_fns, flow.depth + 1, bound), carrying)
 
 
 @pytest.mark.static
@@ -233,9 +249,9 @@ def test_stored_values_are_clamped(vllm_tree, cache_ptr):
     module_fns = _module_functions(tree)
     assert KERNEL in module_fns, f"{KERNEL} is no longer defined in {SOURCE}"
     flow = _Flow(module_fns[KERNEL][-1], module_fns)
-    stores = list(_stores_to(flow, cache_ptr))
-    assert stores, f"no tl.store to {cache_ptr} found in {KERNEL}"
-    for node, val in stores:
-        assert flow.clamped(val, node.lineno), (
+    stores = list(_stores_to(flow, {cache_ptr}))
+    assert stores, f"no tl.store to {cache_ptr} found in {KERNEL} or a helper it passes the pointer to"
+    for store_flow, node, val in stores:
+        assert store_flow.clamped(val, node.lineno), (
             f"line {node.lineno}: the value stored to {cache_ptr} ({ast.unparse(val)}) is not clamped to the "
             f"quantisation range before the store")

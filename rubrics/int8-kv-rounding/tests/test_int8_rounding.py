@@ -32,13 +32,28 @@ def _check_int8(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
         )
 
 
+def _check_untouched(kv_store, caches, slots, block_size: int = 4) -> None:
+    """Every cache row no valid slot names (and its scales) keeps the sentinel it was filled with: the store writes
+    its own slots' lanes and nothing past them."""
+    kc, vc, ks, vs = caches
+    untouched = cases.untouched_mask(kc.shape[0], block_size, slots)
+    written = [name for name, cache, sentinel in (("key cache", kc, kv_store.INT8_SENTINEL),
+                                                  ("value cache", vc, kv_store.INT8_SENTINEL),
+                                                  ("key scale cache", ks, kv_store.SCALE_SENTINEL),
+                                                  ("value scale cache", vs, kv_store.SCALE_SENTINEL))
+               if not bool((cache[untouched] == sentinel).all())]
+    assert not written, f"the store wrote rows no slot names (slots {slots}) in the {', '.join(written)}"
+
+
 def _store_row(kv_store, key, value, device, platform):
-    kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device, platform=platform)
+    kc, vc, ks, vs, slots = kv_store.run(key, value, torch.int8, device, platform=platform)
+    _check_untouched(kv_store, (kc, vc, ks, vs), slots)
     return kc[0, 0], vc[0, 0]
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal")
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal",
+                   distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -52,7 +67,8 @@ def test_positive_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal")
+@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal",
+                   distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -69,7 +85,8 @@ def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 # with their sign and still move negative values toward zero (an added 0.5 before the truncating store is right
 # for positives only). The negated rows go to the value cache here, the key cache holding the benign row.
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal")
+@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal",
+                   distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -83,7 +100,8 @@ def test_negative_values_round_to_nearest(kv_store, device, platform, in_dtype, 
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal")
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal",
+                   distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
@@ -98,7 +116,7 @@ def test_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
 
 @pytest.mark.criterion("c3")
 @pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype="fp32",
-                   head_dims="key-wider")
+                   head_dims="key-wider", distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
     """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
@@ -114,9 +132,7 @@ def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
                                rtol=1e-6, atol=0)
     torch.testing.assert_close(cases.gather(vs, slots, block_size), cases.kernel_scale(value[valid], 127.0),
                                rtol=1e-6, atol=0)
-    untouched = cases.untouched_mask(kc.shape[0], block_size, slots)
-    assert bool((kc[untouched] == kv_store.INT8_SENTINEL).all()), "a padding slot (-1) or unused row was written"
-    assert bool((vc[untouched] == kv_store.INT8_SENTINEL).all()), "a padding slot (-1) or unused row was written"
+    _check_untouched(kv_store, (kc, vc, ks, vs), slots, block_size)
 
 
 # c3 names two cases, the key cache and the value cache. The tests above give the value cache 6 checks and the
@@ -125,7 +141,7 @@ def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
 # keys truncated leaves c3 at 6/9 = 0.67, values truncated at 0/9, and a kernel that rounds both keeps 9/9.
 @pytest.mark.criterion("c3", weight=2)
 @pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16"],
-                   head_dims="equal")
+                   head_dims="equal", distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_key_and_value_caches_both_round_every_row(kv_store, device):
     """Both the key cache and the value cache hold round-to-nearest values, for every row and input dtype."""
@@ -133,7 +149,8 @@ def test_key_and_value_caches_both_round_every_row(kv_store, device):
     for in_dtype in (torch.float32, torch.float16):
         # One token per row (each token is its own (token, head) scale), the same data in the key and the value.
         data = torch.cat([cases.row(ROWS[row_id], in_dtype) for row_id in ROW_IDS])
-        kc, vc, _, _, slots = kv_store.run(data, data.clone(), torch.int8, device)
+        kc, vc, ks, vs, slots = kv_store.run(data, data.clone(), torch.int8, device)
+        _check_untouched(kv_store, (kc, vc, ks, vs), slots)
         want = cases.int8_expected(data)
         for name, cache in (("key", kc), ("value", vc)):
             got = cases.gather(cache, slots, 4)
@@ -165,7 +182,8 @@ def _check_layouts(kv_store, device, platform, sign: float, caches: tuple[str, .
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims=["key-wider", "value-wider", "non-pow2"])
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"],
+                   head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform):
@@ -175,7 +193,7 @@ def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform)
 
 @pytest.mark.criterion("c3")
 @pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"],
-                   head_dims=["key-wider", "value-wider", "non-pow2"])
+                   head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
@@ -186,7 +204,7 @@ def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
 
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(cache=["key", "value"], sign="negative", input_dtype=["fp32", "fp16"],
-                   head_dims=["key-wider", "value-wider", "non-pow2"])
+                   head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_negatives_round_with_unequal_head_sizes(kv_store, device, platform):

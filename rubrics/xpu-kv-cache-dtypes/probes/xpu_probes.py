@@ -50,10 +50,23 @@ def _make_platform(kind: str, capability):
     return type(f"Fake{enum_name.title()}Platform", (Platform,), attrs)()
 
 
-def _construct(attn_mod, kv_cache_dtype: str):
+# The capabilities whose answers show what a platform reports to the rest of vLLM (every threshold c3 and c4 name).
+CAPABILITY_QUERIES = (70, 75, 80, 86, 87, 89, 90, 100, 120)
+
+
+def _construct(attn_mod, kv_cache_dtype: str, built: list):
     impl = attn_mod.TritonAttentionImpl(num_heads=4, head_size=64, scale=0.125, num_kv_heads=4, alibi_slopes=None,
                                         sliding_window=None, kv_cache_dtype=kv_cache_dtype)
+    built.append({name: repr(value) for name, value in vars(impl).items()})
     return impl.kv_cache_dtype
+
+
+def platform_answers(platform) -> dict:
+    """What ``platform`` tells the rest of vLLM about itself: its kind, its capability and each threshold's answer."""
+    capability = platform.get_device_capability()
+    return {"enum": platform._enum.name,
+            "capability": None if capability is None else [capability.major, capability.minor],
+            "has_capability": {str(need): bool(platform.has_device_capability(need)) for need in CAPABILITY_QUERIES}}
 
 
 @contextmanager
@@ -86,10 +99,27 @@ def _group_of(case: dict) -> tuple:
     return *_platform_of(case), case["site"]
 
 
+def _observe(case: dict, modules: tuple, kind: str, capability, fake) -> dict:
+    """What one case did, the backend it built (its attributes' reprs, under ``"backend"``), the device's name and
+    what the platform answers afterwards, both the fake the site ran on and a new fake of the same kind (``"platform_after"``)."""
+    built: list = []
+    if case["site"] == "impl":
+        seen = outcome_of(_construct, modules[0], case["dtype"], built)
+    else:
+        seen = outcome_of(lambda d: bool(modules[1]._is_supported_kv_cache_dtype(d)), case["dtype"])
+    if built:
+        seen["backend"] = built[0]
+    seen["device_name"] = fake.get_device_name()
+    seen["platform_after"] = [outcome_of(platform_answers, fake),
+                              outcome_of(platform_answers, _make_platform(kind, capability))]
+    return seen
+
+
 def site_outcomes(cases: list[dict]) -> list[dict]:
     """For each ``{"site": "impl"|"validator", "platform": kind, "capability": [major, minor] | None, "dtype"}``:
     what the site did there: ``{"returned": the backend's kv_cache_dtype | the validator's bool}`` or
-    ``{"raised": type, "message": text}``. The cases of one platform and site run on a fake and modules made afresh for them."""
+    ``{"raised": type, "message": text}``, with ``"backend"`` and ``"platform_after"`` (``_observe``). The cases of
+    one platform and site run on a fake and modules made afresh for them."""
     import vllm.platforms as vp
 
     results: list[dict | None] = [None] * len(cases)
@@ -105,9 +135,5 @@ def site_outcomes(cases: list[dict]) -> list[dict]:
             for index, case in enumerate(cases):
                 if _group_of(case) != (kind, capability, site):
                     continue
-                if case["site"] == "impl":
-                    results[index] = outcome_of(_construct, modules[0], case["dtype"])
-                else:
-                    results[index] = outcome_of(lambda d: bool(modules[1]._is_supported_kv_cache_dtype(d)),
-                                                case["dtype"])
+                results[index] = _observe(case, modules, kind, capability, fake)
     return results

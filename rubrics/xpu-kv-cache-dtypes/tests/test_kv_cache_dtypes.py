@@ -43,12 +43,15 @@ EVERY_CAPABILITY = (12, 0)
 REQUIRED_CAPABILITY = {**{d: 89 for d in FP8_DTYPES}, "bfloat16": 80}
 
 
+def needs_capability(capability, need: int) -> bool:
+    """Whether a device with ``capability`` (None: it reports none) has SM ``need``."""
+    return capability is not None and capability[0] * 10 + capability[1] >= need
+
+
 def needs_met(capability, dtype: str) -> bool:
     """The truth table: fp8 (every spelling) needs SM89+, bfloat16 SM80+, float16 and auto nothing."""
     need = REQUIRED_CAPABILITY.get(dtype)
-    if need is None:
-        return True
-    return capability is not None and capability[0] * 10 + capability[1] >= need
+    return need is None or needs_capability(capability, need)
 
 
 def _case(site: str, platform: str, capability, dtype: str) -> dict:
@@ -96,6 +99,24 @@ def base_store_answers(base_subject) -> dict:
     return {d: (on_xpu, capable) for d, on_xpu, capable in zip(dtypes, answers, answers[len(dtypes):], strict=False)}
 
 
+@pytest.fixture(scope="module")
+def base_backends_on_capable_xpu(base_subject) -> dict:
+    """The backend the base builds for each capability dtype on an XPU that reports every capability: what the
+    exemption must build on XPU, which reports none (the same attributes: dtype, quant mode, fp8 dtype, soft cap...)."""
+    cases = [_case(IMPL, "xpu", EVERY_CAPABILITY, d) for d in CAPABILITY_DTYPES]
+    return {d: seen["backend"] for d, seen in
+            zip(CAPABILITY_DTYPES, base_subject.call("xpu_probes.site_outcomes", cases=cases), strict=True)}
+
+
+def expect_backend_as_with_capability(observed: dict, dtype: str, base_backends: dict) -> None:
+    """The backend built on XPU for ``dtype`` has every attribute the base builds with the capability, equal."""
+    built = observed[_key(_case(IMPL, "xpu", None, dtype))].get("backend", {})
+    wrong = [f"{name}={built.get(name, 'missing')} (with the capability: {value})"
+             for name, value in base_backends[dtype].items() if built.get(name) != value]
+    assert not wrong, (f"{IMPL} on XPU with kv_cache_dtype={dtype!r} built another backend than the base builds on "
+                       f"an XPU with the capability: " + "; ".join(wrong))
+
+
 def verdict(observed: dict, site: str, platform: str, capability, dtype: str) -> str:
     """"accept" or "reject", read off what the site did; anything but a clean rejection is described as a crash."""
     case = _case(site, platform, capability, dtype)
@@ -124,9 +145,10 @@ def expect(observed, site, platform, capability, dtype, accepted: bool, where: s
 @pytest.mark.criterion("c1")
 @pytest.mark.cases(platform="xpu", site=IMPL)
 @pytest.mark.parametrize("kv_cache_dtype", FP8_DTYPES)
-def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed):
-    """XPU accepts every fp8 KV cache spelling."""
+def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed, base_backends_on_capable_xpu):
+    """XPU accepts every fp8 KV cache spelling and builds the backend it would build with the capability."""
     expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
+    expect_backend_as_with_capability(observed, kv_cache_dtype, base_backends_on_capable_xpu)
 
 
 # --- c2: bf16 on XPU --------------------------------------------------------------------------------------------
@@ -135,9 +157,10 @@ def test_xpu_accepts_fp8_kv_cache(kv_cache_dtype, observed):
 @pytest.mark.criterion("c2")
 @pytest.mark.cases(platform="xpu", site=IMPL)
 @pytest.mark.parametrize("kv_cache_dtype", ["bfloat16"])
-def test_xpu_accepts_bf16_kv_cache(kv_cache_dtype, observed):
-    """XPU accepts a bfloat16 KV cache."""
+def test_xpu_accepts_bf16_kv_cache(kv_cache_dtype, observed, base_backends_on_capable_xpu):
+    """XPU accepts a bfloat16 KV cache and builds the backend it would build with the capability."""
     expect(observed, IMPL, "xpu", None, kv_cache_dtype, True, "XPU")
+    expect_backend_as_with_capability(observed, kv_cache_dtype, base_backends_on_capable_xpu)
 
 
 # --- c3: CUDA capability errors preserved ---------------------------------------------------------------------
@@ -190,12 +213,52 @@ REQUIREMENT_WORDS = re.compile(r"\b(requires?|required|needs?|at least|minimum|o
                                re.IGNORECASE)
 
 
-def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
-    """The claims of a rejection message on CUDA ``capability`` for ``dtype`` that the truth table contradicts."""
-    device = capability[0] * 10 + capability[1]
-    required = REQUIRED_CAPABILITY[dtype]
+# A value given for the flag (or the argument) must be one vLLM takes, spelt as vLLM spells it: a short name such
+# as bf16, fp16 or half is refused by the command line however well prose would read it.
+FLAG_VALUE = re.compile(r"(?:--kv[-_]cache[-_]dtype|\bkv_cache_dtype)\s*[=\s]\s*[\"'`]?([A-Za-z0-9_.]+)", re.I)
+# Platforms named in words. Fp8 and bfloat16 KV caches work on NVIDIA (with the capability), Intel XPU and AMD ROCm
+# (gfx90a, gfx942, gfx950): a message may neither say they work only on NVIDIA/CUDA nor that XPU or ROCm lacks them.
+NVIDIA_WORD = re.compile(r"\b(?:nvidia|cuda)\b(?![\s-]*(?:compute\b|capabilit|sm\b|sm_|arch))", re.I)
+OTHER_PLATFORM_WORD = re.compile(r"\b(?:xpu|intel|arc|gaudi|rocm|amd|instinct|mi\d{3}x?|radeon|hip)\b", re.I)
+ONLY_WORDS = re.compile(r"\b(only|exclusive(?:ly)?|solely)\b", re.I)
+NEGATION_WORDS = re.compile(r"\b(not|unsupported|cannot|can't|lacks?|isn't|aren't|doesn't|don't|never)\b", re.I)
+
+
+def false_platform_claims(clause: str, device_name: str) -> list[str]:
+    """The clause's claims about which platforms support the dtype, where the truth contradicts them (the device's
+    own name, which may hold a vendor's, claims nothing)."""
+    clause = clause.replace(device_name, "this device")
     wrong = []
+    names_nvidia = NVIDIA_WORD.search(clause)
+    names_other = OTHER_PLATFORM_WORD.search(clause)
+    if names_nvidia and not names_other and ONLY_WORDS.search(clause):
+        wrong.append(f"says it needs {names_nvidia.group(0)} ({clause.strip()!r}): Intel XPU and AMD ROCm support it")
+    if names_other and NEGATION_WORDS.search(clause):
+        wrong.append(f"says {names_other.group(0)} does not support it ({clause.strip()!r}): it does")
+    return wrong
+
+
+def device_words(capability) -> str:
+    """How a failure names the device: its SM, or that it reports no capability."""
+    return "a device with no capability" if capability is None else f"SM{capability[0] * 10 + capability[1]}"
+
+
+def false_flag_values(message: str, capability, dtype: str) -> list[str]:
+    """The values the message gives for --kv-cache-dtype that vLLM refuses or that this device rejects too."""
+    return [f"gives --kv-cache-dtype {value!r}, " + (f"which {device_words(capability)} rejects too"
+                                                       if value in ALL_DTYPES else "a value vLLM does not take")
+            for value in FLAG_VALUE.findall(message.rstrip("."))
+            if value not in ALL_DTYPES or value == dtype or not needs_met(capability, value)]
+
+
+def false_claims(message: str, capability, dtype: str, device_name: str) -> list[str]:
+    """The claims of a rejection message on a device with ``capability`` (None: it reports none) for ``dtype``
+    that the truth table contradicts."""
+    device = None if capability is None else capability[0] * 10 + capability[1]
+    required = REQUIRED_CAPABILITY[dtype]
+    wrong = false_flag_values(message, capability, dtype)
     for clause in CLAUSE_BREAK.split(message):
+        wrong += false_platform_claims(clause, device_name)
         states_requirement = bool(REQUIREMENT_WORDS.search(clause))
         numbers = [(int(m.group(1)), bool(m.group(2))) for m in SM_NUMBER.finditer(clause)]
         beside_gpu_word = {m.start(1) for pattern in (AFTER_GPU_WORD, BEFORE_GPU_WORD)
@@ -207,7 +270,8 @@ def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
             if (is_minimum or states_requirement) and number != device and number != required:
                 wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
             elif number not in (device, required):
-                wrong.append(f"names SM{number}, neither this GPU (SM{device}) nor the requirement (SM{required})")
+                wrong.append(f"names SM{number}, neither this device ({device_words(capability)}) nor the requirement "
+                             f"(SM{required})")
         for pattern, numbers_named in GENERATIONS:
             for m in pattern.finditer(clause):
                 if AS_MINIMUM.match(clause, m.end()):
@@ -215,13 +279,14 @@ def false_claims(message: str, capability: tuple, dtype: str) -> list[str]:
                         wrong.append(f"says {m.group(0)!r} or newer is the requirement (the truth: SM{required})")
                 elif required not in numbers_named and (states_requirement or device not in numbers_named):
                     wrong.append(f"names {m.group(0)!r} (SM{'/'.join(map(str, sorted(numbers_named)))}) where the "
-                                 f"truth is this GPU (SM{device}) needing SM{required}")
+                                 f"truth is this device ({device_words(capability)}) needing SM{required}")
         if NOT_A_SUGGESTION.search(clause):
             continue
         for token in DTYPE_TOKEN.findall(clause):
             suggested = DTYPE_WORDS[token.lower()]
             if suggested == dtype or not needs_met(capability, suggested):
-                wrong.append(f"suggests {token!r} ({clause.strip()!r}), which SM{device} rejects too")
+                wrong.append(f"suggests {token!r} ({clause.strip()!r}), which {device_words(capability)} rejects "
+                             "too")
     return wrong
 
 
@@ -237,8 +302,9 @@ def test_cuda_rejection_message_claims_hold(capability, kv_cache_dtype, observed
     """A CUDA rejection's message claims only what holds on that GPU."""
     cap = CUDA_CAPABILITIES[capability]
     expect(observed, IMPL, "cuda", cap, kv_cache_dtype, False, f"CUDA {capability}")
-    message = observed[_key(_case(IMPL, "cuda", cap, kv_cache_dtype))]["message"]
-    wrong = false_claims(message, cap, kv_cache_dtype)
+    seen = observed[_key(_case(IMPL, "cuda", cap, kv_cache_dtype))]
+    message = seen["message"]
+    wrong = false_claims(message, cap, kv_cache_dtype, seen["device_name"])
     assert not wrong, f"the rejection on CUDA {capability} of {kv_cache_dtype!r} ({message!r}): " + "; ".join(wrong)
 
 
@@ -280,6 +346,54 @@ def test_xpu_exemption_lifts_only_the_capability(kv_cache_dtype, observed, base_
     assert got in {"accept" if a else "reject" for a in allowed}, (
         f"{VALIDATOR} on XPU with kv_cache_dtype={kv_cache_dtype!r}: {got}, where the base, on XPU or with every "
         f"capability, would {' or '.join(sorted({'accept' if a else 'reject' for a in allowed}))}")
+
+
+# The constructor's rejections on the platforms that are not XPU: each message's claims must hold there too (a
+# suggestion that assumes a GPU with a capability, bfloat16 on a CPU, is as false as one on an old GPU).
+OTHER_REJECTIONS = [(name, dtype) for name, (_, cap) in OTHER_PLATFORMS.items() for dtype in CAPABILITY_DTYPES
+                    if not needs_met(cap, dtype)]
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.cases(site=IMPL)
+@pytest.mark.parametrize("platform,kv_cache_dtype", OTHER_REJECTIONS, ids=[f"{p}-{d}" for p, d in OTHER_REJECTIONS])
+def test_non_xpu_rejection_message_claims_hold(platform, kv_cache_dtype, observed):
+    """A rejection on a platform that is not XPU claims only what holds there (what it suggests works there)."""
+    kind, cap = OTHER_PLATFORMS[platform]
+    expect(observed, IMPL, kind, cap, kv_cache_dtype, False, platform)
+    seen = observed[_key(_case(IMPL, kind, cap, kv_cache_dtype))]
+    wrong = false_claims(seen["message"], cap, kv_cache_dtype, seen["device_name"])
+    assert not wrong, f"the rejection on {platform} of {kv_cache_dtype!r} ({seen['message']!r}): " + "; ".join(wrong)
+
+
+# What the probe's fakes are, by kind: the PlatformEnum member each plays.
+PLATFORM_ENUMS = {"cuda": "CUDA", "rocm": "ROCM", "xpu": "XPU", "cpu": "CPU", "tpu": "TPU", "oot": "OOT"}
+C4_PLATFORMS = {**OTHER_PLATFORMS, "xpu": ("xpu", None)}
+
+
+def platform_answers_of(kind: str, capability) -> dict:
+    """What a platform of ``kind`` with ``capability`` answers when nothing has changed it."""
+    queries = (70, 75, 80, 86, 87, 89, 90, 100, 120)
+    return {"enum": PLATFORM_ENUMS[kind], "capability": list(capability) if capability else None,
+            "has_capability": {str(need): needs_capability(capability, need) for need in queries}}
+
+
+@pytest.mark.criterion("c4")
+@pytest.mark.parametrize("site", SITES)
+@pytest.mark.parametrize("platform", list(C4_PLATFORMS))
+def test_sites_leave_the_platform_as_it_was(platform, site, observed):
+    """Asking a site changes nothing the platform reports to the rest of vLLM (its kind, its capability)."""
+    kind, cap = C4_PLATFORMS[platform]
+    want = platform_answers_of(kind, cap)
+    dtypes = ALL_DTYPES + (XPU_STORE_DTYPES if platform != "xpu" or site == VALIDATOR else [])
+    changed = []
+    for dtype in dtypes:
+        seen = observed[_key(_case(site, kind, cap, dtype))]
+        for which, answers in zip(("the platform it ran on", "a new platform of its kind"), seen["platform_after"],
+                                  strict=True):
+            if answers.get("returned") != want:
+                changed.append(f"after kv_cache_dtype={dtype!r}, {which} answers {answers} (before: {want})")
+    assert not changed, f"{site} on {platform} changed the platform: " + "; ".join(changed[:3])
 
 
 # --- c5: every validation site agrees -------------------------------------------------------------------------
