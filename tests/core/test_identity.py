@@ -151,3 +151,16 @@ def test_the_judge_secret_is_in_every_key_as_a_digest(tmp_path, monkeypatch):
         assert secret not in identity.secret
         keys.append(identity.key("evidence", "tree"))
     assert keys[0] != keys[1]
+
+
+@pytest.mark.parametrize("relative", ["tests", "probes"])
+def test_editing_a_hidden_test_or_probe_without_a_version_bump_changes_the_key(tmp_path, relative):
+    """A rubric's tests and probes decide its evidence: an edit that keeps the rubric's version is still a new
+    identity, so nothing graded before the edit is replayed after it."""
+    folder = tmp_path / "int8-kv-rounding"
+    shutil.copytree(RUBRICS_DIR / "int8-kv-rounding", folder, symlinks=True)
+    before = grading_identity(load_task(folder), gpu=False, contained=True).key("result", "diff")
+    edited = sorted(p for p in (folder / relative).rglob("*.py") if not p.is_symlink())[0]
+    edited.write_text(edited.read_text() + "\n# an edit that keeps the version\n")
+    after = grading_identity(load_task(folder), gpu=False, contained=True).key("result", "diff")
+    assert before != after, f"editing {edited.relative_to(folder)} kept the identity"
