@@ -54,3 +54,16 @@ def _split_point(audio, case: dict):
     index = audio.find_split_point(case["wav"].numpy(), case["start_idx"], case["end_idx"],
                                    case["min_energy_window"])
     return int(index) if isinstance(index, numbers.Integral) else repr(index)
+
+
+def process_state() -> dict:
+    """The process-wide state a module could change on import or in a call: numpy's floating-point error handling
+    (``np.geterr``) and the warning filters, each filter as ``(action, message, category, module, lineno)``."""
+    import warnings
+
+    import numpy as np
+
+    filters = [[action, getattr(message, "pattern", message), getattr(category, "__name__", repr(category)),
+                getattr(module, "pattern", module), lineno]
+               for action, message, category, module, lineno in warnings.filters]
+    return {"numpy_errors": dict(np.geterr()), "warning_filters": filters}

@@ -263,10 +263,30 @@ def _quieter_ahead_of_every_cursor(audio: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _loudness_measures_disagree(audio: torch.Tensor, region_start: int, gen: torch.Generator) -> torch.Tensor:
+    """``audio`` whose region of 1000 samples from ``region_start`` (100-sample windows) is loud noise but for three
+    windows that RMS energy, mean absolute amplitude and peak amplitude rank differently: window 2 a steady 0.05
+    (RMS 0.05, mean 0.05, peak 0.05), window 4 silent but for one sample of 1.0 (RMS 0.1, mean 0.01, peak 1.0),
+    window 6 alternating 0.06 and silence (RMS 0.042, mean 0.03, peak 0.06). The base scores RMS and picks window 6;
+    a fix that scores the mean absolute amplitude picks window 4, one that scores the peak window 2. Fixed, so no
+    draw decides it (the drawn noise's own windows rank alike under the three measures most of the time)."""
+    out = audio.clone()
+    region = slice(region_start, region_start + 1000)
+    out[..., region] = torch.randn(out[..., region].shape, generator=gen, dtype=torch.float64).to(out.dtype)
+    steady, spike, alternating = (region_start + k * audio_cases.WINDOW for k in (2, 4, 6))
+    out[..., steady:steady + audio_cases.WINDOW] = 0.05
+    out[..., spike:spike + audio_cases.WINDOW] = 0.0
+    out[..., spike + 37] = 1.0
+    out[..., alternating:alternating + audio_cases.WINDOW] = 0.0
+    out[..., alternating:alternating + audio_cases.WINDOW:2] = 0.06
+    return out
+
+
 @pytest.mark.criterion("c5", weight=2)
 @pytest.mark.cases(site="split_audio", dtype=list(DTYPES), audio=["long", "about-one-clip"],
-                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window"],
-                   sample_rate=["1000", "16000"], overlap=["up-to-half", "over-half", "near-clip", "equals-clip"])
+                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window", "rms-energy"],
+                   sample_rate=["1000", "16000"], overlap=["up-to-half", "over-half", "near-clip", "equals-clip"],
+                   duration=["exact", "inexact"])
 def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator):
     """Finite audio is split at the same quietest windows as before, into the same chunks.
 
@@ -284,6 +304,16 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(_whisper_over_first_windows(speech(gen, 12000, dtype=dtype), 3000, overlap), 3.0, overlap / 1000,
              name=f"{dtype_name}, whisper over the first region's first window, overlap {overlap / 1000} s")
         for overlap in (1000, 2000, 2950) for dtype_name, dtype in DTYPES.items()]
+    # Durations whose sample counts are not exact in binary floating point: 2.01 s and 2.03 s at 1000 and 16000
+    # samples a second come to 2009.9999999999998 and 32479.999999999996 samples, which the base truncates (2009,
+    # 32479); a fix that rounds or takes the ceiling moves every search region by a sample.
+    inexact = [case(speech(gen, 12000), 3.0, 2.01, name="overlap of 2.01 s (2009.9999999999998 samples)"),
+               case(speech(gen, 12000), 2.03, 1.0, name="clips of 2.03 s (2029.9999999999998 samples)"),
+               {**case(speech(gen, 16000 * 7), 2.03, 1.0, window=1600,
+                       name="16 kHz, clips of 2.03 s (32479.999999999996 samples)"), "sample_rate": 16000}]
+    measures = [case(_loudness_measures_disagree(speech(gen, 12000, dtype=dtype), 2000, gen), 3.0, 1.0,
+                     name=f"{dtype_name}, RMS, mean and peak amplitude ranking the first region's windows apart")
+                for dtype_name, dtype in DTYPES.items()]
     equal_overlap = [case(_quieter_ahead_of_every_cursor(speech(gen, 12000, dtype=dtype)), 3.0, 3.0,
                           name=f"{dtype_name}, overlap of a whole clip, each region's quietest window ahead")
                      for dtype_name, dtype in DTYPES.items()]
@@ -304,6 +334,8 @@ def test_finite_audio_is_split_as_before(subject, base_subject, secret_generator
         case(pauses(speech(gen, 14000), gen, 5, 250), 3.0, 2.5, name="noise with pauses, overlap 2.5 s"),
         *first_windows,
         *equal_overlap,
+        *measures,
+        *inexact,
     ]
     _assert_split_as_base(subject, base_subject, cases)
 
@@ -338,12 +370,14 @@ def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, s
 
 @pytest.mark.criterion("c5")
 @pytest.mark.cases(site="find_split_point", dtype=list(DTYPES),
-                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window", "near-tie"])
+                   search=["quietest-window", "first-of-equal", "last-whole-window", "first-window", "near-tie",
+                           "rms-energy"])
 def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, secret_generator):
     """find_split_point returns the same index as before on finite audio, the first of equally quiet windows too,
     and not the region's last whole window, which the base's loop does not score (fixed corners in both dtypes);
     the region's first window when it is the quietest; and, in float64, the quieter of two windows whose energies
-    differ by less than float32 can tell (energy scored in the audio's own precision)."""
+    differ by less than float32 can tell (energy scored in the audio's own precision); and the window of least RMS
+    energy where the mean absolute and the peak amplitude rank other windows first."""
     gen = secret_generator
     cases = []
     for dtype in DTYPES.values():
@@ -361,11 +395,36 @@ def test_find_split_point_finds_the_same_quietest_window(subject, base_subject, 
         near_tie[1200:1300] = 1e-3
         near_tie[1500:1600] = 1e-3 * (1 - 1e-9)   # quieter in float64; the same number in float32
         cases.append(_region(near_tie, 1000, 2000, 100))
+        cases.append(_region(_loudness_measures_disagree(speech(gen, 4000, dtype=dtype), 1000, gen), 1000, 2000, 100))
     sent = [{k: c[k] for k in ("wav", "start_idx", "end_idx", "min_energy_window")} for c in cases]
     got = subject.call(f"{PROBES}.split_point_runs", cases=sent)
     want = base_subject.call(f"{PROBES}.split_point_runs", cases=sent)
     assert got == want, f"find_split_point on regions {[(c['start_idx'], c['end_idx']) for c in cases]}: " \
                         f"{got}, where the base gives {want}"
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(site="process-state", dtype=list(DTYPES))
+def test_process_state_left_as_before(subject, base_subject, secret_generator):
+    """Importing vllm.multimodal.audio and splitting audio whose windows overflow or hold NaN leave numpy's error
+    handling and the warning filters as the base leaves them: quieting numpy's overflow warnings is for a
+    ``np.errstate`` block, not for the whole process (``np.seterr``, ``warnings.filterwarnings``)."""
+    gen = secret_generator
+    cases = []
+    for dtype_name, dtype in DTYPES.items():
+        audio = speech(gen, 9000, dtype=dtype)
+        audio[2100:2200] = OVERFLOW[dtype]        # one window of the first region overflows, the others score
+        audio[5300:5400] = float("nan")           # one window of the second region is NaN
+        cases.append(case(audio, 3.0, 1.0, name=f"{dtype_name}, an overflowing and a NaN window"))
+    states = []
+    for who in (subject, base_subject):
+        outcomes = _split(who, cases)
+        assert all("returned" in o for o in outcomes), f"split_audio did not return: {outcomes}"
+        states.append(who.call(f"{PROBES}.process_state"))
+    got, want = states
+    problems = [f"{what} after the calls: {got[what]}, where the base leaves {want[what]}"
+                for what in ("numpy_errors", "warning_filters") if got[what] != want[what]]
+    assert not problems, "; ".join(problems)
 
 
 @pytest.mark.criterion("c5")

@@ -38,7 +38,42 @@ def _on(device: str, value):
 
 
 @contextlib.contextmanager
-def _loads_of(caches: dict):
+def _writes_to(tensors: dict):
+    """Which of the caller's tensors the block wrote, even where it put their values back before it ended.
+
+    Yields ``{name: bool}``, filled when the block ends: an in-place torch operation on a tensor (``nan_to_num_``,
+    ``copy_``, an indexed assignment) moves its version counter, whatever it wrote; and, under the interpreter, the
+    tensor's bytes are compared with a copy taken before the call when a kernel first loads anything (a write
+    through another view, put back after the kernel, is seen there)."""
+    import torch
+
+    versions = {name: t._version for name, t in tensors.items()}
+    before = {name: t.detach().clone() for name, t in tensors.items()}
+    written = {name: False for name in tensors}
+    checked = []
+
+    def compare_now():
+        if checked:
+            return
+        checked.append(True)
+        for name, t in tensors.items():
+            if not torch.equal(_bits(t), _bits(before[name])):
+                written[name] = True
+
+    yield written, compare_now
+    for name, t in tensors.items():
+        if t._version != versions[name]:
+            written[name] = True
+
+
+def _bits(t):
+    import torch
+
+    return t.detach().contiguous().view(-1).view(torch.uint8)
+
+
+@contextlib.contextmanager
+def _loads_of(caches: dict, on_first_load=None):
     """Record which elements of each named cache tensor the interpreter loads while the block runs.
 
     Every Triton load the interpreter executes (plain, block-pointer, tensor-descriptor) goes through
@@ -62,6 +97,8 @@ def _loads_of(caches: dict):
     original = interpreter.InterpreterBuilder.create_masked_load
 
     def recording_load(self, ptrs, mask, *args, **kwargs):
+        if on_first_load is not None:
+            on_first_load()
         addresses = np.asarray(ptrs.data, dtype=np.uint64)[np.broadcast_to(np.asarray(mask.data, dtype=bool),
                                                                            np.shape(ptrs.data))]
         program = tuple(int(i) for i in (self.grid_idx or (-1, -1, -1)))
@@ -81,11 +118,19 @@ def _loads_of(caches: dict):
         seen[name] = torch.from_numpy(np.ascontiguousarray(table))
 
 
-def _observed(out, loads: dict, caches: dict, inputs: dict) -> dict:
+def _observed(out, loads: dict, caches: dict, inputs: dict, written: dict) -> dict:
     """What one launch left behind: its output, the caches and the other inputs (block table, lengths, queries)
-    as it left them, the cache elements it loaded."""
+    as it left them, the cache elements it loaded, and which of the caches and inputs it wrote while it ran."""
     return {"output": out.cpu(), "loads": loads, "caches_after": {name: t.cpu() for name, t in caches.items()},
-            "inputs_after": {name: t.cpu() for name, t in inputs.items()}}
+            "inputs_after": {name: t.cpu() for name, t in inputs.items()}, "written": dict(written)}
+
+
+@contextlib.contextmanager
+def _watched(caches: dict, inputs: dict):
+    """The loads the kernels make from ``caches`` and the writes the call makes to ``caches`` and ``inputs``."""
+    with _writes_to({**caches, **inputs}) as (written, compare_now):
+        with _loads_of(caches, on_first_load=compare_now) as loads:
+            yield loads, written
 
 
 def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, max_seqlen_k,
@@ -124,13 +169,13 @@ def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_
     if quant:
         caches.update(k_scale=k_scale_cache, v_scale=v_scale_cache)
     inputs = {"q": q, "block_table": block_table, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
-    with _loads_of(caches) as loads:
+    with _watched(caches, inputs) as (loads, written):
         module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k,
                                  scale, causal, (window_left, -1), block_table, softcap, None, None, None,
                                  sinks=sinks, mm_prefix_range=mm_prefix_range, **split, **quant)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches, inputs)
+    return _observed(out, loads, caches, inputs, written)
 
 
 def _run_diffkv(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, scale, device):
@@ -141,12 +186,12 @@ def _run_diffkv(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_l
     out = torch.full_like(q, float("nan"))
     caches = {"k": k_cache, "v": v_cache}
     inputs = {"q": q, "block_table": block_table, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
-    with _loads_of(caches) as loads:
+    with _watched(caches, inputs) as (loads, written):
         module.unified_attention_diffkv(q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, scale, True, (-1, -1),
                                         block_table, 0.0, max_seqlen_q=max_seqlen_q)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches, inputs)
+    return _observed(out, loads, caches, inputs, written)
 
 
 def diffkv_attention_runs(cases: list[dict]) -> list[dict]:
@@ -190,7 +235,7 @@ def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, 
     caches = {"k": key_cache, "v": value_cache}
     query_start_loc = torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device)
     inputs = {"q": query, "block_table": block_table, "cu_seqlens_q": query_start_loc, "seq_lens": seq_lens}
-    with _loads_of(caches) as loads:
+    with _watched(caches, inputs) as (loads, written):
         module.chunked_prefill_paged_decode(
             query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
             value_cache=value_cache, block_table=block_table,
@@ -199,7 +244,7 @@ def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, 
             sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _observed(out, loads, caches, inputs)
+    return _observed(out, loads, caches, inputs, written)
 
 
 def paged_decode_runs(cases: list[dict]) -> list[dict]:

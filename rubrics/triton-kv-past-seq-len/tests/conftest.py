@@ -146,7 +146,7 @@ def _launch(outcome: dict, what: str, batch, device: str, layout: str, caches: d
         raise AssertionError(f"{what} raised {outcome['raised']}: {outcome['message']}")
     seen = outcome["returned"]
     return cases.Launch(batch, device, layout, caches, seen["output"], seen["loads"], seen["caches_after"],
-                        inputs, seen["inputs_after"])
+                        inputs, seen["inputs_after"], seen["written"])
 
 
 @pytest.fixture(scope="session")

@@ -28,14 +28,14 @@ BLOCK_Q = 8  # query positions per query block of the unified kernel at these sh
 READS = ["outputs", "loads"]
 
 
-def _judge(launches, expected, labels, *, reads: bool) -> None:
-    """Every launch's output matches its oracle and, where ``reads``, it loaded no unwritten slot of the caches
-    it was given, no kernel program of it loaded another sequence's slots, it left the caches, block table,
-    lengths and queries as they were, and it read the caches rather than a copy; the failures are listed
-    together."""
+def _judge(launches, expected, labels, *, reads: bool, outputs: bool = True) -> None:
+    """Where ``outputs``, every launch's output matches its oracle and, where ``reads``, it loaded no unwritten
+    slot of the caches it was given, no kernel program of it loaded another sequence's slots, it left the caches,
+    block table, lengths and queries as they were, and it read the caches rather than a copy; the failures are
+    listed together."""
     failures = []
     for launch, want, label in zip(launches, expected, labels):
-        why = cases.mismatch(launch.output, want, launch.batch.dtype, launch.device)
+        why = cases.mismatch(launch.output, want, launch.batch.dtype, launch.device) if outputs else None
         if why is not None:
             failures.append(f"{label}: {why}")
         if reads:
@@ -163,6 +163,58 @@ def test_non_causal_int8_per_token_head_cache_ignores_unwritten_slots(attention,
            ["int8 per-token-head cache, 2D prefill", "int8 per-token-head cache, 3D decode"], reads=True)
 
 
+# Query heads per KV head set the unified kernel's BLOCK_Q (16 // ratio: 16, 8, 5 and 1 query positions per query
+# block) and so how far its causal-style bound reaches past seq_len in a decode (15, 7, 5 and 0 slots); head sizes
+# 80 (padded to 128) and 128 (not padded) change the tile's head dimension. A bound at seq_len holds at every one.
+GQA_SHAPES = {"1": (4, 4), "2": (4, 2), "3": (6, 2), "16": (16, 1)}
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "2d-decode", "3d-decode"], dtype="fp32",
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain",
+                   heads_per_kv=["1", "3", "16"], head_size=["80", "128"], kv_cache="plain")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_gqa_ratios_and_head_sizes_ignore_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention with 1, 3 (odd) and 16 query heads per KV head, and head sizes 80 and 128,
+    stays exact with NaN/inf past seq_len and loads none of those slots."""
+    gen = secret_generator
+    runs, labels = [], []
+    for ratio in ("1", "3", "16"):
+        heads, kv_heads = GQA_SHAPES[ratio]
+        prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, heads=heads, kv_heads=kv_heads)
+        decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, heads=heads, kv_heads=kv_heads)
+        runs += [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False, "segments": 4})]
+        labels += [f"{ratio} query heads per KV head, 2D prefill", f"{ratio} query heads per KV head, 3D decode"]
+    for head_size in (80, 128):
+        prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, head_size=head_size)
+        decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, head_size=head_size)
+        runs += [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False})]
+        labels += [f"head size {head_size}, 2D prefill", f"head size {head_size}, 2D decode"]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs], labels, reads=True)
+
+
+# bf16, vLLM's usual activation dtype. The Triton interpreter's bf16 dot is not an IEEE product (its results are
+# off by orders of magnitude, measured with Triton 3.7), so on CPU the bf16 launches are judged by what they read
+# and leave behind; a GPU run judges their outputs too.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "2d-decode", "3d-decode"], dtype="bf16",
+                   seq_len=SEQ_LENS, poison="mixed", query_blocks="one", feature="plain", heads_per_kv="2",
+                   head_size="32", kv_cache="plain")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_bf16_ignores_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention in bf16 (2D prefill, 2D decode, 3D decode) loads no slot past seq_len and
+    leaves its inputs as they were (and, compiled, is exact)."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, dtype=torch.bfloat16)
+    decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, dtype=torch.bfloat16)
+    runs = [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False}),
+            (decode, "mixed", {"causal": False, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
+           ["bf16 2D prefill", "bf16 2D decode", "bf16 3D decode"], reads=True, outputs=device == "cuda")
+
+
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
 
 PAGED_DECODE = ([1, 1, 1, 1, 1, 1], [20, 45, 7, 33, 1, 150])
@@ -208,6 +260,30 @@ def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generato
                            "head size 40"], reads=True)
 
 
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence=READS, feature="plain", dtype=["fp32", "bf16"], block_size="16",
+                   seq_len=["1", "ragged", "150"], poison="mixed", heads_per_kv=["1", "2", "3", "16"],
+                   head_size=["80", "128"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_decode_gqa_ratios_head_sizes_and_bf16_ignore_unwritten_slots(attention, secret_generator, device):
+    """Paged decode with 1, 3 (odd) and 16 query heads per KV head, head sizes 80 and 128, and in bf16 loads no
+    slot past seq_len and leaves its inputs as they were; the fp32 launches are exact (the bf16 one too where it
+    is compiled: see the bf16 check of c1)."""
+    gen = secret_generator
+    runs, labels = [], []
+    for ratio in ("1", "3", "16"):
+        heads, kv_heads = GQA_SHAPES[ratio]
+        runs.append((cases.make_batch(gen, *PAGED_DECODE, heads=heads, kv_heads=kv_heads), "mixed", {}))
+        labels.append(f"{ratio} query heads per KV head")
+    for head_size in (80, 128):
+        runs.append((cases.make_batch(gen, *PAGED_DECODE, head_size=head_size), "mixed", {}))
+        labels.append(f"head size {head_size}")
+    bf16 = cases.make_batch(gen, *PAGED_DECODE, dtype=torch.bfloat16)
+    got = attention.paged_many(runs + [(bf16, "mixed", {})], device, gen)
+    _judge(got[:-1], [cases.attention_oracle(b) for b, _, _ in runs], labels, reads=True)
+    _judge(got[-1:], [cases.attention_oracle(bf16)], ["bf16"], reads=True, outputs=device == "cuda")
+
+
 # --- c3: prefix-LM and mixed causal batches stop at seq_len ---------------------------------------------------
 
 MM_BATCH = ([1, 6, 1], [23, 30, 1])
@@ -217,7 +293,8 @@ MIXED_CAUSAL = [True, False, True, False]
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill", head_size="32", kv_cache="plain")
+@pytest.mark.cases(evidence=READS, mode="mm-prefix", launch="2d-prefill", head_size="32", kv_cache="plain",
+                   range_end="inside")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_mm_prefix_batch_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -244,7 +321,7 @@ def test_per_sequence_causal_batch_ignores_unwritten_slots(attention, secret_gen
 
 @pytest.mark.criterion("c3")
 @pytest.mark.cases(evidence=READS, mode=["mm-prefix", "per-sequence-causal"], launch="3d-decode", poison="mixed",
-                   head_size="32", kv_cache="plain")
+                   head_size="32", kv_cache="plain", range_end="inside")
 @pytest.mark.parametrize("device", DEVICES)
 def test_split_kv_decode_with_ranges_or_flags_ignores_unwritten_slots(attention, secret_generator, device):
     """Decode batches with multimodal ranges, and with per-sequence causal flags, through the split-KV (3D) launch
@@ -293,6 +370,34 @@ def test_ranges_and_flags_with_int8_cache_ignore_unwritten_slots(attention, secr
     _judge(got, [cases.attention_oracle(ranged, mm_ranges=MM_RANGES),
                  cases.attention_oracle(flagged, causal=MIXED_CAUSAL)],
            ["int8 cache, mm_prefix ranges", "int8 cache, per-sequence causal"], reads=True)
+
+
+# A multimodal range reaching past seq_len: vLLM passes an image's whole placeholder range while chunked prefill has
+# computed only part of it. The kernel's score mask ORs the range in without a bound at seq_len, so a fix that bounds
+# its loads by the score mask (rather than by seq_len) loads the range's unwritten slots. Which keys such a range
+# attends past seq_len is the base's mask, outside this task's two places (a slot nothing loads scores 0 there,
+# not -inf, in the reference and upstream alike): these launches are judged by their loads, side effects and
+# finiteness.
+@pytest.mark.criterion("c3")
+@pytest.mark.cases(evidence="loads", mode="mm-prefix", launch=["2d-prefill", "3d-decode"], poison="mixed",
+                   head_size="32", kv_cache=["plain", "int8-per-token-head"], range_end="past-seq-len")
+@pytest.mark.parametrize("device", DEVICES)
+def test_mm_prefix_range_past_seq_len_loads_nothing_past_it(attention, secret_generator, device):
+    """PrefixLM batches whose ranges end past seq_len (2D prefill, 3D decode, an int8 per-token-head cache) load no
+    slot past seq_len, leave their inputs as they were and give finite outputs with NaN/inf there."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, [6, 1, 3, 1], [23, 30, 13, 1])
+    ranges = [[(10, 30)], [(25, 40)], [(0, 20)], [(0, 5)]]
+    decode = cases.make_batch(gen, [1, 1, 1], [23, 30, 13])
+    int8 = cases.make_batch(gen, [6, 1, 3, 1], [23, 30, 13, 1], int8_kv=True)
+    runs = [(prefill, "mixed", {"mm_ranges": ranges}), (decode, "mixed", {"mm_ranges": ranges[:3], "segments": 4}),
+            (int8, "mixed", {"mm_ranges": ranges})]
+    labels = [f"ranges {ranges}, 2D prefill", f"ranges {ranges[:3]}, 3D decode", f"ranges {ranges}, int8 cache"]
+    got = attention.unified_many(runs, device, gen)
+    failures = [f"{label}: {problem}" for launch, label in zip(got, labels) for problem in launch.read_problems()]
+    failures += [f"{label}: {int((~torch.isfinite(launch.output)).sum())} output values are not finite"
+                 for launch, label in zip(got, labels) if not bool(torch.isfinite(launch.output).all())]
+    assert not failures, "; ".join(failures)
 
 
 # --- c4: full-range modes still see the whole sequence (conditional on c1) ------------------------------------
@@ -439,3 +544,4 @@ def test_module_keeps_its_public_names(subject, base_subject, module):
     before = set(base_subject.call(f"{PROBES}.public_names", module=module))
     after = set(subject.call(f"{PROBES}.public_names", module=module))
     assert before <= after, f"public names gone from {module}: {sorted(before - after)}"
+
