@@ -57,7 +57,9 @@ def _dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 # vLLM's own FP8 quantization clamps float8_e4m3fnuz at 224, not at the format's largest value 240
 # (``get_fp8_min_max``; its ROCm quantize kernels do the same): a QDQ that takes vLLM's range is as right as one
 # that takes torch's. Where the range shows (a dynamic scale, amax / range; a saturating static one, clamped at the
-# range), a check accepts either on a float8_e4m3fnuz platform; float8_e4m3fn has one range, 448.
+# range), a check accepts either on a float8_e4m3fnuz platform; float8_e4m3fn has one range, 448. A dynamic QDQ at
+# 224 in e4m3fnuz rounds as one at 448 in e4m3fn (the scales differ by two), so on gfx942 a QDQ in the OCP format
+# is told from the platform's by the saturating static scales (clamped at 448 against 240 or 224), not the dynamic.
 VLLM_FNUZ_MAX = 224.0
 
 
