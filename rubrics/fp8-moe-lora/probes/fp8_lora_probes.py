@@ -232,6 +232,11 @@ class _Recorder:
     def as_data(self) -> dict:
         return {"gemm": self.gemm, "lora": self.lora, "w13_entry": self.w13_entry}
 
+    def clear(self) -> None:
+        self.gemm.clear()
+        self.lora.clear()
+        self.w13_entry.clear()
+
 
 def _clone(t):
     return None if t is None else t.detach().clone()
@@ -430,10 +435,9 @@ def _ensure_workspace(device: str) -> None:
     ws.init_workspace_manager(want)
 
 
-def _apply(p: _Problem, ctx, prepare_finalize=None, parallel=None) -> torch.Tensor:
+def _kernel(p: _Problem, ctx, prepare_finalize=None, parallel=None):
     mk = import_module("vllm.model_executor.layers.fused_moe.modular_kernel")
     tm = import_module("vllm.model_executor.layers.fused_moe.experts.triton_moe")
-    act = import_module("vllm.model_executor.layers.fused_moe.activation")
     _ensure_workspace(p.device)
     experts = tm.TritonExperts(_moe_config(p, parallel), p.quant_config)
     if ctx is not None:
@@ -441,9 +445,18 @@ def _apply(p: _Problem, ctx, prepare_finalize=None, parallel=None) -> torch.Tens
     if prepare_finalize is None:
         prepare_finalize = import_module(
             "vllm.model_executor.layers.fused_moe.prepare_finalize.no_dp_ep").MoEPrepareAndFinalizeNoDPEPModular()
-    kernel = mk.FusedMoEKernel(prepare_finalize, experts)
-    return kernel.apply(p.hidden, p.w1, p.w2, p.topk_weights, p.topk_ids, activation=act.MoEActivation.SILU,
-                        global_num_experts=p.E, expert_map=None, apply_router_weight_on_input=False)
+    return mk.FusedMoEKernel(prepare_finalize, experts)
+
+
+def _forward(kernel, p: _Problem, hidden: torch.Tensor | None = None) -> torch.Tensor:
+    act = import_module("vllm.model_executor.layers.fused_moe.activation")
+    return kernel.apply(p.hidden if hidden is None else hidden, p.w1, p.w2, p.topk_weights, p.topk_ids,
+                        activation=act.MoEActivation.SILU, global_num_experts=p.E, expert_map=None,
+                        apply_router_weight_on_input=False)
+
+
+def _apply(p: _Problem, ctx, prepare_finalize=None, parallel=None) -> torch.Tensor:
+    return _forward(_kernel(p, ctx, prepare_finalize, parallel), p)
 
 
 class _InOrderEvent:
@@ -454,6 +467,29 @@ class _InOrderEvent:
 
     def wait(self, *args, **kwargs):
         pass
+
+
+def _overlapped(ctx, patches: Patches) -> None:
+    """The LoRA context's auxiliary stream set: on CPU a stream that runs its work in order and no-op events."""
+    ctx.aux_stream = object()
+    ctx.events = tuple(_InOrderEvent() for _ in range(4))
+    patches.set(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+
+
+@contextlib.contextmanager
+def _unwritten_memory_is_nan():
+    """Tensors allocated without values (``torch.empty``) come filled with NaN (torch's deterministic mode,
+    ``warn_only`` so that no op refuses to run): a buffer a fix leaves unwritten and then adds reads as NaN on every
+    run, not as whatever the allocator's memory held."""
+    held = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(held[0], warn_only=held[1])
+        torch.utils.deterministic.fill_uninitialized_memory = held[2]
 
 
 class _FakeEPGroup:
@@ -518,36 +554,44 @@ def _dispatching(patches: Patches, ctx, dispatch: dict):
 
 
 def run_moe(problem: dict, lora: dict | None = None, device: str = "cpu", real_kernels: bool = False,
-            overlap: bool = False, dispatch: dict | None = None, fp8_dtype: str | None = None) -> dict:
+            overlap: bool = False, dispatch: dict | None = None, fp8_dtype: str | None = None,
+            earlier_hidden: torch.Tensor | None = None) -> dict:
     """Run the MoE once: ``{"out": layer output, "gemm": [base GEMM calls], "lora": [MoE-LoRA op calls],
     "w13_entry": [x given to apply_w13_lora]}``. ``overlap``: the LoRA context's aux_stream set (a stream that runs
     in order and no-op events stand in on CPU); ``dispatch``: ``{"mode", "use_ep", "peer"}`` for a faked two-rank
     naive DP/EP dispatch; ``fp8_dtype``: the platform's FP8 dtype by name, for the run only (``float8_e4m3fnuz``
-    plays a ROCm MI300 GPU: the activations are quantized to it)."""
+    plays a ROCm MI300 GPU: the activations are quantized to it); ``earlier_hidden``: activations the same layer
+    (kernel, experts and LoRA context) runs first, as vLLM runs one layer object forward after forward; what that
+    earlier forward pass records is dropped."""
     with _session(real_kernels=real_kernels, fp8_dtype=fp8_dtype) as (rec, patches):
         p = _problem(problem, device)
         ctx = None
         if lora is not None:
             ctx, _ = _lora_context(p, lora)
         if overlap:
-            ctx.aux_stream = object()
-            ctx.events = tuple(_InOrderEvent() for _ in range(4))
-            patches.set(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+            _overlapped(ctx, patches)
         pf = parallel = None
         if dispatch is not None:
             pf, parallel = _dispatching(patches, ctx, dispatch)
-        out = _apply(p, ctx, prepare_finalize=pf, parallel=parallel)
+        kernel = _kernel(p, ctx, prepare_finalize=pf, parallel=parallel)
+        if earlier_hidden is not None:
+            _forward(kernel, p, _to(earlier_hidden, device))
+            rec.clear()
+        out = _forward(kernel, p)
         if device != "cpu":
             torch.cuda.synchronize()
         return {"out": out.detach().clone(), **rec.as_data()}
 
 
-def moe_no_lora_batch_after_lora_batch(problem: dict, lora: dict) -> dict:
+def moe_no_lora_batch_after_lora_batch(problem: dict, lora: dict, overlap: bool = False) -> dict:
     """A LoRA batch (the judge's mapping), then on the same LoRA context a batch whose mapping is all -1, then the
-    same layer without any LoRA context: the three outputs."""
-    with _session() as (rec, patches):
+    same layer without any LoRA context: the three outputs. ``overlap``: the LoRA kernels on the auxiliary stream
+    (as in ``run_moe``); memory allocated without values reads NaN throughout."""
+    with _session() as (rec, patches), _unwritten_memory_is_nan():
         p = _problem(problem, "cpu")
         ctx, wrapper = _lora_context(p, lora)
+        if overlap:
+            _overlapped(ctx, patches)
         lora_out = _apply(p, ctx).detach().clone()
         wrapper.token_mapping_meta.prepare_tensors(torch.full((p.M,), -1, dtype=torch.int32))
         no_lora_out = _apply(p, ctx).detach().clone()

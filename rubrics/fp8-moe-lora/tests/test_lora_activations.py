@@ -26,7 +26,7 @@ def _assert_shrink_got_real_values(H, run, p):
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4")
+@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4", forward="first")
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_lora_shrink_gets_real_valued_activations(H, subject, secret_generator, scheme):
     """The w13 LoRA shrink of an FP8 MoE receives real-valued activations of the input's magnitude."""
@@ -46,6 +46,22 @@ def test_lora_shrink_gets_real_valued_activations_when_overlapped(H, subject, se
     # vLLM can run the LoRA kernels on lora_context.aux_stream beside the base GEMM, a code path of its own.
     # Without CUDA, the subject stands in a stream whose work runs in order (and events that need no waiting).
     run = H.run_moe(subject, p, lo, overlap=True)
+    _assert_shrink_got_real_values(H, run, p)
+
+
+# vLLM builds a layer once and runs it forward after forward: a fix that keeps anything of one forward pass (an
+# activation scale read once, a stashed tensor) for the next hands the LoRA shrink the wrong activations from the
+# second pass on. The layer first runs other activations (the rows rolled by one and three times larger, so every
+# dynamic scale differs), then the judged ones; only the judged pass is recorded.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(path="plain", dtype="bfloat16", hidden="128", tokens="4", forward="later")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_lora_shrink_gets_real_valued_activations_on_a_later_forward(H, subject, secret_generator, scheme):
+    """On a layer's later forward pass, the w13 LoRA shrink gets that pass's real-valued activations."""
+    p = H.make_problem(scheme, secret_generator)
+    lo = H.make_lora(p, MAPPING, secret_generator)
+    earlier = (torch.roll(p.hidden.float(), 1, dims=0) * 3).to(p.hidden.dtype)
+    run = H.run_moe(subject, p, lo, earlier_hidden=earlier)
     _assert_shrink_got_real_values(H, run, p)
 
 

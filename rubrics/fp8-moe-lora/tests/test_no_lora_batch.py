@@ -28,6 +28,7 @@ def _operands(g, num_tokens, top_k, n_experts, rank, K, N, max_loras, dtype=torc
 
 STALE = {"two-adapters": [1] * 4 + [2] * 4, "mixed": [0, -1, 3, 3, -1, 1, 0, 2]}
 LAYER_SCHEMES = ["fp8-tensor-dynamic", "unquantized"]
+PATHS = ["plain", "overlapped"]
 
 
 def _op_case(g, stale):
@@ -72,20 +73,23 @@ def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_gener
 @pytest.mark.criterion("c2")
 @pytest.mark.cases(site="layer")
 @pytest.mark.parametrize("scheme", LAYER_SCHEMES)
-def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject, secret_generator, scheme):
-    """A MoE batch with no LoRA tokens, after a LoRA batch, equals the output without any LoRA."""
+@pytest.mark.parametrize("path", PATHS)
+def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject, secret_generator, scheme, path):
+    """A MoE batch with no LoRA tokens, after a LoRA batch, equals the output without any LoRA (LoRA kernels on the
+    main stream, or overlapped on the auxiliary one, whose delta buffer a skipped launch leaves as allocated)."""
     p = H.make_problem(scheme, secret_generator)
     lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
     # the subject runs the LoRA batch (populating the token mapping), then an all -1 batch on the same context,
     # then the layer without any LoRA context
-    seen = subject.call(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(), lora=lo.as_args())
+    seen = subject.call(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(), lora=lo.as_args(),
+                        overlap=path == "overlapped")
     _check_layer(H, seen, p)
 
 
 # Every c2 case at once (the earlier LoRA batch's two patterns at the op, the layer's FP8 and unquantized paths),
 # each crash counted as wrong: one call of the judge over the whole declared space.
 @pytest.mark.criterion("c2", weight=1)
-@pytest.mark.cases(site=["op", "layer"], stale_mapping=list(STALE), scheme=LAYER_SCHEMES)
+@pytest.mark.cases(site=["op", "layer"], stale_mapping=list(STALE), scheme=LAYER_SCHEMES, path=PATHS)
 def test_no_lora_batch_gets_no_delta_in_every_case(H, subject, secret_generator):
     """Every no-LoRA batch (after either stale pattern, FP8 and unquantized layers) gets no delta, with no sync."""
     failures = []
@@ -101,16 +105,17 @@ def test_no_lora_batch_gets_no_delta_in_every_case(H, subject, secret_generator)
         except AssertionError as exc:
             failures.append(f"add_lora_fused_moe after {name}: {str(exc)[:200]}")
     for scheme in LAYER_SCHEMES:
-        cases += 1
-        p = H.make_problem(scheme, secret_generator)
-        lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
-        seen = subject.outcome(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(),
-                               lora=lo.as_args())
-        try:
-            assert "raised" not in seen, f"raised {seen.get('raised')}: {str(seen.get('message'))[:160]}"
-            _check_layer(H, seen["returned"], p)
-        except AssertionError as exc:
-            failures.append(f"{scheme} layer: {str(exc)[:200]}")
+        for path in PATHS:
+            cases += 1
+            p = H.make_problem(scheme, secret_generator)
+            lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
+            seen = subject.outcome(f"{PROBES}.moe_no_lora_batch_after_lora_batch", problem=p.as_args(),
+                                   lora=lo.as_args(), overlap=path == "overlapped")
+            try:
+                assert "raised" not in seen, f"raised {seen.get('raised')}: {str(seen.get('message'))[:160]}"
+                _check_layer(H, seen["returned"], p)
+            except AssertionError as exc:
+                failures.append(f"{scheme} layer, {path}: {str(exc)[:200]}")
     assert not failures, f"{len(failures)} of {cases} cases wrong: {failures}"
 
 

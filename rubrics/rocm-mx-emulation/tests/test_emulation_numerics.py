@@ -54,20 +54,38 @@ def _dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return (vals.reshape(*vals.shape[:-1], -1, 32) * scale.unsqueeze(-1)).reshape(vals.shape)
 
 
-def _qdq(x: torch.Tensor, scale: torch.Tensor | None, fp8_dtype: torch.dtype) -> torch.Tensor:
-    """FP8 quantize-dequantize with a static scale, or (scale None) a dynamic per-tensor one."""
-    fmax = torch.finfo(fp8_dtype).max
+# vLLM's own FP8 quantization clamps float8_e4m3fnuz at 224, not at the format's largest value 240
+# (``get_fp8_min_max``; its ROCm quantize kernels do the same): a QDQ that takes vLLM's range is as right as one
+# that takes torch's. Where the range shows (a dynamic scale, amax / range; a saturating static one, clamped at the
+# range), a check accepts either on a float8_e4m3fnuz platform; float8_e4m3fn has one range, 448. A dynamic QDQ at
+# 224 in e4m3fnuz rounds as one at 448 in e4m3fn (the scales differ by two), so on gfx942 a QDQ in the OCP format
+# is told from the platform's by the saturating static scales (clamped at 448 against 240 or 224), not the dynamic.
+VLLM_FNUZ_MAX = 224.0
+
+
+def _fp8_maxes(fp8_dtype: torch.dtype) -> tuple[float, ...]:
+    """The FP8 ranges a QDQ in ``fp8_dtype`` may clamp at: the format's largest value, and vLLM's for e4m3fnuz."""
+    fmax = float(torch.finfo(fp8_dtype).max)
+    return (fmax, VLLM_FNUZ_MAX) if fp8_dtype == torch.float8_e4m3fnuz else (fmax,)
+
+
+def _qdq(x: torch.Tensor, scale: torch.Tensor | None, fp8_dtype: torch.dtype,
+         fmax: float | None = None) -> torch.Tensor:
+    """FP8 quantize-dequantize with a static scale, or (scale None) a dynamic per-tensor one, clamped at ``fmax``
+    (the format's largest value unless given)."""
+    fmax = torch.finfo(fp8_dtype).max if fmax is None else fmax
     s = (x.abs().max() / fmax) if scale is None else scale.reshape(-1)[0].float()
     if float(s) == 0.0:
         return torch.zeros_like(x)  # an all-zero tensor round-trips to zeros, whatever the scale rule
     return (x / s).clamp(-fmax, fmax).to(fp8_dtype).float() * s
 
 
-def _reference(p, s1, s2, fp8_dtype, a2_mode: str, a1_quantized: bool = True):
-    """Torch MoE: a1 QDQ with s1 (or none), GEMM1, SiLU-and-mul, a2 QDQ (static s2 / dynamic / none), GEMM2."""
+def _reference(p, s1, s2, fp8_dtype, a2_mode: str, a1_quantized: bool = True, fmax: float | None = None):
+    """Torch MoE: a1 QDQ with s1 (or none), GEMM1, SiLU-and-mul, a2 QDQ (static s2 / dynamic / none), GEMM2; the
+    QDQs clamp at ``fmax`` (the format's largest value unless given)."""
     w1 = _dequant(p["w1"], p["w1s"])
     w2 = _dequant(p["w2"], p["w2s"])
-    xq = _qdq(p["x"], s1, fp8_dtype) if a1_quantized else p["x"]
+    xq = _qdq(p["x"], s1, fp8_dtype, fmax) if a1_quantized else p["x"]
     inter = []
     for t in range(T):
         for k in range(K):
@@ -75,9 +93,9 @@ def _reference(p, s1, s2, fp8_dtype, a2_mode: str, a1_quantized: bool = True):
             inter.append(torch.nn.functional.silu(h[:I]) * h[I:])
     inter = torch.stack(inter)
     if a2_mode == "static":
-        inter = _qdq(inter, s2, fp8_dtype)
+        inter = _qdq(inter, s2, fp8_dtype, fmax)
     elif a2_mode == "dynamic":
-        inter = _qdq(inter, None, fp8_dtype)
+        inter = _qdq(inter, None, fp8_dtype, fmax)
     out = torch.zeros(T, H)
     for t in range(T):
         for k in range(K):
@@ -184,7 +202,8 @@ def test_saturating_static_fp8_activations_match_qdq_reference(subject, secret_g
     s2 = (inter.abs().max() / (2 * fmax)).reshape(1).float()
     out = _run(subject, plat, p, _w4a8(p, s1, s2))["output"]
     assert torch.isfinite(out).all(), f"non-finite output with saturating static scales: {out}"
-    errs = {mode: _rel_err(out, _reference(p, s1, s2, fp8, mode)[0]) for mode in ("static", "dynamic")}
+    errs = {mode: min(_rel_err(out, _reference(p, s1, s2, fp8, mode, fmax=m)[0]) for m in _fp8_maxes(fp8))
+            for mode in ("static", "dynamic")}
     assert min(errs.values()) < TOL, f"no saturating FP8 QDQ reference matches: {errs}"
 
 
@@ -210,7 +229,7 @@ def test_dynamic_fp8_activation_emulation_matches_qdq_reference(subject, secret_
     if inputs == "zeros":
         assert torch.equal(out.float(), ref), f"all-zero input gave {out}"
         return
-    err = _rel_err(out, ref)
+    err = min(_rel_err(out, _reference(p, None, None, fp8, "dynamic", fmax=m)[0]) for m in _fp8_maxes(fp8))
     unquantized = _reference(p, None, None, fp8, "none", a1_quantized=False)[0]
     assert err < TOL, (
         f"output differs from the dynamic FP8 QDQ reference by {err:.3g} "
