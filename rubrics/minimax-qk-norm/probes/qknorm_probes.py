@@ -43,21 +43,39 @@ def _on(device: str, tensors: list) -> list:
 
 
 def simulate(qkv: list, q_weight: list, k_weight: list, q_size: int, kv_size: int, eps: float, device: str,
-             guard_elements: int = 0, guard_value: float = 0.0) -> dict:
+             guard_elements: int = 0, guard_value: float = 0.0, report_inputs: bool = False) -> dict:
     """``forward_qkv`` on ``len(qkv)`` simulated ranks (``qknorm_sim.run_ranks``) with rank r's shards ``qkv[r]``,
     ``q_weight[r]``, ``k_weight[r]``. With ``guard_elements``, every plain ``torch.empty`` made during the run gets
     that many elements after it, set to ``guard_value``; ``guards`` lists ``[numel, dtype name, the guard elements
-    after the run as fp64]`` per allocation."""
+    after the run as fp64]`` per allocation. With ``report_inputs``, ``inputs_after`` holds each rank's qkv and
+    weights as the run left them."""
     mod = layer_module()
     qkv, q_weight, k_weight = _on(device, qkv), _on(device, q_weight), _on(device, k_weight)
     guards: list = []
     with qknorm_sim.vllm_config(), Patches() as patches:
         if guard_elements:
             patches.set(torch, "empty", _guarded_empty(torch.empty, guards, guard_elements, guard_value))
-        obs = qknorm_sim.run_ranks(mod, qkv, q_weight, k_weight, q_size, kv_size, eps)
+        obs = qknorm_sim.run_ranks(mod, qkv, q_weight, k_weight, q_size, kv_size, eps, report_inputs=report_inputs)
     # The guard elements as fp64 values, with the allocation's dtype (the judge casts its guard value the same way).
     obs["guards"] = [[numel, str(buf.dtype).removeprefix("torch."), buf[numel:].to(torch.float64)]
                      for buf, numel in guards]
+    return obs
+
+
+def simulate_single_tensor(x: list, weight: list, eps: float, device: str) -> dict:
+    """The layer's single-tensor entries, ``forward(x)`` and ``_forward(x)`` (the norm MiniMax-Text-01's linear
+    attention calls), on ``len(x)`` simulated ranks with rank r's activations ``x[r]`` and weight shard
+    ``weight[r]``: each rank's outputs are ``[forward(x[r]), _forward(x[r])]`` (``run_ranks`` observations)."""
+    mod = layer_module()
+    x, weight = _on(device, x), _on(device, weight)
+
+    def both_entries(norm, _unused, xr):
+        return norm.forward(xr), norm._forward(xr)
+
+    with qknorm_sim.vllm_config():
+        obs = qknorm_sim.run_ranks(mod, x, weight, weight, x[0].shape[-1], 0, eps, call=both_entries)
+    if obs["outputs"] is not None:
+        obs["outputs"] = [[t.cpu() if isinstance(t, torch.Tensor) else t for t in rank] for rank in obs["outputs"]]
     return obs
 
 

@@ -46,6 +46,7 @@ class FakeTPGroup:
         self.sums: list[torch.Tensor] = []
         self.calls: dict[int, int] = {}
         self.total_calls = 0
+        self.input_forms: list[list] = []  # [shape, dtype name] of every all-reduce input, in call order
 
     @property
     def is_first_rank(self) -> bool:
@@ -57,6 +58,7 @@ class FakeTPGroup:
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         self.total_calls += 1
+        self.input_forms.append([list(x.shape), str(x.dtype).removeprefix("torch.")])
         r = self.rank_in_group
         idx = self.calls.get(r, 0)
         self.calls[r] = idx + 1
@@ -106,14 +108,20 @@ def _build_norms(mod, group, rank, q_weight, k_weight, eps, place=None):
 
 
 def run_ranks(mod, qkv: list, q_weight: list, k_weight: list, q_size: int, kv_size: int, eps: float,
-              place=None) -> dict:
+              place=None, report_inputs: bool = False, call=None) -> dict:
     """Run ``MiniMaxText01RMSNormTP.forward_qkv`` on ``len(qkv)`` simulated ranks (two phases at tp > 1).
 
     ``qkv[r]``, ``q_weight[r]``, ``k_weight[r]``: rank r's shard (already on the device). Returns the observations:
     ``outputs`` (rank r's returned tensors, or None when phase 2 could not run), ``record_counts`` (all-reduce
     calls per rank in phase 1, tp > 1), ``calls_per_rank`` (in the last phase) and ``total_calls`` (all phases).
-    ``place`` makes each norm's weight from a shard (a copy by default).
+    ``place`` makes each norm's weight from a shard (a copy by default). Also ``reduce_inputs`` (``[shape, dtype
+    name]`` of every all-reduce input, all phases), and with ``report_inputs`` ``inputs_after``: each rank's qkv and
+    its norms' weights as they are after the run (CPU copies). ``call(q_norm, k_norm, qkv_r)`` replaces the
+    ``forward_qkv`` call (another entry of the layer); its returned tuple is the rank's outputs.
     """
+    if call is None:
+        def call(q_norm, k_norm, x):
+            return mod.MiniMaxText01RMSNormTP.forward_qkv(q_norm, k_norm, x, q_size, kv_size)
     tp_world = len(qkv)
     group = FakeTPGroup(tp_world)
     outs: dict[int, object] = {}
@@ -139,10 +147,17 @@ def run_ranks(mod, qkv: list, q_weight: list, k_weight: list, q_size: int, kv_si
                 group.rank_in_group = r
                 group.rank = r
                 q_norm, k_norm = norms[r]
-                outs[r] = mod.MiniMaxText01RMSNormTP.forward_qkv(q_norm, k_norm, qkv[r], q_size, kv_size)
+                outs[r] = call(q_norm, k_norm, qkv[r])
         obs["calls_per_rank"] = [group.calls.get(r, 0) for r in range(tp_world)]
         obs["total_calls"] = group.total_calls
     obs["outputs"] = [list(outs[r]) for r in range(tp_world)]
+    obs["reduce_inputs"] = group.input_forms
+    if report_inputs:
+        obs["inputs_after"] = {
+            "qkv": [t.detach().cpu().clone() for t in qkv],
+            "q_weight": [q.weight.detach().cpu().clone() for q, _ in norms],
+            "k_weight": [k.weight.detach().cpu().clone() for _, k in norms],
+        }
     return obs
 
 

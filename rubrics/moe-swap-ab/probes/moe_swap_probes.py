@@ -26,7 +26,7 @@ import inspect
 import json
 import sys
 
-from probe_support import Patches, import_module, outcome_of
+from probe_support import Patches, import_module, outcome_of, put_back
 
 FM = "vllm.model_executor.layers.fused_moe.fused_moe"
 TENSOR_ROLES = ("A", "B", "C", "A_scale", "B_scale", "topk_weights", "sorted_token_ids", "expert_ids",
@@ -95,6 +95,26 @@ def _fake_capability(patches: Patches, cap) -> None:
         # Only where no real device exists: on a GPU, Triton compiles for what torch reports, which must stay true.
         patches.set(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
     _clear_caches()
+
+
+@contextlib.contextmanager
+def _imported_on_the_capability_played():
+    """``fused_moe`` imported anew, after the capability a probe plays is in place (yielded), the loaded module put
+    back when the block ends. vLLM fixes its device before it imports the model's modules, once per process: a fix
+    that reads the capability when its module is imported, or memoises its decision in the module, is right
+    wherever one that reads it at each launch is, and is graded so. The custom ops the module registers at import
+    are registered already, so registration is skipped for the fresh copy."""
+    import vllm.utils.torch_utils as torch_utils
+
+    kept = {FM: _fm()}
+    try:
+        sys.modules.pop(FM, None)
+        with Patches() as patches:
+            patches.set(torch_utils, "direct_register_custom_op", lambda *args, **kwargs: None)
+            fresh = import_module(FM)
+        yield fresh
+    finally:
+        put_back(kept)
 
 
 class _Faked(Patches):
@@ -210,16 +230,21 @@ def _normalise(entry, tags):
     }
 
 
-def _record_one(fm, launch: dict, cap) -> list:
+def _record_one(launch: dict, cap) -> list:
     kwargs = _launch_kwargs(launch)
     log = []
     with _Faked() as patches:
         _fake_capability(patches, cap)
-        for n, k in _kernel_objects(fm).items():
-            patches.set(fm, n, _Recorder(n, k, log))
-        fm.invoke_fused_moe_triton_kernel(**kwargs)
+        with _imported_on_the_capability_played() as fm:
+            _record_into(fm, patches, kwargs, log)
     tags = {k: kwargs[k] for k in TENSOR_ROLES if kwargs.get(k) is not None}
     return [json.loads(json.dumps(_normalise(entry, tags))) for entry in log]
+
+
+def _record_into(fm, patches, kwargs: dict, log: list) -> None:
+    for n, k in _kernel_objects(fm).items():
+        patches.set(fm, n, _Recorder(n, k, log))
+    fm.invoke_fused_moe_triton_kernel(**kwargs)
 
 
 def _signature(kernel) -> dict:
@@ -239,7 +264,7 @@ def record_launches(cases: list[dict]) -> dict:
     launcher made under that capability, normalised (``{"returned": [launch, ...]}``), or what it raised. With
     them, ``kernels``: each kernel object's constexpr parameter names and parameter defaults (normalised)."""
     fm = _fm()
-    outcomes = [outcome_of(_record_one, fm, case["launch"], case["cap"]) for case in cases]
+    outcomes = [outcome_of(_record_one, case["launch"], case["cap"]) for case in cases]
     kernels = {n: _signature(k) for n, k in _kernel_objects(fm).items()}
     return {"outcomes": outcomes, "kernels": kernels}
 
@@ -251,11 +276,12 @@ def run_numerics(launch: dict, cap, guard: int, device: str = "cpu"):
     Returns the output buffer C after the launch."""
     import torch
 
-    fm = _fm()
+    _fm()
     kwargs = operand_views(_launch_kwargs(launch, device), guard)
     with _Faked() as patches:
         _fake_capability(patches, cap)
-        fm.invoke_fused_moe_triton_kernel(**kwargs)
+        with _imported_on_the_capability_played() as fm:
+            fm.invoke_fused_moe_triton_kernel(**kwargs)
         if device != "cpu":
             torch.cuda.synchronize()
     return kwargs["C"].cpu()
@@ -314,7 +340,7 @@ def run_recording_reads(launch: dict, cap, guard: int) -> dict:
 
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("the Triton interpreter is off: the kernel's loads cannot be recorded")
-    fm = _fm()
+    _fm()
     kwargs = operand_views(_launch_kwargs(launch, "cpu"), guard)
     tokens = kwargs["C"].shape[0]
     guarded = {}
@@ -328,7 +354,7 @@ def run_recording_reads(launch: dict, cap, guard: int) -> dict:
         spans[GUARD_ROWS_OF.format(name)] = (spans[name][1], _span(buffer)[1])
     with _Faked() as patches:
         _fake_capability(patches, cap)
-        with _recorded_loads(spans) as reads:
+        with _imported_on_the_capability_played() as fm, _recorded_loads(spans) as reads:
             fm.invoke_fused_moe_triton_kernel(**kwargs)
     return {"output": kwargs["C"], "reads": reads}
 
@@ -341,7 +367,7 @@ def compiled_dot_lines(launch: dict, cap, device: str = "cuda") -> list:
     import torch
     from triton.runtime.jit import JITFunction
 
-    fm = _fm()
+    _fm()
     kwargs = _launch_kwargs(launch, device)
     compiled = []
     real_run = JITFunction.run
@@ -354,7 +380,8 @@ def compiled_dot_lines(launch: dict, cap, device: str = "cuda") -> list:
     with _Faked() as patches:
         _fake_capability(patches, cap)
         patches.set(JITFunction, "run", run_and_keep)
-        fm.invoke_fused_moe_triton_kernel(**kwargs)
+        with _imported_on_the_capability_played() as fm:
+            fm.invoke_fused_moe_triton_kernel(**kwargs)
         torch.cuda.synchronize()
     out = []
     for kernel in compiled:

@@ -45,11 +45,13 @@ def align(topk_ids, n_experts, block_m):
 
 
 def make_case(quant, M, BM, BN, *, E=4, N=256, K=256, topk=2, bias=False, routed=True, seed=0, generator=None,
-              out_dtype="bf16", group_n=128):
+              out_dtype="bf16", group_n=128, naive=False):
     """Inputs and launcher keyword arguments for one fused-MoE launch, drawn here (CPU tensors; ``compute_type``
     by name: the probe turns it into the Triton dtype). Values come from ``generator`` (else a generator seeded
     with ``seed``); routing, hence the launch grid, is fixed. Block scales cover ``group_n`` output channels by 128
-    input channels."""
+    input channels. With ``naive`` the launch has no sorted token list: vLLM's naive block assignment (decode
+    batches whose tokens x top_k x 4 do not exceed the experts), one block per (token, expert) slot, expert ids
+    the flat top-k ids."""
     import torch
 
     g = generator if generator is not None else torch.Generator().manual_seed(seed)
@@ -92,7 +94,11 @@ def make_case(quant, M, BM, BN, *, E=4, N=256, K=256, topk=2, bias=False, routed
     gr = torch.Generator().manual_seed(1234)  # routing (hence the launch grid) does not depend on the values
     topk_ids = torch.stack([torch.randperm(E, generator=gr)[:topk] for _ in range(M)])
     topk_w = torch.rand(M, topk, generator=g)
-    st, ex, ntp = align(topk_ids, E, BM)
+    if naive:
+        st, ex = None, topk_ids.flatten().to(torch.int32)
+        ntp = torch.tensor([topk_ids.numel() * BM], dtype=torch.int32)
+    else:
+        st, ex, ntp = align(topk_ids, E, BM)
     b_bias = torch.randn(E, N, generator=g) * 0.5 if bias else None
     odt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[out_dtype]
     C = torch.zeros(M, topk, N, dtype=odt)
@@ -374,6 +380,10 @@ TARGETS = [
     ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}),
     # the condition is on the tile, not the token count: a tuned config may give BLOCK_M 16 to a 128-token batch
     ("fp8_block", 128, 16, 64, {}),
+    # a decode batch under the naive block assignment (no sorted token list), and a launch that multiplies no
+    # routed weights (the first GEMM of the pair)
+    ("fp8_block", 2, 16, 64, {"naive": True}),
+    ("fp8_block", 4, 16, 128, {"routed": False}),
 ]
 # each c4 pair: (index into TARGETS, twin scenario, twin capability)
 C4_PAIRS = {
@@ -395,6 +405,8 @@ C4_PAIRS = {
     "fp16_out_sm100": (6, ("fp8_block", 4, 16, 128, {"out_dtype": "fp16"}), (10, 0)),
     # BLOCK_M 16 with 128 tokens swaps; BLOCK_M 64 with 4 tokens does not
     "small_m_block_m_64": (7, ("fp8_block", 4, 64, 128, {}), (9, 0)),
+    "naive_sm89": (8, ("fp8_block", 2, 16, 64, {"naive": True}), (8, 9)),
+    "unrouted_sm100": (9, ("fp8_block", 4, 16, 128, {"routed": False}), (10, 0)),
 }
 # c5: cases the change must not touch, with the capability they launch under
 C5_CASES = {
@@ -420,6 +432,8 @@ C5_CASES = {
     "fp8_block_rocm_gfx942": (("fp8_block", 4, 16, 128, {}), (9, 4, "rocm")),
     "fp8_block_rocm_gfx950": (("fp8_block", 4, 16, 128, {}), (9, 5, "rocm")),
     "fp8_block_xpu": (("fp8_block", 4, 16, 128, {"N": 200, "K": 320}), (0, 0, "xpu")),
+    # a bf16 decode batch under the naive block assignment
+    "bf16_naive_sm90": (("bf16", 2, 16, 64, {"naive": True}), (9, 0)),
 }
 # c2: a small grid of launches in which a switch must be seen both on and off
 C2_GRID = [(("fp8_block", 4, 16, 128, {}), cap) for cap in CAPS] + [
@@ -440,6 +454,8 @@ C3_CASES = {
     "block_group_n64": ("fp8_block", 5, 16, 128, {"N": 256, "K": 256, "group_n": 64}),
     "tensor_nk_ragged_bias": ("fp8_tensor", 5, 16, 64, {"N": 200, "K": 320, "bias": True}),
     "channel_nk_ragged": ("fp8_channel", 5, 16, 64, {"N": 200, "K": 320}),
+    # the naive block assignment: no sorted token list, one (token, expert) slot a block
+    "block_naive_m2": ("fp8_block", 2, 16, 64, {"naive": True, "N": 200, "K": 320}),
 }
 
 
@@ -597,8 +613,12 @@ def interpreted_operands(launch: dict) -> dict:
 
 
 def padded_slots(launch: dict) -> int:
-    """Slots of the sorted token list that point past the last token (the padding the token mask must keep off)."""
-    return int((launch["sorted_token_ids"] >= launch["C"].shape[0] * launch["top_k"]).sum())
+    """Slots of the sorted token list that point past the last token (the padding the token mask must keep off);
+    under the naive assignment every row of a block but its first."""
+    slots = launch["C"].shape[0] * launch["top_k"]
+    if launch["sorted_token_ids"] is None:
+        return slots * (launch["config"]["BLOCK_SIZE_M"] - 1)
+    return int((launch["sorted_token_ids"] >= slots).sum())
 
 
 def interpreted_run(subject, s, cap) -> dict:

@@ -172,7 +172,7 @@ def test_switch_is_constexpr_guarded_and_stable_in_every_respect(h, subject, ker
 
 # ------------------------------------------------------------------------------------------------ c4
 # Each c4 pair: the values of c4's declared axes its target (on SM90) and its twin exercise.
-_BLOCK_TARGET = {"scale": "block", "dtype": "fp8", "out_dtype": "bf16"}
+_BLOCK_TARGET = {"scale": "block", "dtype": "fp8", "out_dtype": "bf16", "assignment": "sorted", "routed": "routed"}
 C4_PAIR_CASES = {
     "sm80": dict(_BLOCK_TARGET, capability=["sm90", "sm80"], block_m="16"),
     "sm86": dict(_BLOCK_TARGET, capability=["sm90", "sm86"], block_m="16"),
@@ -190,6 +190,8 @@ C4_PAIR_CASES = {
     "fp8_channel_sm89": dict(_BLOCK_TARGET, scale="per-channel", capability=["sm90", "sm89"], block_m="16"),
     "fp16_out_sm100": dict(_BLOCK_TARGET, capability=["sm90", "sm100"], block_m="16", out_dtype="fp16"),
     "small_m_block_m_64": dict(_BLOCK_TARGET, capability="sm90", block_m=["16", "64"], tokens=["large", "small"]),
+    "naive_sm89": dict(_BLOCK_TARGET, capability=["sm90", "sm89"], block_m="16", assignment="naive"),
+    "unrouted_sm100": dict(_BLOCK_TARGET, capability=["sm90", "sm100"], block_m="16", routed="unrouted"),
 }
 
 
@@ -256,6 +258,7 @@ C5_LAUNCH_CASES = {
     **{f"fp8_block_rocm_{arch}": {"platform": "rocm", "capability": arch, "dtype": "fp8", "launch": "other GPU"}
        for arch in ("gfx90a", "gfx942", "gfx950")},
     "fp8_block_xpu": {"platform": "xpu", "capability": "none", "dtype": "fp8", "launch": "other GPU"},
+    "bf16_naive_sm90": dict(_SM90, dtype="bf16", launch="other dtype"),
 }
 
 
@@ -337,7 +340,11 @@ C3_CASE_AXES = {
                                   routed="routed", tokens="odd", block_m="16"),
     "channel_nk_ragged": dict(scale="per-channel", n_tile="ragged", k_tile="ragged", bias="no bias",
                               routed="routed", tokens="odd", block_m="16"),
+    "block_naive_m2": dict(scale="block", n_tile="ragged", k_tile="ragged", bias="no bias", routed="routed",
+                           scale_group="128 channels", tokens="even", block_m="16", assignment="naive"),
 }
+for _axes in C3_CASE_AXES.values():
+    _axes.setdefault("assignment", "sorted")
 C3_CASE_IDS = sorted(C3_CASE_AXES)
 
 
