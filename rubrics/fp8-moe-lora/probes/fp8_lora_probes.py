@@ -27,7 +27,7 @@ import types
 import torch
 
 import fp8_lora_reference_ops as R
-from probe_support import Patches, has_torch_op, import_module, outcome_of, put_back
+from probe_support import Patches, has_torch_op, import_module, outcome_of, put_back, unwritten_memory_is_nan
 
 FP8 = R.FP8
 
@@ -476,22 +476,6 @@ def _overlapped(ctx, patches: Patches) -> None:
     patches.set(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
 
 
-@contextlib.contextmanager
-def _unwritten_memory_is_nan():
-    """Tensors allocated without values (``torch.empty``) come filled with NaN (torch's deterministic mode,
-    ``warn_only`` so that no op refuses to run): a buffer a fix leaves unwritten and then adds reads as NaN on every
-    run, not as whatever the allocator's memory held."""
-    held = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(held[0], warn_only=held[1])
-        torch.utils.deterministic.fill_uninitialized_memory = held[2]
-
-
 class _FakeEPGroup:
     """Two-rank stand-in for the EP group: dispatch adds the peer rank's tokens ('gather') or swaps half of the
     local tokens for the peer's ('exchange', same row count, different tokens). What the peer sends (its tokens,
@@ -587,7 +571,7 @@ def moe_no_lora_batch_after_lora_batch(problem: dict, lora: dict, overlap: bool 
     """A LoRA batch (the judge's mapping), then on the same LoRA context a batch whose mapping is all -1, then the
     same layer without any LoRA context: the three outputs. ``overlap``: the LoRA kernels on the auxiliary stream
     (as in ``run_moe``); memory allocated without values reads NaN throughout."""
-    with _session() as (rec, patches), _unwritten_memory_is_nan():
+    with _session() as (rec, patches), unwritten_memory_is_nan():
         p = _problem(problem, "cpu")
         ctx, wrapper = _lora_context(p, lora)
         if overlap:

@@ -18,7 +18,7 @@ import torch
 
 import qknorm_probes
 import qknorm_sim
-from probe_support import Patches
+from probe_support import Patches, unwritten_memory_is_nan
 
 INPUTS = ("qkv", "q_weight", "k_weight")
 
@@ -85,32 +85,13 @@ def simulate_reads(qkv: list, q_weight: list, k_weight: list, q_size: int, kv_si
     weights = {t.data_ptr(): t for name in ("q_weight", "k_weight") for t in placed[name]}
     spans = {(r, name): _span(placed[name][r], guard) for name in INPUTS for r in range(len(qkv))}
     counter = {"loads": 0}
-    with qknorm_sim.vllm_config(), _counted_loads(counter), _unwritten_memory_is_nan(), _recorded_loads(
+    with qknorm_sim.vllm_config(), _counted_loads(counter), unwritten_memory_is_nan(), _recorded_loads(
             spans if device == "cpu" else {}) as seen:
         obs = qknorm_sim.run_ranks(mod, placed["qkv"], placed["q_weight"], placed["k_weight"], q_size, kv_size, eps,
                                    place=lambda w: weights[w.data_ptr()])
     obs["reads"] = None if seen is None else [{name: seen[(r, name)] for name in INPUTS} for r in range(len(qkv))]
     obs["kernel_loads"] = counter["loads"]
     return obs
-
-
-@contextlib.contextmanager
-def _unwritten_memory_is_nan():
-    """Tensors allocated without values (``torch.empty``) come filled with NaN for the block, so an output element
-    the fix never writes reads as non-finite on every run: left as it was, it held whatever the allocator's memory
-    held, and the verdict on the same fix changed from one grading to the next (torch's deterministic mode fills
-    uninitialized memory; ``warn_only`` so that no op refuses to run)."""
-    import torch
-
-    held = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(held[0], warn_only=held[1])
-        torch.utils.deterministic.fill_uninitialized_memory = held[2]
 
 
 @contextlib.contextmanager
