@@ -132,7 +132,8 @@ print("torch", torch.__version__, "triton", triton.__version__, "cuda available"
 if torch.cuda.is_available():
     print("device", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
 for m in ["pytest", "jinja2", "git", "unidiff", "pydantic", "pydantic_core", "zmq", "cbor2", "gguf", "openai",
-          "openai_harmony", "transformers", "typing_extensions", "aiohttp", "regex", "psutil", "einops"]:
+          "openai_harmony", "transformers", "typing_extensions", "aiohttp", "regex", "psutil", "einops",
+          "compressed_tensors", "pybase64", "cachetools", "PIL"]:
     try:
         mod = importlib.import_module(m)
         v = getattr(mod, "__version__", "")
@@ -327,11 +328,12 @@ fi
 
 # ------------------------------------------------------------------ 9. CPU measurements on the machine's cores
 # GPU_KIT_SECRETS="TASK ...": the five-secret test of each task (tests/e2e/test_secrets.py, the five secrets at
-# once); GPU_KIT_MUTATE="TASK ...": grade.py mutate of each (--jobs GPU_KIT_MUTATE_JOBS). Both with CPU evidence
+# once, GPU_KIT_SECRETS_JOBS samples at a time each, default 3); GPU_KIT_MUTATE="TASK ...": grade.py mutate of each
+# (--jobs GPU_KIT_MUTATE_JOBS). Both with CPU evidence
 # (CUDA_VISIBLE_DEVICES=""), side by side, each time-boxed by the deadline; logs in $OUT/secrets-TASK.txt and
 # $OUT/mutate-TASK.txt, mutation.json in the results tarball.
 for T in ${GPU_KIT_SECRETS:-}; do
-  CUDA_VISIBLE_DEVICES="" GRADER_TEST_SECRETS_AT_ONCE=5 GRADER_TEST_TASKS=$T \
+  CUDA_VISIBLE_DEVICES="" GRADER_TEST_SECRETS_AT_ONCE=5 GRADER_TEST_SAMPLE_JOBS=${GPU_KIT_SECRETS_JOBS:-3} GRADER_TEST_TASKS=$T \
     step "secrets-$T" "${GPU_KIT_SECRETS_LIMIT:-500}" $PY -m pytest tests/e2e/test_secrets.py -q -m slow -k five &
   sleep 1
 done

@@ -2,6 +2,10 @@
 rubric passes validation (fix unmet on base and met on reference, preserve met on both, conditional met on
 reference). Statuses come from ``candidates/<task>/expected.toml``; ``[<name>.gpu]`` applies where GPU evidence ran.
 ``GRADER_TEST_TASKS=id[,id...]`` limits the run to those tasks (the task author's loop).
+``GRADER_TEST_SAMPLES=covering`` grades, per task, the base, the reference and the fewest samples (in file order)
+that together show every criterion at every status it is designed to get: the normal run (``make test``) on a
+2-core machine; the default, ``all``, grades every sample (``make test-slow``).
+``GRADER_TEST_SAMPLE_JOBS`` (default 2) is how many samples grade at once.
 """
 
 from __future__ import annotations
@@ -28,14 +32,43 @@ REFERENCES = REPO_ROOT / "reference_impl"
 GPU, _ = detect_gpu("auto")
 
 
+SAMPLE_SETS = ("all", "covering")
+SAMPLE_JOBS = int(os.environ.get("GRADER_TEST_SAMPLE_JOBS", "2"))
+
+
+def covering(expected: dict[str, dict]) -> list[str]:
+    """Base, reference, then each sample (in file order) that shows a criterion at a designed status no sample
+    chosen before it shows: every (criterion, status) pair the designs hold is graded at least once."""
+    chosen, shown = ["base", "reference"], set()
+    for name, section in expected.items():
+        pairs = {(cid, status) for cid, status in section.items() if cid.startswith("c")}
+        if name in ("base", "reference"):
+            shown |= pairs
+        elif pairs - shown:
+            chosen.append(name)
+            shown |= pairs
+    return [name for name in chosen if name in expected]
+
+
+def test_covering_set_shows_every_designed_status_of_every_criterion():
+    for task in [t for t in all_tasks() if (CANDIDATES / t / "expected.toml").is_file()]:
+        expected = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())
+        pairs = lambda names: {(c, s) for n in names for c, s in expected[n].items() if c.startswith("c")}
+        chosen = covering(expected)
+        assert chosen[:2] == ["base", "reference"] and len(set(chosen)) == len(chosen), task
+        assert pairs(chosen) == pairs(expected), task
+
+
 def _samples() -> list[tuple[str, str, str]]:
-    """(task, sample name, diff) for every expected section; base is the empty diff."""
+    """(task, sample name, diff) for every expected section of the chosen set; base is the empty diff."""
     found = []
     chosen = [t for t in os.environ.get("GRADER_TEST_TASKS", "").split(",") if t]
+    sample_set = os.environ.get("GRADER_TEST_SAMPLES", "all")
+    assert sample_set in SAMPLE_SETS, f"GRADER_TEST_SAMPLES={sample_set!r}: one of {SAMPLE_SETS}"
     # Tasks with designed statuses (a task without them is check-task's to report).
     for task in chosen or [t for t in all_tasks() if (CANDIDATES / t / "expected.toml").is_file()]:
         expected = tomllib.loads((CANDIDATES / task / "expected.toml").read_text())
-        for name in expected:
+        for name in (covering(expected) if sample_set == "covering" else expected):
             if name == "base":
                 diff = ""
             elif name == "reference":
@@ -51,9 +84,9 @@ TASKS = sorted({task for task, _, _ in SAMPLES})
 
 
 def grade_samples() -> dict[tuple[str, str], tuple]:
-    """Grade every sample once, two at a time; key (task, name) -> (its result, its run or None)."""
+    """Grade every sample once, SAMPLE_JOBS at a time; key (task, name) -> (its result, its run or None)."""
     tasks, bases = all_tasks(), BaseCache()
-    launcher = start_warm_pool(2, bases.get(tasks[SAMPLES[0][0]]), GPU)
+    launcher = start_warm_pool(SAMPLE_JOBS, bases.get(tasks[SAMPLES[0][0]]), GPU)
     options = GradingOptions(gpu=GPU, empty_diff_grades_base=True, use_evidence_cache=False)
 
     def grade(sample):
@@ -62,7 +95,7 @@ def grade_samples() -> dict[tuple[str, str], tuple]:
                                              launcher)
 
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=SAMPLE_JOBS) as pool:
             return dict(pool.map(grade, SAMPLES))
     finally:
         launcher.close()

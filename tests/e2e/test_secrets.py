@@ -40,7 +40,8 @@ from test_samples import grade_samples
 def said(result):
     checks = {e.test: e.status for r in result.criteria.values() for e in r.evidence}
     return {"run_status": result.run_status, "verdict": result.verdict, "score": result.score,
-            "criteria": {cid: [r.status, r.score] for cid, r in result.criteria.items()}, "checks": checks}
+            "criteria": {cid: [r.status, r.score] for cid, r in result.criteria.items()}, "checks": checks,
+            "why": "" if result.run_status == "complete" else result.summary}
 
 print(json.dumps({f"{task}/{name}": said(result) for (task, name), (result, _) in grade_samples().items()},
                  sort_keys=True))
@@ -104,7 +105,8 @@ def test_every_sample_gets_the_same_grade_under_five_secrets():
         by_secret = dict(zip(SECRETS, pool.map(grades_under, SECRETS)))
     samples = {secret: sorted(graded) for secret, graded in by_secret.items()}
     assert len({tuple(s) for s in samples.values()}) == 1, samples
-    assert not [g for graded in by_secret.values() for g in graded.values() if g["run_status"] != "complete"], \
-        "a grading did not complete: its grade says nothing about the secret"
+    incomplete = sorted({f"{sample} ({g['run_status']}): {g['why']}" for graded in by_secret.values()
+                         for sample, g in graded.items() if g["run_status"] != "complete"})
+    assert not incomplete, "gradings that did not complete say nothing about the secret:\n" + "\n".join(incomplete)
     found = disagreements(by_secret)
     assert not found, "samples graded differently by secret:\n" + "\n".join(found)
