@@ -352,19 +352,37 @@ def _quiet_beside_nan(audio: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _nan_after_whispered_first_window(audio: torch.Tensor) -> torch.Tensor:
+    """For 3 s clips, a 1 s overlap and 100-sample windows: a whisper over the first region's first window
+    (2000-2100) and NaN over 2450-2520 (windows 4 and 5 hold some). The base cuts at the region's start."""
+    out = audio.clone()
+    out[..., 2000:2100] *= 1e-2
+    out[..., 2450:2520] = float("nan")
+    return out
+
+
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(site="split_audio", search="partly-nan", dtype=list(DTYPES), sample_rate="1000")
+@pytest.mark.cases(site="split_audio", search=["partly-nan", "first-window", "rms-energy"], dtype=list(DTYPES),
+                   sample_rate="1000")
 def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, secret_generator):
-    """An overlap region with some NaN windows is still split at its quietest finite window, as before."""
+    """An overlap region with some NaN windows is still split at its quietest finite window, as before: fixed
+    corners in both dtypes (a near-silence beside NaN in one window; the region's first window the quietest; windows
+    that RMS energy and the mean absolute amplitude rank apart), so no draw decides which wrong fix fails here."""
     gen = secret_generator
     audio = speech(gen, 15000)
     for start in range(int(torch.randint(0, 500, (1,), generator=gen)), 15000, 1600):
         audio = _poisoned(audio, start, start + 150, float("nan"))
     # 128-sample windows: no search region is whole windows, so the last whole window is one the base scores too
     cases = [case(audio, 3.0, 1.0, window=128, name="NaN bursts of 150 samples every 1.6 s")]
-    cases += [case(_quiet_beside_nan(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=128,
-                   name=f"{dtype_name}, a near-silence beside NaN in one window, a whisper in a finite one")
-              for dtype_name, dtype in DTYPES.items()]
+    for dtype_name, dtype in DTYPES.items():
+        cases.append(case(_quiet_beside_nan(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=128,
+                          name=f"{dtype_name}, a near-silence beside NaN in one window, a whisper in a finite one"))
+        cases.append(case(_nan_after_whispered_first_window(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=100,
+                          name=f"{dtype_name}, the region's first window the quietest, NaN in two later ones"))
+        disagree = _loudness_measures_disagree(speech(gen, 6000, dtype=dtype), 2000, gen)
+        disagree[..., 2850:2900] = float("nan")   # window 8 of the region holds NaN; 2, 4 and 6 as their helper says
+        cases.append(case(disagree, 3.0, 1.0, window=100,
+                          name=f"{dtype_name}, windows RMS and mean amplitude rank apart, NaN in another"))
     _assert_split_as_base(subject, base_subject, cases)
 
 
