@@ -377,9 +377,12 @@ def test_partly_nan_overlap_regions_are_split_as_before(subject, base_subject, s
     for dtype_name, dtype in DTYPES.items():
         cases.append(case(_quiet_beside_nan(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=128,
                           name=f"{dtype_name}, a near-silence beside NaN in one window, a whisper in a finite one"))
-        cases.append(case(_nan_after_whispered_first_window(speech(gen, 6000, dtype=dtype)), 3.0, 1.0, window=100,
+        # 4000 samples: one search region (2000-3000), whose last whole window is drawn audio: the base does not
+        # score it, and neither corner lets it be the quietest, so a fix that scores it splits as the base here
+        # (with 6000 samples a second region of drawn speech let the draw decide that).
+        cases.append(case(_nan_after_whispered_first_window(speech(gen, 4000, dtype=dtype)), 3.0, 1.0, window=100,
                           name=f"{dtype_name}, the region's first window the quietest, NaN in two later ones"))
-        disagree = _loudness_measures_disagree(speech(gen, 6000, dtype=dtype), 2000, gen)
+        disagree = _loudness_measures_disagree(speech(gen, 4000, dtype=dtype), 2000, gen)
         disagree[..., 2850:2900] = float("nan")   # window 8 of the region holds NaN; 2, 4 and 6 as their helper says
         cases.append(case(disagree, 3.0, 1.0, window=100,
                           name=f"{dtype_name}, windows RMS and mean amplitude rank apart, NaN in another"))
