@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_support import load_beside
+import claims_grammar
 
 # Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug. Checked
 # against the raised exception's classes (its MRO), so a subclass of one of them counts, as with pytest.raises.
@@ -92,18 +92,23 @@ def expect(answers, site, capability, cudnn, flashinfer) -> None:
 
 # --- What an error message claims ----------------------------------------------------------------------------
 #
-# A refusal's message is read as claims by ``vit_claims.py`` (the grammar is described there and in the README):
-# each hardware mention resolves to a set of capabilities, each clause has a polarity and a qualifier, and every
-# claim is compared with the truth (SM100 or newer runs it). Its own table of true and false messages is
+# A refusal's message is read as claims by the shared grammar ``rubrics/claims_grammar.py`` (described there and in
+# the README): each hardware mention resolves to a set of capabilities, each clause has a polarity and a qualifier,
+# and every claim is compared with this task's truth, CLAIMS_TRUTH. Its own table of true and false messages is
 # tests/rubric_support/test_vit_fp8_claims.py in the project.
 
-claims = load_beside(__file__, "vit_claims")
+# SM100 or newer runs it, no hardware without CUDA does, the check asks cuDNN 9.17.1 of the software (a version of
+# torch, FlashInfer or CUDA stated as a requirement is one it does not make), and a message must name the
+# requirement: one in which no claim can be read fails.
+CLAIMS_TRUTH = claims_grammar.Truth(required=REQUIRED, without_cuda=False, software=(("cudnn", (9, 17, 1)),),
+                                    must_name_requirement=True)
 
 
 def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
     """What is false or missing in a refusal's message on ``capability`` with ``cudnn``, read as claims."""
     major, minor = CAPABILITIES[capability]
-    return claims.message_problems(message, major * 10 + minor, cudnn)
+    return claims_grammar.message_problems(message, major * 10 + minor, CLAIMS_TRUTH,
+                                           {"cudnn": tuple(int(part) for part in cudnn.split("."))})
 
 
 def refusal_message(answers, capability, cudnn, flashinfer) -> str:
