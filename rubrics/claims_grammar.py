@@ -479,8 +479,8 @@ def _clause_claims(clause: str, context: str, device: float, truth: Truth) -> Re
         elif m.bounded:
             problems.append(f"says only {m.text!r} (up to capability {m.hi:g}) runs it, not SM{required} or newer "
                             f"({shown!r})")
-        elif m.lo > required and not m.part and re.search(r"\d", m.text) and NEED.search(clause) \
-                and not EXAMPLE.search(clause):
+        elif m.lo > required and not m.part and NEED.search(clause) and not EXAMPLE.search(clause) \
+                and not _lists_what_a_minimum_holds(clause, m, positives[:-1], required):
             problems.append(f"states {m.text!r} as what it needs, above the requirement SM{required} ({shown!r})")
         else:
             names = True
@@ -497,6 +497,13 @@ def _clause_claims(clause: str, context: str, device: float, truth: Truth) -> Re
                         f"({shown!r})")
     problems += _device_problems(clause, device, required) + _segment_problems(clause, positive, mentions, required)
     return Reading(problems, names)
+
+
+def _lists_what_a_minimum_holds(clause: str, m: Mention, before: list[Mention], required: int) -> bool:
+    """A mention in a parenthesis after the true minimum ("an SM89+ GPU (Ada, Hopper, Blackwell)") lists what the
+    minimum holds; it does not state what is needed."""
+    inside = clause[:m.start].count("(") > clause[:m.start].count(")")
+    return inside and any(p.minimum and p.lo == required for p in before)
 
 
 def _is_a_list_of_parts(clause: str, positives: list[Mention], required: int) -> bool:
