@@ -1,4 +1,4 @@
-"""The claim reader of vit-fp8-blackwell (``rubrics/vit-fp8-blackwell/tests/vit_claims.py``) over a table of
+"""The shared claim reader (``rubrics/claims_grammar.py``), with vit-fp8-blackwell's truth, over a table of
 refusal messages an agent's fix could raise: every true one reads with no problem, every false one with at least
 one. The truth: FP8 ViT attention runs on compute capability 10.0 (SM100) or newer with cuDNN 9.17.1 or newer and
 the FlashInfer ViT backend. Each row is the device's capability (major * 10 + minor), its cuDNN and the message.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-CLAIMS = Path(__file__).resolve().parents[2] / "rubrics" / "vit-fp8-blackwell" / "tests" / "vit_claims.py"
+CLAIMS = Path(__file__).resolve().parents[2] / "rubrics" / "claims_grammar.py"
+VIT_TRUTH = {"required": 100, "without_cuda": False, "software": (("cudnn", (9, 17, 1)),), "must_name_requirement": True}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,14 @@ TRUE_MESSAGES = [
     (100, '9.16.0', 'FP8 ViT attention needs an SM100+ GPU (Blackwell or newer) with cuDNN 9.17.1+ '
      'and the FlashInfer ViT '
      'backend; Hopper, Ada and older GPUs cannot run it (this GPU: compute capability 10.0).'),
+    (90, '9.17.1', 'FP8 ViT attention requires compute capability ten or newer.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer; found torch 2.9 and cuDNN 9.17.1 here.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer, e.g. B200, GB200 or RTX 5090.'),
+    (90, '9.17.1', 'FP8 ViT attention needs a Blackwell-or-newer GPU such as B200, B300 or RTX PRO 6000.'),
+    (90, '9.17.1', 'FP8 ViT attention needs compute capability ten point zero or newer; nine point zero is not '
+     'supported.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM one hundred or newer, the FlashInfer cuDNN backend and cuDNN '
+     '9.17.1+.'),
 ]
 
 # What contradicts the truth or names no requirement: older hardware as what runs it (as a minimum, a range, a
@@ -147,7 +156,26 @@ FALSE_MESSAGES = [
     (90, '9.17.1', 'FP8 ViT attention requires SM100-SM103 (Blackwell), the FlashInfer cuDNN backend '
      'and cuDNN >= 9.17.1; '
      'this device reports compute capability 9.0.'),
+    (90, '9.17.1', 'FP8 ViT attention needs a GPU of compute capability nine or newer (Blackwell recommended).'),
+    (90, '9.17.1', 'FP8 ViT attention is supported on B200, GB200 and B300 GPUs.'),
+    (90, '9.17.1', 'FP8 ViT attention runs on B200 GPUs with cuDNN 9.17.1.'),
+    (90, '9.17.1', 'FP8 ViT attention requires a Blackwell GPU (SM100 or newer) and CUDA 12.9 or newer.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100+, torch >= 2.10 and FlashInfer >= 0.6.'),
+    (90, '9.17.1', 'FP8 ViT attention requires a data-center GPU of compute capability 10.0 or newer.'),
+    (90, '9.17.1', 'FP8 ViT attention runs on the compute capability ten series only.'),
+    (90, '9.17.1', 'FP8 ViT attention requires a tenth-generation GPU.'),
+    (90, '9.17.1', 'FP8 ViT attention needs SM100+; capability nine point zero works as well once cuDNN ships the '
+     'kernel.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM100 or newer; ninth-generation GPUs run it too.'),
+    (90, '9.17.1', 'FP8 ViT attention requires SM120 or newer (RTX 5090, RTX PRO 6000).'),
+    (90, '9.17.1', 'FP8 ViT attention requires compute capability twelve or newer.'),
+    (100, '9.16.0', 'FP8 ViT attention needs cuDNN 9.17.1+ and the NVIDIA driver 575.0 or newer.'),
 ]
+
+
+def problems_of(claims, device, cudnn, message):
+    return claims.message_problems(message, device, claims.Truth(**VIT_TRUTH),
+                                   {"cudnn": tuple(int(part) for part in cudnn.split("."))})
 
 
 def test_the_table_is_large_and_balanced():
@@ -156,9 +184,9 @@ def test_the_table_is_large_and_balanced():
 
 @pytest.mark.parametrize("device,cudnn,message", TRUE_MESSAGES)
 def test_a_true_message_has_no_problem(claims, device, cudnn, message):
-    assert claims.message_problems(message, device, cudnn) == []
+    assert problems_of(claims, device, cudnn, message) == []
 
 
 @pytest.mark.parametrize("device,cudnn,message", FALSE_MESSAGES)
 def test_a_false_message_has_a_problem(claims, device, cudnn, message):
-    assert claims.message_problems(message, device, cudnn)
+    assert problems_of(claims, device, cudnn, message)

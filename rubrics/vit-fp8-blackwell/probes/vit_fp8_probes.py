@@ -20,6 +20,8 @@ The probes report what happened (the gate's truth value, what building the layer
 
 from __future__ import annotations
 
+import enum
+
 
 import torch
 
@@ -158,7 +160,16 @@ def _build_outcome(case, fi_utils, mm_mod) -> dict:
     except Exception as exc:  # noqa: BLE001 - the judge decides what each exception means
         return _exception_record(exc)
     fp8_enabled = getattr(layer, "fp8_enabled", "?")
-    return {"returned": {"fp8_enabled": fp8_enabled if isinstance(fp8_enabled, (bool, str)) else repr(fp8_enabled)}}
+    return {"returned": {"fp8_enabled": fp8_enabled if isinstance(fp8_enabled, (bool, str)) else repr(fp8_enabled),
+                         "attributes": _plain_attributes(layer)}}
+
+
+def _plain_attributes(layer) -> dict:
+    """The layer's plain attributes (the backend it chose, its FlashAttention version, its dtype, head counts, FP8
+    flags ...), each as its repr: what "builds as in the base" compares. Tensors, modules and callables are left
+    out."""
+    plain = (bool, int, float, str, type(None), enum.Enum, torch.dtype)
+    return {name: repr(value) for name, value in sorted(vars(layer).items()) if isinstance(value, plain)}
 
 
 def build_outcomes(cases: list[dict]) -> list[dict]:
@@ -166,7 +177,7 @@ def build_outcomes(cases: list[dict]) -> list[dict]:
     ``attn_dtype`` ('fp8' unless it says otherwise; None leaves it unset), or with no multimodal config at all
     where ``multimodal_config`` is False (the way a model does, config creation included, the FlashInfer backend
     requested where the fake GPU lists it unless ``backend_requested`` is False, the layer's own choice elsewhere)
-    did on that fake GPU: ``{"returned": {"fp8_enabled": ...}}`` or
+    did on that fake GPU: ``{"returned": {"fp8_enabled": ..., "attributes": {name: repr}}}`` or
     ``{"raised": type, "message": text, "classes": the exception's MRO as module.qualname}``. Only the CUDA
     workspace allocation is stubbed."""
     fi_utils = import_module(FLASHINFER_UTILS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_support import load_beside
+import claims_grammar
 
 # Errors a platform check may reasonably raise; anything else (AttributeError, NameError...) is a bug. Checked
 # against the raised exception's classes (its MRO), so a subclass of one of them counts, as with pytest.raises.
@@ -92,18 +92,23 @@ def expect(answers, site, capability, cudnn, flashinfer) -> None:
 
 # --- What an error message claims ----------------------------------------------------------------------------
 #
-# A refusal's message is read as claims by ``vit_claims.py`` (the grammar is described there and in the README):
-# each hardware mention resolves to a set of capabilities, each clause has a polarity and a qualifier, and every
-# claim is compared with the truth (SM100 or newer runs it). Its own table of true and false messages is
+# A refusal's message is read as claims by the shared grammar ``rubrics/claims_grammar.py`` (described there and in
+# the README): each hardware mention resolves to a set of capabilities, each clause has a polarity and a qualifier,
+# and every claim is compared with this task's truth, CLAIMS_TRUTH. Its own table of true and false messages is
 # tests/rubric_support/test_vit_fp8_claims.py in the project.
 
-claims = load_beside(__file__, "vit_claims")
+# SM100 or newer runs it, no hardware without CUDA does, the check asks cuDNN 9.17.1 of the software (a version of
+# torch, FlashInfer or CUDA stated as a requirement is one it does not make), and a message must name the
+# requirement: one in which no claim can be read fails.
+CLAIMS_TRUTH = claims_grammar.Truth(required=REQUIRED, without_cuda=False, software=(("cudnn", (9, 17, 1)),),
+                                    must_name_requirement=True)
 
 
 def message_problems(message: str, capability: str, cudnn: str) -> list[str]:
     """What is false or missing in a refusal's message on ``capability`` with ``cudnn``, read as claims."""
     major, minor = CAPABILITIES[capability]
-    return claims.message_problems(message, major * 10 + minor, cudnn)
+    return claims_grammar.message_problems(message, major * 10 + minor, CLAIMS_TRUTH,
+                                           {"cudnn": tuple(int(part) for part in cudnn.split("."))})
 
 
 def refusal_message(answers, capability, cudnn, flashinfer) -> str:
@@ -177,11 +182,18 @@ OTHER_PLATFORMS = {"gfx90a": ("rocm", (9, 0)), "gfx942": ("rocm", (9, 4)), "gfx9
                    "oot": ("oot", (10, 0))}
 
 
+def _other_platform(name: str) -> dict:
+    """The fake platform ``name`` of OTHER_PLATFORMS as a probe case: its kind and capability, cuDNN 9.17.1, no
+    FlashInfer ViT backend."""
+    kind, cap = OTHER_PLATFORMS[name]
+    return {"platform": kind, "capability": None if cap is None else list(cap), "cudnn": CUDNN["9.17.1"],
+            "flashinfer": False}
+
+
 @pytest.fixture(scope="module")
 def other_platform_answers(subject) -> dict:
     """What the gate and the layer did on each platform of OTHER_PLATFORMS: {(site, name): outcome}."""
-    cases = [{"platform": kind, "capability": None if cap is None else list(cap), "cudnn": CUDNN["9.17.1"],
-              "flashinfer": False} for kind, cap in OTHER_PLATFORMS.values()]
+    cases = [_other_platform(name) for name in OTHER_PLATFORMS]
     gate_seen = subject.call("vit_fp8_probes.gate_answers", cases=cases)
     built = subject.call("vit_fp8_probes.build_outcomes", cases=cases)
     return {**{(GATE, name): seen for name, seen in zip(OTHER_PLATFORMS, gate_seen, strict=True)},
@@ -248,31 +260,52 @@ def test_hopper_error_names_blackwell(cudnn, backend, hopper_builds):
 
 
 # The layer without FP8: the Blackwell requirement is FP8's alone. Asked of the candidate and of the base on the
-# same fake GPUs; the candidate's outcome must be the base's on each (a check moved out of the FP8 branch stops
-# every ViT on Hopper and Ada, FP8 or not). mm_encoder_attn_dtype takes "fp8" or None, so "unset" is its only
-# non-FP8 value; "no-multimodal-config" is a layer built outside a multimodal model's config.
+# same fake GPUs and platforms; the candidate's layer must be the base's on each, every plain attribute the same (a
+# check moved out of the FP8 branch stops every ViT on Hopper and Ada, FP8 or not; a backend demoted below SM100
+# changes what a non-FP8 user gets). mm_encoder_attn_dtype takes "fp8" or None, so "unset" is its only non-FP8
+# value; "no-multimodal-config" is a layer built outside a multimodal model's config. The platforms other than CUDA
+# are OTHER_PLATFORMS (ROCm, XPU, CPU, TPU, out-of-tree), where a ViT without FP8 builds as in the base too.
 WITHOUT_FP8 = {"unset": {"attn_dtype": None}, "no-multimodal-config": {"multimodal_config": False}}
 WITHOUT_FP8_GPUS = ["sm80", "sm89", "sm90", "sm100", "sm120"]
 WITHOUT_FP8_CASES = [(c, d, f) for c in WITHOUT_FP8_GPUS for d in WITHOUT_FP8 for f in FLASHINFER]
+WITHOUT_FP8_PLATFORM_CASES = [(n, d) for n in OTHER_PLATFORMS for d in WITHOUT_FP8]
 
 
 def _without_fp8_outcomes(subject) -> list[dict]:
-    return subject.call("vit_fp8_probes.build_outcomes",
-                        cases=[{**_gpu(c, "9.17.1", f), **WITHOUT_FP8[d]} for c, d, f in WITHOUT_FP8_CASES])
+    gpus = [{**_gpu(c, "9.17.1", f), **WITHOUT_FP8[d]} for c, d, f in WITHOUT_FP8_CASES]
+    platforms = [{**_other_platform(n), **WITHOUT_FP8[d]} for n, d in WITHOUT_FP8_PLATFORM_CASES]
+    return subject.call("vit_fp8_probes.build_outcomes", cases=gpus + platforms)
+
+
+def _without_fp8_labels() -> list[str]:
+    return ([f"{_label(c, '9.17.1', f)}, mm_encoder_attn_dtype {d}" for c, d, f in WITHOUT_FP8_CASES]
+            + [f"the {OTHER_PLATFORMS[n][0]} platform {n}, mm_encoder_attn_dtype {d}"
+               for n, d in WITHOUT_FP8_PLATFORM_CASES])
 
 
 def _layer_outcome(seen: dict) -> str:
     if "raised" in seen:
         return f"raised {seen['raised']}: {seen['message'][:200]}"
-    return f"built with fp8_enabled={seen['returned'].get('fp8_enabled')!r}"
+    returned = seen["returned"]
+    return f"built with fp8_enabled={returned.get('fp8_enabled')!r}, attributes {returned.get('attributes')}"
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(capability=WITHOUT_FP8_GPUS, attn_dtype=list(WITHOUT_FP8), flashinfer=list(FLASHINFER))
+@pytest.mark.cases(capability=WITHOUT_FP8_GPUS, attn_dtype=list(WITHOUT_FP8), flashinfer=list(FLASHINFER),
+                   platform=["cuda", *sorted({kind for kind, _ in OTHER_PLATFORMS.values()})])
 def test_layer_without_fp8_builds_as_in_the_base(subject, base_subject):
-    """Without FP8 the layer builds on every GPU exactly as in the base (the requirement stops FP8 only)."""
+    """Without FP8 the layer builds on every GPU and platform exactly as in the base (the requirement stops FP8
+    only)."""
     got, want = _without_fp8_outcomes(subject), _without_fp8_outcomes(base_subject)
-    problems = [f"{_label(c, '9.17.1', f)}, mm_encoder_attn_dtype {d}: {_layer_outcome(o)}, where the base "
-                f"{_layer_outcome(w)}" for (c, d, f), o, w in zip(WITHOUT_FP8_CASES, got, want, strict=True)
+    problems = [f"{label}: {_difference(o, w)}" for label, o, w in zip(_without_fp8_labels(), got, want, strict=True)
                 if _layer_outcome(o) != _layer_outcome(w)]
     assert not problems, "; ".join(problems)
+
+
+def _difference(got: dict, want: dict) -> str:
+    """How the candidate's build differs from the base's: the attributes that differ, or both outcomes."""
+    if "returned" in got and "returned" in want:
+        mine, base = got["returned"].get("attributes") or {}, want["returned"].get("attributes") or {}
+        return ", ".join(f"{name} is {mine.get(name, 'unset')} where the base has {base.get(name, 'unset')}"
+                         for name in sorted(set(mine) | set(base)) if mine.get(name) != base.get(name))
+    return f"{_layer_outcome(got)}, where the base {_layer_outcome(want)}"

@@ -8,7 +8,8 @@ constructed backend's dtype, the validator's answer, or what was raised); the ju
 Each platform is observed in a fresh import of the two modules, made while its fake is installed: a fix that
 reads the platform when its module is imported (a module constant) is then graded on what it does in a process
 that runs on that platform, as one that reads it at each call is. The modules the tree had loaded are put back
-in ``sys.modules`` (and on their packages) when the probe ends.
+in ``sys.modules`` (and on their packages) when the probe ends. torch's own XPU queries (``torch.xpu.is_available``,
+``device_count``) answer as on a machine of the fake's kind, so a fix that asks torch is graded on its behaviour.
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def _observe(case: dict, modules: tuple, kind: str, capability, fake) -> dict:
     return seen
 
 
+def _torch_device_answers(patches: Patches, kind: str) -> None:
+    """torch's own device queries answered as on a machine of ``kind``: on XPU, ``torch.xpu.is_available()`` is True
+    and one device is counted (a fix may ask torch instead of vLLM's platform, and is right on a real XPU); on every
+    other kind there is no XPU device, as on this machine."""
+    import torch
+
+    on_xpu = kind == "xpu"
+    patches.set(torch.xpu, "is_available", lambda: on_xpu)
+    patches.set(torch.xpu, "device_count", lambda: 1 if on_xpu else 0)
+
+
 def site_outcomes(cases: list[dict]) -> list[dict]:
     """For each ``{"site": "impl"|"validator", "platform": kind, "capability": [major, minor] | None, "dtype"}``:
     what the site did there: ``{"returned": the backend's kv_cache_dtype | the validator's bool}`` or
@@ -129,6 +141,7 @@ def site_outcomes(cases: list[dict]) -> list[dict]:
         for kind, capability, site in groups:
             fake = _make_platform(kind, capability)
             install_platform(patches, replaced, fake)
+            _torch_device_answers(patches, kind)
             modules = _fresh_modules()
             for mod in modules:
                 patches.set(mod, "current_platform", fake)

@@ -10,8 +10,10 @@ every capability).
 
 from __future__ import annotations
 
+import math
 import re
 
+import claims_grammar
 import pytest
 
 FP8_DTYPES = ["fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -179,7 +181,8 @@ def test_cuda_capability_rules_kept(capability, kv_cache_dtype, site, observed):
 # A rejection's message is a set of claims about this GPU: the dtypes it suggests (in whatever words: "--kv-cache-dtype
 # X", "use X instead", "try X") work here, and the capabilities it names are the device's own or the one the dtype
 # truly requires. The message is cut into clauses; a dtype named in a clause that does not itself negate or state a
-# requirement is a suggestion; every SM number (or "compute capability X.Y") is checked against the truth table.
+# requirement is a suggestion; its hardware, capability, platform and software claims are read by the shared
+# grammar (rubrics/claims_grammar.py) against this dtype's truth (claims_truth).
 # Every name a message may give a dtype: vLLM's spellings, the format names alone (e4m3, e5m2), torch's and
 # Triton's names, short forms.
 DTYPE_WORDS = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8": "fp8", "e4m3": "fp8_e4m3", "e4m3fn": "fp8_e4m3",
@@ -192,50 +195,30 @@ DTYPE_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(DTYPE_WORDS, ke
 CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s")
 NOT_A_SUGGESTION = re.compile(r"\b(not|unsupported|requires?|required|needs?|only|cannot|can't|lacks?|without|"
                               r"neither|nor|isn't|doesn't|too old|below|older)\b", re.IGNORECASE)
-SM_NUMBER = re.compile(r"\bsm[\s_]?(\d{2,3})\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?",
-                       re.IGNORECASE)
-CAPABILITY_NUMBER = re.compile(r"\b(\d{1,2})\.(\d)\b(\s*\+|\s+(?:or|and)\s+(?:newer|later|above|higher|up))?")
-# A version number beside any word for the GPU reads as a capability, after it ("SM 9.0", "arch 9.0", "compute
-# 8.9") or before it ("a 9.0 GPU", "9.0-class devices").
-AFTER_GPU_WORD = re.compile(r"(?:capabilit(?:y|ies)|\barch(?:itecture)?s?|\bcompute|\bgpus?|\bdevices?|\bsm)"
-                            r"\D{0,16}?(?<![\d.])(\d{1,2})\.(\d)(?![\d.])", re.I)
-BEFORE_GPU_WORD = re.compile(r"(?<![\d.])(\d{1,2})\.(\d)(?![\d.])(?=[\s-]*(?:\+\s*)?(?:class\s+|series\s+)?"
-                             r"(?:gpus?|devices?|archs?|architectures?|hardware|cards?)\b)", re.I)
-# GPU generations and parts named in words: each stands for the SM numbers it covers.
-GENERATIONS = [(re.compile(r"\bvolta\b|\bV100\b", re.I), {70}),
-               (re.compile(r"\bturing\b|\bT4\b|\bRTX\s?20\d0\b", re.I), {75}),
-               (re.compile(r"\bampere\b|\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30\d0\b|\borin\b", re.I), {80, 86, 87}),
-               (re.compile(r"\bada\b|\blovelace\b|\bL(?:40S?|4|20)\b|\bRTX\s?40\d0\b", re.I), {89}),
-               (re.compile(r"\bhopper\b|\bG?H(?:100|200|20|800)\b", re.I), {90}),
-               (re.compile(r"\bblackwell\b|\bG?B[123]00[a-z]?\b|\bRTX\s?50\d0\b", re.I), {100, 103, 120, 121})]
-AS_MINIMUM = re.compile(r"\s*(?:\+|(?:-\w+\s+)?(?:gpus?\s+)?(?:or|and)\s+(?:newer|later|above|higher|up))", re.I)
-REQUIREMENT_WORDS = re.compile(r"\b(requires?|required|needs?|at least|minimum|or newer|or later|or above)\b",
-                               re.IGNORECASE)
-
-
 # A value given for the flag (or the argument) must be one vLLM takes, spelt as vLLM spells it: a short name such
 # as bf16, fp16 or half is refused by the command line however well prose would read it.
 FLAG_VALUE = re.compile(r"(?:--kv[-_]cache[-_]dtype|\bkv_cache_dtype)\s*[=\s]\s*[\"'`]?([A-Za-z0-9_.]+)", re.I)
-# Platforms named in words. Fp8 and bfloat16 KV caches work on NVIDIA (with the capability), Intel XPU and AMD ROCm
-# (gfx90a, gfx942, gfx950): a message may neither say they work only on NVIDIA/CUDA nor that XPU or ROCm lacks them.
+# "Works only on NVIDIA/CUDA" is a claim about vendors the shared grammar does not read: fp8 and bfloat16 KV caches
+# work on NVIDIA (with the capability), Intel XPU and AMD ROCm (gfx90a, gfx942, gfx950). That XPU or ROCm lacks them
+# is read by the grammar (hardware without CUDA runs it, in this task's truth).
 NVIDIA_WORD = re.compile(r"\b(?:nvidia|cuda)\b(?![\s-]*(?:compute\b|capabilit|sm\b|sm_|arch))", re.I)
-OTHER_PLATFORM_WORD = re.compile(r"\b(?:xpu|intel|arc|gaudi|rocm|amd|instinct|mi\d{3}x?|radeon|hip)\b", re.I)
 ONLY_WORDS = re.compile(r"\b(only|exclusive(?:ly)?|solely)\b", re.I)
-NEGATION_WORDS = re.compile(r"\b(not|unsupported|cannot|can't|lacks?|isn't|aren't|doesn't|don't|never)\b", re.I)
 
 
-def false_platform_claims(clause: str, device_name: str) -> list[str]:
-    """The clause's claims about which platforms support the dtype, where the truth contradicts them (the device's
-    own name, which may hold a vendor's, claims nothing)."""
-    clause = clause.replace(device_name, "this device")
-    wrong = []
+def false_vendor_claims(clause: str) -> list[str]:
+    """A clause that says the dtype needs NVIDIA or CUDA (and names no other platform beside it)."""
     names_nvidia = NVIDIA_WORD.search(clause)
-    names_other = OTHER_PLATFORM_WORD.search(clause)
-    if names_nvidia and not names_other and ONLY_WORDS.search(clause):
-        wrong.append(f"says it needs {names_nvidia.group(0)} ({clause.strip()!r}): Intel XPU and AMD ROCm support it")
-    if names_other and NEGATION_WORDS.search(clause):
-        wrong.append(f"says {names_other.group(0)} does not support it ({clause.strip()!r}): it does")
-    return wrong
+    if names_nvidia and not claims_grammar.NOT_CUDA.search(clause) and ONLY_WORDS.search(clause):
+        return [f"says it needs {names_nvidia.group(0)} ({clause.strip()!r}): Intel XPU and AMD ROCm support it"]
+    return []
+
+
+def claims_truth(dtype: str) -> claims_grammar.Truth:
+    """The truth the shared claims grammar checks a rejection's hardware claims against: the dtype's capability on
+    CUDA, hardware without CUDA (XPU, ROCm) supporting it, no software version required by the check, and no
+    requirement a message must name (c3 asks only that what it names is true)."""
+    return claims_grammar.Truth(required=REQUIRED_CAPABILITY[dtype], without_cuda=True, software=(),
+                                must_name_requirement=False)
 
 
 def device_words(capability) -> str:
@@ -253,33 +236,15 @@ def false_flag_values(message: str, capability, dtype: str) -> list[str]:
 
 def false_claims(message: str, capability, dtype: str, device_name: str) -> list[str]:
     """The claims of a rejection message on a device with ``capability`` (None: it reports none) for ``dtype``
-    that the truth table contradicts."""
-    device = None if capability is None else capability[0] * 10 + capability[1]
-    required = REQUIRED_CAPABILITY[dtype]
+    that the truth table contradicts: its hardware, capability, platform and software-version claims read by the
+    shared grammar (``rubrics/claims_grammar.py``, as vit-fp8-blackwell reads its messages), its suggestions and
+    flag values here. The device's own name (which may hold a vendor's or a part's) claims nothing."""
+    message = message.replace(device_name, "this device")
+    device = math.nan if capability is None else capability[0] * 10 + capability[1]
     wrong = false_flag_values(message, capability, dtype)
-    for clause in CLAUSE_BREAK.split(message):
-        wrong += false_platform_claims(clause, device_name)
-        states_requirement = bool(REQUIREMENT_WORDS.search(clause))
-        numbers = [(int(m.group(1)), bool(m.group(2))) for m in SM_NUMBER.finditer(clause)]
-        beside_gpu_word = {m.start(1) for pattern in (AFTER_GPU_WORD, BEFORE_GPU_WORD)
-                           for m in pattern.finditer(clause)}
-        numbers += [(int(m.group(1)) * 10 + int(m.group(2)), bool(m.group(3)))
-                    for m in CAPABILITY_NUMBER.finditer(clause) if "capability" in clause.lower()
-                    or m.group(3) or m.start(1) in beside_gpu_word]
-        for number, is_minimum in numbers:
-            if (is_minimum or states_requirement) and number != device and number != required:
-                wrong.append(f"says the requirement is SM{number} (the truth: SM{required})")
-            elif number not in (device, required):
-                wrong.append(f"names SM{number}, neither this device ({device_words(capability)}) nor the requirement "
-                             f"(SM{required})")
-        for pattern, numbers_named in GENERATIONS:
-            for m in pattern.finditer(clause):
-                if AS_MINIMUM.match(clause, m.end()):
-                    if min(numbers_named) != required:
-                        wrong.append(f"says {m.group(0)!r} or newer is the requirement (the truth: SM{required})")
-                elif required not in numbers_named and (states_requirement or device not in numbers_named):
-                    wrong.append(f"names {m.group(0)!r} (SM{'/'.join(map(str, sorted(numbers_named)))}) where the "
-                                 f"truth is this device ({device_words(capability)}) needing SM{required}")
+    wrong += claims_grammar.message_problems(message, device, claims_truth(dtype))
+    for clause in CLAUSE_BREAK.split(claims_grammar.in_figures(message)):
+        wrong += false_vendor_claims(clause)
         if NOT_A_SUGGESTION.search(clause):
             continue
         for token in DTYPE_TOKEN.findall(clause):
@@ -288,7 +253,6 @@ def false_claims(message: str, capability, dtype: str, device_name: str) -> list
                 wrong.append(f"suggests {token!r} ({clause.strip()!r}), which {device_words(capability)} rejects "
                              "too")
     return wrong
-
 
 CUDA_REJECTIONS = [(name, dtype) for name, cap in CUDA_CAPABILITIES.items() for dtype in CAPABILITY_DTYPES
                    if not needs_met(cap, dtype)]

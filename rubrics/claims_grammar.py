@@ -1,6 +1,11 @@
-"""What a refusal's error message claims about which GPUs run FP8 ViT attention, checked against the truth.
+"""What an error message claims about which hardware runs a feature, read as claims and checked against a task's
+truth (a ``Truth``: the lowest compute capability that runs it, whether hardware without CUDA does, the software
+versions the check requires, whether the message must name the requirement). Shared by the hidden tests of every
+task whose messages name hardware (vit-fp8-blackwell: SM100; xpu-kv-cache-dtypes: SM89 for fp8, SM80 for bfloat16).
 
-A message is read as claims, not matched against known phrasings. It is cut into clauses (at ``;``, ``,``, ``:``,
+A message is read as claims, not matched against known phrasings. Numbers spelt in words are first written in
+figures ("compute capability ten", "nine point zero", "SM one hundred", "ten-series"), and an example list ("e.g.",
+"such as") is kept in one clause. It is cut into clauses (at ``;``, ``,``, ``:``,
 sentence ends, dashes, "but", before a second verb of need or support joined by "and"/"which", and around a
 parenthesis that holds a verb of its own); commas inside a parenthesis do not cut it. In each clause every
 hardware mention resolves to a set of capabilities (``major * 10 + minor``), an interval ``[lo, hi]``:
@@ -16,23 +21,35 @@ hardware mention resolves to a set of capabilities (``major * 10 + minor``), an 
 - hardware that runs no CUDA (ROCm, AMD, Intel, XPU, TPU, an MI300X, a gfx target) has no capability, and a
   part-like name it cannot place (a letter-and-digits model name it does not know) is unknown.
 
+The software a message names with a version (cuDNN, torch, FlashInfer, CUDA, Triton, the driver, ROCm, oneAPI) is
+checked too: for software the truth requires, a stated minimum is the true one and a named version the minimum or
+the machine's own; any other software's version is a requirement the check does not make, unless it reports the
+machine's ("found torch 2.9").
+
 Each clause has a polarity: the number of negating words (not, no, cannot, lacks, absent, unavailable,
 unsupported, excluded, missing, ...) outside the qualifiers, even or odd ("is not excluded" claims support);
 "without", "unless" and "until" mark what follows as what is needed. A mention followed by "is older than",
-"is below" ... is itself called old. Then each claim is compared with the truth (SM100 or newer runs it):
+"is below" ... is itself called old. Then each claim is compared with the truth (below, SM100 stands for the
+truth's ``required``):
 
 - a positive claim ("requires", "supported on", "runs on", a plain mention) whose set holds a capability below 100,
   or hardware without a capability, or an unknown part, is false; one bounded above (a range or a family) is false,
   since every GPU of SM100 or newer runs it; an exclusive one ("only", "exclusively", "restricted to", "limited to",
-  "-only") is false unless one of its sets reaches every capability from 100 up;
+  "-only") is false unless one of its sets reaches every capability from 100 up; a bare list of parts or of two or
+  more exact capabilities, all of 100 or more ("supported on B200, GB200 and B300"), is false as well; an exact
+  capability above the requirement stated as what it needs ("requires SM120") is false; narrowing it to
+  data-center GPUs is false;
+- hardware without CUDA said to run it is false where the truth says it does not (vit), and said not to run it is
+  false where the truth says it does (xpu);
 - a negative claim whose set holds a capability of 100 or more is false;
 - the device's own capability named as the subject of the refusal ("not supported on this GPU (9.0)") or as a
   report ("this device reports 9.0", "got sm_90a") claims nothing, unless it is called old on an SM100+ GPU;
 - on an SM100+ GPU refused for its cuDNN or backend, calling this GPU old or telling the user to change it is
   false; a negated clause about a market segment holding SM100+ parts (GeForce, consumer, workstation, Jetson) is
   false unless it narrows it to older parts;
-- every cuDNN version named is the minimum 9.17.1 or the machine's own, and a stated cuDNN minimum is 9.17.1;
-- and some claim names the requirement: SM100-or-newer hardware as what runs it or is needed, or as the bar.
+- every version of required software named is its minimum or the machine's own, a stated minimum the true one;
+- and, where the truth asks it, some claim names the requirement: SM100-or-newer hardware as what runs it or is
+  needed, or as the bar (a message with no claim it can read then fails).
 """
 
 from __future__ import annotations
@@ -41,8 +58,22 @@ import math
 import re
 from dataclasses import dataclass
 
-REQUIRED = 100  # the truth: compute capability 10.0 or newer
 INF = math.inf
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a task's messages are checked against."""
+    required: int  # the lowest compute capability (major * 10 + minor) that runs the feature
+    # Whether hardware that runs no CUDA (Intel XPU, AMD ROCm, ...) runs it too: if so, saying it does not is false;
+    # if not, saying it does is.
+    without_cuda: bool = False
+    # The software whose version the check requires, name -> its minimum (cuDNN 9.17.1); a version the message
+    # states for any other software (torch, FlashInfer, CUDA, Triton, the driver) is a requirement the check does
+    # not make, and false.
+    software: tuple = ()
+    # Whether some claim must name the requirement (a message with no readable claim then fails).
+    must_name_requirement: bool = True
 
 # --- Hardware words ------------------------------------------------------------------------------------------
 
@@ -60,19 +91,21 @@ PARTS = [(re.compile(r"\bG?B[123]00[a-z]?\b|\bRTX\s?PRO\s?6000\b", re.I), 100),
          (re.compile(r"\bA(?:100|10G?|30|40|800)\b|\bRTX\s?30(?:\d0|[- ]?series)\b", re.I), 80),
          (re.compile(r"\bT4\b", re.I), 75), (re.compile(r"\bV100\b", re.I), 70)]
 # Hardware or platforms that run no CUDA: no capability at all.
-NOT_CUDA = re.compile(r"\b(?:rocm|amd|instinct|radeon|mi\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|intel|xpu|gaudi\d?|"
-                      r"arc|tpus?|hpu|neuron|trainium|inferentia|apple|mps)\b", re.I)
+NOT_CUDA = re.compile(r"\b(?:rocm|amd|instinct|radeon|mi\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|[cr]dna\s?\d?|intel|xpu|"
+                      r"gaudi\d?|habana|arc|ponte vecchio|battlemage|alchemist|lunar lake|(?:data center )?gpu max|"
+                      r"non-nvidia|non-cuda|tpus?|hpu|neuron|trainium|inferentia|apple|mps)\b", re.I)
 # A model-like name (letters then digits): hardware when it is none of the above and not a data type or format.
 PART_LIKE = re.compile(r"\b[A-Z]{1,3}\d{2,4}[A-Z]{0,2}\b")
 NOT_HARDWARE = re.compile(r"^(?:FP|BF|INT|UINT|E\d|SM|CC|CUDA|CU|PTX|TF|MX|NV|FA|MMA|SDPA|V|ISO|UTF|X)\d*", re.I)
 
 ARCH = re.compile(r"\b(" + "|".join(ARCHITECTURES) + r")\b", re.I)
 SM = re.compile(r"\bsm[ _-]?(\d{2,3})(?![.\d])[a-z]?\b", re.I)
+NUMBERED_FAMILY = re.compile(r"(?<![\d.])(\d{1,2})[\s-]*(?:series|family|generation|gen)\b", re.I)
 SM_FAMILY = re.compile(r"\bsm[ _-]?(\d{1,2})x\b", re.I)
 # A capability as a version number after any word for the GPU ("compute capability 9.0", "cc 9.0", "arch 9.0",
 # "SM >= 100"), never across a cuDNN version; "10.x" is a family.
 CAPABILITY_WORD = r"(?:capabilit(?:y|ies)|\bcc\b|\barch(?:itecture)?s?|\bcompute|\bgpus?|\bdevices?|\bsm)"
-CAPABILITY_NUMBER = re.compile(CAPABILITY_WORD + r"(?:(?!cudnn)[^\d;])*?(?<![\d.])(?:(\d{1,2})\.(\d|x)|(\d{3}))"
+CAPABILITY_NUMBER = re.compile(CAPABILITY_WORD + r"(?:(?!cudnn|cuda\b|torch|flashinfer|triton|driver)[^\d;])*?(?<![\d.])(?:(\d{1,2})\.(\d|x)|(\d{3}))"
                                r"(?![\d.])|(?:capability|\bcc|\bmajor)(?: version)?\s*(?:>=|\u2265|=>|of|:|=|is)?\s*"
                                r"(\d{1,2})(?![\d.\w])", re.I)
 NEXT_NUMBER = re.compile(r"\s*(?:-|\u2013|/|\bto\b|\bthrough\b|\bthru\b|\band\b|\bor\b)\s*(\d{1,2})\.(\d|x)(?![\d.])",
@@ -110,7 +143,8 @@ COMPARISON = re.compile(r"\b(?:is|are|was|be)\s+(?:\w+\s+)?$", re.I)
 
 CLAUSE_BREAK = re.compile(r";|,|:|\.(?=\s|$)|\s[-\u2013\u2014]\s|\bbut\b|\s(?=(?:and|which|that|while|whereas|"
                           r"so|it)\s+(?:only\s+|also\s+)?(?:requires?|needs?|must|is required|supports?|runs?|"
-                          r"works?)\b)", re.I)
+                          r"works?|is not|are not|isn't|aren't|cannot|can't|does not|doesn't|is unavailable|"
+                          r"is unsupported)\b)", re.I)
 VERB = re.compile(r"\b(?:is|are|was|runs?|works?|supports?|supported|requires?|needs?|can|cannot|does|do|lacks?|"
                   r"excluded)\b", re.I)
 NEGATOR = re.compile(r"\b(?:not|no|never|cannot|can't|isn't|aren't|doesn't|don't|won't|unsupported|lacks?|lacking|"
@@ -138,9 +172,64 @@ DEVICE_CALLED_OLD = re.compile(r"\b(older|too old|outdated|obsolete|legacy|below
 GPU_CHANGE = re.compile(r"\b(upgrade|replace|switch)\b[^;,.]{0,40}?\b(gpus?|devices?|hardware|cards?)\b", re.I)
 # Market segments that hold SM100+ parts (GeForce RTX 50x0 and RTX PRO 6000 are SM120, Jetson Thor SM110).
 SEGMENT = re.compile(r"\b(geforce|consumer|workstation|desktop|laptop|jetson|rtx(?!\s?(?:pro\s?)?\d))\b", re.I)
-CUDNN_MINIMUM = re.compile(r"cudnn[^;,]{0,24}?(?:>=|\u2265|=>|at least|version|minimum)\s*v?(\d+)\.(\d+)(?:\.(\d+))?"
-                           r"|cudnn\s*v?(\d+)\.(\d+)(?:\.(\d+))?\s*(?:\+|or (?:newer|later|above|higher))", re.I)
-CUDNN_NAMED = re.compile(r"cudnn\D{0,24}?v?(\d+)\.(\d+)(?:\.(\d+))?", re.I)
+SOFTWARE = r"(?P<name>cudnn|torch|pytorch|flashinfer|cuda|triton|nvidia driver|driver|rocm|oneapi)"
+VERSION = r"v?(?P<v1>\d+)\.(?P<v2>\d+)(?:\.(?P<v3>\d+))?"
+SOFTWARE_MINIMUMS = (re.compile(SOFTWARE + r"[^;,]{0,24}?(?:>=|\u2265|=>|at least|version|minimum)\s*" + VERSION, re.I),
+                     re.compile(SOFTWARE + r"\s*" + VERSION + r"\s*(?:\+|or (?:newer|later|above|higher))", re.I))
+SOFTWARE_NAMED = re.compile(SOFTWARE + r"(?:(?!cudnn|torch|flashinfer|cuda|triton|driver|capabilit|\bsm|\barch|\.\s)[^\d;,])"
+                            r"{0,24}?" + VERSION, re.I)
+# Words that state a need ("requires SM120" overstates an SM100 requirement) and words that mark examples.
+NEED = re.compile(r"\b(?:requires?|required|needs?|needed|must|minimum|at least)\b", re.I)
+EXAMPLE = re.compile(r"\b(?:e\.g\.|eg|such as|for example|for instance|like|including|incl\.)", re.I)
+
+
+# --- Numbers in words ------------------------------------------------------------------------------------------
+
+UNITS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+         "nine": 9}
+TEENS = {"ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+         "seventeen": 17, "eighteen": 18, "nineteen": 19}
+TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+        "ninety": 90}
+ORDINALS = {"seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13}
+_UNIT = "|".join(UNITS)
+_SMALL = "|".join([*TEENS, *UNITS])
+_NUMBER_WORDS = re.compile(
+    r"\b(?:(?P<hundreds>one|two)[\s-]+hundred(?:[\s-]+(?:and[\s-]+)?(?P<rest>(?:" + "|".join(TENS) + r")(?:[\s-]+(?:"
+    + _UNIT + r"))?|" + _SMALL + r"))?"
+    r"|(?P<tens>" + "|".join(TENS) + r")(?:[\s-]+(?P<unit>" + _UNIT + r"))?"
+    r"|(?P<major>" + _SMALL + r")[\s-]+(?:point|dot)[\s-]+(?P<minor>" + _UNIT + r"|x)"
+    r"|(?P<pair_major>" + _SMALL + r")-(?P<pair_minor>" + _UNIT + r")"
+    r"|(?P<ordinal>" + "|".join(ORDINALS) + r")(?=[\s-]+gen)"
+    r"|(?P<small>" + "|".join([*TEENS, *[u for u in UNITS if u not in ("one", "zero")]]) + r"))\b", re.I)
+
+
+def _word_value(words: str) -> int:
+    words = words.lower().replace("-", " ").split()
+    value = 0
+    for word in words:
+        value += TENS.get(word, 0) + TEENS.get(word, 0) + UNITS.get(word, 0)
+    return value
+
+
+def in_figures(message: str) -> str:
+    """The message with numbers spelt in words written in figures: "compute capability ten" -> "... 10", "nine
+    point zero" -> "9.0", "SM one hundred" -> "SM 100", "the ninth-generation" -> "9-generation", "ten-series" ->
+    "10-series". "one" alone is left as a word (it is rarely a number in a message)."""
+    def figure(m: re.Match) -> str:
+        if m.group("hundreds"):
+            return str(100 * UNITS[m.group("hundreds").lower()] + (_word_value(m.group("rest")) if m.group("rest")
+                                                                   else 0))
+        if m.group("tens"):
+            return str(TENS[m.group("tens").lower()] + (UNITS[m.group("unit").lower()] if m.group("unit") else 0))
+        if m.group("major"):
+            return f"{_word_value(m.group('major'))}.{m.group('minor') if m.group('minor') == 'x' else _word_value(m.group('minor'))}"
+        if m.group("pair_major"):
+            return f"{_word_value(m.group('pair_major'))}.{_word_value(m.group('pair_minor'))}"
+        if m.group("ordinal"):
+            return str(ORDINALS[m.group("ordinal").lower()])
+        return str(_word_value(m.group("small")))
+    return _NUMBER_WORDS.sub(figure, message)
 
 
 @dataclass
@@ -158,6 +247,7 @@ class Mention:
     called_old: bool = False
     minimum: bool = False     # stated as a minimum ("SM100 or newer", ">= 10.0")
     comparison: bool = False  # the bar of a comparison ("is older than SM100", "9.0 < 10.0"), not a claim
+    part: bool = False        # a named part (B200, RTX 5090), not a capability or an architecture
 
 
 def _raw_mentions(clause: str) -> list[Mention]:
@@ -173,7 +263,8 @@ def _raw_mentions(clause: str) -> list[Mention]:
                 lo, hi, bounded = 120, 121, True
         found.append(Mention(m.group(0), m.start(), m.end(), lo, hi, exact=hi == lo, bounded=bounded))
     for pattern, value in PARTS:
-        found += [Mention(m.group(0), m.start(), m.end(), value, value) for m in pattern.finditer(clause)]
+        found += [Mention(m.group(0), m.start(), m.end(), value, value, part=True)
+                  for m in pattern.finditer(clause)]
     for m in SM.finditer(clause):
         value = int(m.group(1)) * (10 if int(m.group(1)) < 20 else 1)
         found.append(Mention(m.group(0), m.start(), m.end(), value, value))
@@ -198,6 +289,10 @@ def _raw_mentions(clause: str) -> list[Mention]:
             value = int(m.group(1)) * 10 + (0 if family else int(m.group(2)))
             found.append(Mention(clause[m.start(1):m.end()], m.start(1), m.end(), value,
                                  value + 9 if family else value, exact=not family, bounded=family))
+    # A capability family in figures (from words: "ten-series", "the ninth-generation GPUs"): 10.x.
+    for m in NUMBERED_FAMILY.finditer(clause):
+        if 7 <= (major := int(m.group(1))) <= 20:
+            found.append(Mention(m.group(0), m.start(), m.end(), major * 10, major * 10 + 9, exact=False, bounded=True))
     for m in NOT_CUDA.finditer(clause):
         found.append(Mention(m.group(0), m.start(), m.end(), math.nan, math.nan, no_cuda=True))
     for m in PART_LIKE.finditer(clause):
@@ -213,7 +308,7 @@ def _raw_mentions(clause: str) -> list[Mention]:
     return kept
 
 
-def _qualify(clause: str, mentions: list[Mention]) -> list[Mention]:
+def _qualify(clause: str, mentions: list[Mention], required: int) -> list[Mention]:
     """Apply each mention's qualifier; join ranges; a parenthesised mention right after another takes its
     qualifier."""
     out: list[Mention] = []
@@ -247,7 +342,7 @@ def _qualify(clause: str, mentions: list[Mention]) -> list[Mention]:
             elif prev.hi == INF:
                 m.hi = INF
             m.exact = False
-        if appositive and m.minimum and prev.bounded and prev.lo >= REQUIRED:
+        if appositive and m.minimum and prev.bounded and prev.lo >= required:
             prev.hi, prev.bounded = INF, False  # "a data-center Blackwell GPU (SM100 or newer)": it says what it means
         if CALLED_OLD_AFTER.match(after):
             m.called_old = True
@@ -337,9 +432,10 @@ class Reading:
     names_requirement: bool
 
 
-def _clause_claims(clause: str, context: str, device: int) -> Reading:
+def _clause_claims(clause: str, context: str, device: float, truth: Truth) -> Reading:
+    required = truth.required
     positive, condition_at = _polarity(clause)
-    mentions = _qualify(clause, _raw_mentions(clause))
+    mentions = _qualify(clause, _raw_mentions(clause), required)
     problems, names = [], False
     only = bool(ONLY.search(clause))
     positives = []
@@ -349,22 +445,26 @@ def _clause_claims(clause: str, context: str, device: int) -> Reading:
         if m.called_old and not positive:
             claims_support = False
         if m.comparison and m.bar:
-            names = names or m.hi + 1 >= REQUIRED  # "this GPU is older than SM100": the bar, no claim
+            names = names or m.hi + 1 >= required  # "this GPU is older than SM100": the bar, no claim
             continue
         if not claims_support:
+            if m.no_cuda and truth.without_cuda:
+                problems.append(f"says {m.text!r} does not run it ({shown!r}); it does")
+                continue
             if m.no_cuda or m.unknown:
                 continue
             if m.bar:
-                names = names or m.hi + 1 >= REQUIRED
+                names = names or m.hi + 1 >= required
                 continue
             if m.exact and m.lo == device and not (m.called_old or CALLS_IT_OLD.search(clause)) and (
-                    device < REQUIRED or REPORTS_THE_DEVICE.search(context)):
+                    device < required or REPORTS_THE_DEVICE.search(context)):
                 continue  # the subject of the refusal: "not supported on this GPU (capability 12.0)"
-            if m.hi >= REQUIRED:
+            if m.hi >= required:
                 problems.append(f"says {m.text!r} does not run it ({shown!r})")
             continue
         if m.no_cuda:
-            problems.append(f"says {m.text!r}, which runs no CUDA, runs it ({shown!r})")
+            if not truth.without_cuda:
+                problems.append(f"says {m.text!r}, which runs no CUDA, runs it ({shown!r})")
             continue
         if m.unknown:
             problems.append(f"names hardware it cannot place, {m.text!r}, as running it ({shown!r})")
@@ -372,67 +472,124 @@ def _clause_claims(clause: str, context: str, device: int) -> Reading:
         if (m.exact and m.lo == device and not SUPPORT_WORDS.search(clause) and REPORTS_THE_DEVICE.search(context)):
             continue  # the device named ("this device reports 9.0", "got sm_90a")
         positives.append(m)
-        if m.lo < REQUIRED and ALTERNATIVE.search(clause) and m.hi < REQUIRED:
+        if m.lo < required and ALTERNATIVE.search(clause) and m.hi < required:
             continue  # "on Hopper, use bf16 instead": no claim that it runs FP8
-        if m.lo < REQUIRED:
+        if m.lo < required:
             problems.append(f"says {m.text!r} runs it or is what it needs ({shown!r})")
         elif m.bounded:
-            problems.append(f"says only {m.text!r} (up to capability {m.hi:g}) runs it, not SM100 or newer "
+            problems.append(f"says only {m.text!r} (up to capability {m.hi:g}) runs it, not SM{required} or newer "
                             f"({shown!r})")
+        elif m.lo > required and not m.part and NEED.search(clause) and not EXAMPLE.search(clause) \
+                and not _lists_what_a_minimum_holds(clause, m, positives[:-1], required):
+            problems.append(f"states {m.text!r} as what it needs, above the requirement SM{required} ({shown!r})")
         else:
             names = True
-    if only and positive and positives and not any(m.hi == INF and m.lo <= REQUIRED for m in positives) \
-            and all(m.lo >= REQUIRED for m in positives):
-        problems.append(f"says only {', '.join(m.text for m in positives)} runs it, not SM100 or newer ({shown!r})")
-    problems += _device_problems(clause, device) + _segment_problems(clause, positive, mentions)
+    if only and positive and positives and not any(m.hi == INF and m.lo <= required for m in positives) \
+            and all(m.lo >= required for m in positives):
+        problems.append(f"says only {', '.join(m.text for m in positives)} runs it, not SM{required} or newer "
+                        f"({shown!r})")
+    elif positive and not only and _is_a_list_of_parts(clause, positives, required):
+        problems.append(f"names {', '.join(m.text for m in positives)} as what runs it: a list that leaves out other "
+                        f"GPUs of SM{required} or newer ({shown!r})")
+    if positive and positives and DATA_CENTER.search(clause) and all(m.lo >= required for m in positives) \
+            and not EXAMPLE.search(clause):
+        problems.append(f"narrows it to data-center GPUs; consumer parts of SM{required} or newer run it too "
+                        f"({shown!r})")
+    problems += _device_problems(clause, device, required) + _segment_problems(clause, positive, mentions, required)
     return Reading(problems, names)
 
 
-def _device_problems(clause: str, device: int) -> list[str]:
-    """On an SM100+ GPU (refused for its cuDNN or backend), what a clause says falsely of the device without naming
-    a capability: calls this GPU old, or tells the user to change it."""
-    if device < REQUIRED:
+def _lists_what_a_minimum_holds(clause: str, m: Mention, before: list[Mention], required: int) -> bool:
+    """A mention in a parenthesis after the true minimum ("an SM89+ GPU (Ada, Hopper, Blackwell)") lists what the
+    minimum holds; it does not state what is needed."""
+    inside = clause[:m.start].count("(") > clause[:m.start].count(")")
+    return inside and any(p.minimum and p.lo == required for p in before)
+
+
+def _is_a_list_of_parts(clause: str, positives: list[Mention], required: int) -> bool:
+    """A positive clause whose hardware is only named parts or exact SM numbers of the requirement or newer (two or
+    more, or one part), none of them open above, and no "e.g."/"such as": those are all it says runs it."""
+    if not positives or EXAMPLE.search(clause) or any(not m.exact or m.lo < required for m in positives):
+        return False
+    return len(positives) >= 2 or positives[0].part
+
+
+def _device_problems(clause: str, device: float, required: int) -> list[str]:
+    """On a GPU that meets the requirement (refused for something else), what a clause says falsely of the device
+    without naming a capability: calls this GPU old, or tells the user to change it."""
+    if not device >= required:
         return []
     problems = []
     if DEVICE_REFERENCE.search(clause) and DEVICE_CALLED_OLD.search(clause):
-        problems.append(f"calls this SM100+ GPU old ({clause.strip()!r})")
+        problems.append(f"calls this SM{required}+ GPU old ({clause.strip()!r})")
     if (change := GPU_CHANGE.search(clause)) and not re.search(r"cudnn|flashinfer|driver", clause, re.I):
-        problems.append(f"tells the user of an SM100+ GPU to {change.group(1).lower()} it ({clause.strip()!r})")
+        problems.append(f"tells the user of an SM{required}+ GPU to {change.group(1).lower()} it ({clause.strip()!r})")
     return problems
 
 
-def _segment_problems(clause: str, positive: bool, mentions: list[Mention]) -> list[str]:
-    """A negated clause about a market segment holding SM100+ parts, unless it narrows it to older parts."""
+def _segment_problems(clause: str, positive: bool, mentions: list[Mention], required: int) -> list[str]:
+    """A negated clause about a market segment holding parts that run it, unless it narrows it to older parts."""
     segment = SEGMENT.search(clause)
-    if not segment or positive or CALLS_IT_OLD.search(clause) or any(m.hi < REQUIRED for m in mentions):
+    if not segment or positive or CALLS_IT_OLD.search(clause) or any(m.hi < required for m in mentions):
         return []
-    return [f"says {segment.group(0)!r} GPUs, among them SM100+ parts, do not run it ({clause.strip()!r})"]
+    return [f"says {segment.group(0)!r} GPUs, among them SM{required}+ parts, do not run it ({clause.strip()!r})"]
 
 
-def _cudnn_problems(message: str, cudnn: str) -> list[str]:
+def _version(groups) -> tuple:
+    return tuple(int(g) for g in groups if g is not None)
+
+
+def _software_problems(message: str, truth: Truth, installed: dict) -> list[str]:
+    """Every version the message names: for software the check requires (``truth.software``), the minimum or this
+    machine's own (``installed``), a stated minimum the true one; for any other software, only this machine's own
+    as a report ("found torch 2.9"), never a requirement."""
     problems = []
-    for m in CUDNN_MINIMUM.finditer(message):
-        version = tuple(int(g) for g in (m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)) if g is not None)
-        if version not in ((9, 17, 1), (9, 17)):
-            problems.append(f"states cuDNN minimum {'.'.join(map(str, version))} ({m.group(0)!r}; the truth: 9.17.1)")
-    own = tuple(int(part) for part in cudnn.split("."))
-    for m in CUDNN_NAMED.finditer(message):
-        version = tuple(int(g) for g in m.group(1, 2, 3) if g is not None)
-        if version not in ((9, 17, 1), (9, 17), own, own[:2]):
-            problems.append(f"names cuDNN {'.'.join(map(str, version))} ({m.group(0)!r}), neither the minimum 9.17.1 "
-                            f"nor this machine's {cudnn}")
+    minimums = dict(truth.software)
+    for m in (m for pattern in SOFTWARE_MINIMUMS for m in pattern.finditer(message)):
+        name = _software_name(m.group("name"))
+        version = _version(m.group("v1", "v2", "v3"))
+        if name in minimums and version not in (minimums[name], minimums[name][:2]):
+            problems.append(f"states {name} minimum {'.'.join(map(str, version))} ({m.group(0)!r}; the truth: "
+                            f"{'.'.join(map(str, minimums[name]))})")
+    for m in SOFTWARE_NAMED.finditer(message):
+        name = _software_name(m.group("name"))
+        version = _version(m.group("v1", "v2", "v3"))
+        own = installed.get(name)
+        if name in minimums:
+            if version not in (minimums[name], minimums[name][:2]) and own not in (version, None) \
+                    and own[:len(version)] != version:
+                problems.append(f"names {name} {'.'.join(map(str, version))} ({m.group(0)!r}), neither the minimum "
+                                f"{'.'.join(map(str, minimums[name]))} nor this machine's "
+                                f"{'.'.join(map(str, own))}")
+        elif not REPORTS_THE_DEVICE.search(message[max(0, m.start() - 24):m.start()]):
+            problems.append(f"states a {name} version ({m.group(0)!r}), a requirement the check does not make")
     return problems
 
 
-def message_problems(message: str, device: int, cudnn: str) -> list[str]:
-    """What is false or missing in a refusal's message on a GPU of capability ``device`` (major * 10 + minor) with
-    ``cudnn``, read as claims."""
+def _software_name(word: str) -> str:
+    word = word.lower()
+    return {"pytorch": "torch", "nvidia driver": "driver", "driver": "driver"}.get(word, word)
+
+
+def _examples_joined(message: str) -> str:
+    """An example list kept in one clause: "e.g." spelt out (its dots end no sentence) and the commas after an
+    example marker, up to the end of its sentence, parenthesis or clause, read as "and"."""
+    message = re.sub(r"\be\.\s?g\.", "for example", message, flags=re.I)
+    return re.sub(EXAMPLE.pattern + r"[^;()]*?(?=[;()]|\.(?:\s|$)|$)",
+                  lambda m: m.group(0).replace(",", " and"), message, flags=re.I)
+
+
+def message_problems(message: str, device: float, truth: Truth, installed: dict | None = None) -> list[str]:
+    """What is false or missing in a refusal's message on a GPU of capability ``device`` (major * 10 + minor; NaN
+    for a device that reports none) with the software versions ``installed`` ({"cudnn": (9, 16, 0)}), read as claims
+    against ``truth``. Numbers spelt in words ("compute capability ten", "nine point zero") are read as figures."""
+    message = _examples_joined(in_figures(message))
     problems, names_requirement = [], False
     for clause, context in _clauses(message):
-        reading = _clause_claims(clause, context, device)
+        reading = _clause_claims(clause, context, device, truth)
         problems += reading.problems
         names_requirement = names_requirement or reading.names_requirement
-    problems += _cudnn_problems(message, cudnn)
-    if not names_requirement:
-        problems.append("does not name the Blackwell / SM100-or-newer requirement")
+    problems += _software_problems(message, truth, installed or {})
+    if truth.must_name_requirement and not names_requirement:
+        problems.append(f"does not name the requirement (SM{truth.required} or newer) in any claim it can read")
     return problems
