@@ -298,14 +298,20 @@ def test_layer_without_fp8_builds_as_in_the_base(subject, base_subject):
     only)."""
     got, want = _without_fp8_outcomes(subject), _without_fp8_outcomes(base_subject)
     problems = [f"{label}: {_difference(o, w)}" for label, o, w in zip(_without_fp8_labels(), got, want, strict=True)
-                if _layer_outcome(o) != _layer_outcome(w)]
+                if _difference(o, w)]
     assert not problems, "; ".join(problems)
 
 
 def _difference(got: dict, want: dict) -> str:
-    """How the candidate's build differs from the base's: the attributes that differ, or both outcomes."""
+    """How the candidate's build differs from the base's ("" where it does not): each attribute the base's layer
+    has that the candidate's lacks or holds at another value (one it adds, such as a flag of its own, changes no
+    choice the base made), or both outcomes where either raised."""
     if "returned" in got and "returned" in want:
         mine, base = got["returned"].get("attributes") or {}, want["returned"].get("attributes") or {}
-        return ", ".join(f"{name} is {mine.get(name, 'unset')} where the base has {base.get(name, 'unset')}"
-                         for name in sorted(set(mine) | set(base)) if mine.get(name) != base.get(name))
-    return f"{_layer_outcome(got)}, where the base {_layer_outcome(want)}"
+        flags = [] if got["returned"].get("fp8_enabled") == want["returned"].get("fp8_enabled") else \
+            [f"fp8_enabled is {got['returned'].get('fp8_enabled')!r} where the base has "
+             f"{want['returned'].get('fp8_enabled')!r}"]
+        return ", ".join(flags + [f"{name} is {mine.get(name, 'unset')} where the base has {value}"
+                                  for name, value in sorted(base.items()) if mine.get(name) != value])
+    return "" if _layer_outcome(got) == _layer_outcome(want) else \
+        f"{_layer_outcome(got)}, where the base {_layer_outcome(want)}"
