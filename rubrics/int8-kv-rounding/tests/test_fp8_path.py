@@ -57,7 +57,7 @@ def _inputs(layout: str, fp8_dtype, in_dtype, gen: torch.Generator, qmax: float)
 @pytest.mark.criterion("c4")
 # The FP8 formats stored are cache dtypes too; the acceptance check below asks about them among the others.
 @pytest.mark.cases(fp8_dtype=["float8_e4m3fn", "float8_e4m3fnuz"], cache_dtype=["float8_e4m3fn", "float8_e4m3fnuz"],
-                   input_dtype=["fp32", "fp16"], evidence="bytes-and-scales")
+                   input_dtype=["fp32", "fp16", "bf16"], evidence="bytes-and-scales")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", FP8_PLATFORMS)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
