@@ -25,7 +25,9 @@ KERNEL = "_reshape_cache_per_token_head"
 SOURCE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 
 
-@pytest.mark.criterion("c2", weight=0.25)
+# The six behavioural cases share one unit of weight (the static check carries 4 of 5): a fix without the clamp
+# stays unmet (0.2) however many input dtypes are asked.
+@pytest.mark.criterion("c2", weight=1 / 6)
 @pytest.mark.cases(cache=["key", "value"], input_dtype=["fp32", "fp16", "bf16"], evidence="huge-inputs")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
