@@ -20,7 +20,12 @@ DEVICES = [
     pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.variant]),
 ]
 
-INPUT_DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.float16, id="fp16")]
+# Every key/value dtype the kernel takes (vLLM's activations are bf16 as often as fp16). bf16 keeps 8 significant
+# bits: its rows are their own (``INT8_POSITIVE_ROWS_BF16``).
+INPUT_DTYPE_LIST = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+INPUT_DTYPES = [pytest.param(d, id=INPUT_DTYPE_NAMES[d], marks=pytest.mark.cases(input_dtype=INPUT_DTYPE_NAMES[d]))
+                for d in INPUT_DTYPE_LIST]
 
 # The platforms a check names -> the subject's emulation of it (``int8_kv_probes``). "rocm" (an INT8 check: every
 # ROCm GPU stores INT8 alike) runs as an MI300; FP8 checks name the two ROCm FP8 formats apart.
@@ -46,6 +51,25 @@ INT8_POSITIVE_ROWS = {
 # How far each row's scaled values are from a .5 tie at least (the random data keeps 0.06; see random_positive_heads).
 TIE_MARGIN = 2.0 ** -11
 ROW_IDS = list(INT8_POSITIVE_ROWS)
+# The same rows for bf16 inputs, whose 8 significant bits hold few of the values above: at scale 1 a value in
+# [64, 128) is an integer or a tie, so the large row stays below 64; the scale-2 row stays below 128 for the same
+# reason; the near ties are 2**-7 to 2**-4 from a tie (the closest bf16 allows there). Every value is exact in bf16.
+INT8_POSITIVE_ROWS_BF16 = {
+    "scale1-small": INT8_POSITIVE_ROWS["scale1-small"],
+    "scale1-large": [127.0, 62.75, 61.25, 50.75, 40.25, 10.875, 33.75, 17.625],
+    "scale2": [254.0, 5.5, 3.25, 100.5, 6.75, 1.25, 0.75, 125.5],
+    "scale1-near-ties": [127.0, 0.5078125, 1.4921875, 1.5078125, 2.484375, 2.515625, 6.46875, 9.5625],
+}
+
+
+def int8_rows(dtype) -> dict[str, list[float]]:
+    """The positive INT8 rows for inputs of ``dtype`` (every value exact in it)."""
+    return INT8_POSITIVE_ROWS_BF16 if dtype == torch.bfloat16 else INT8_POSITIVE_ROWS
+
+
+def int8_row(row_id: str, dtype, sign=1.0) -> torch.Tensor:
+    """The positive INT8 row ``row_id`` for ``dtype`` inputs, as ``row`` makes it."""
+    return row(int8_rows(dtype)[row_id], dtype, sign)
 
 # Key and value head sizes that differ (the kernel pads to the larger one and masks each cache's lanes by its own
 # size): (key dim, value dim). A kernel that rounds a cache's lanes under the other cache's mask leaves the lanes past
@@ -54,15 +78,15 @@ ROW_IDS = list(INT8_POSITIVE_ROWS)
 # "non-pow2" gives both caches 12 lanes (vLLM head sizes such as 80, 96 or 192 are no power of two): the kernel pads
 # to 16, so a fix that rounds only when the head size equals its padded size leaves these heads truncated.
 HEAD_LAYOUTS = {"key-wider": (16, 8), "value-wider": (8, 16), "non-pow2": (12, 12)}
-WIDE_ROW = INT8_POSITIVE_ROWS["scale1-small"] + INT8_POSITIVE_ROWS["scale1-large"]
-NARROW_ROW = INT8_POSITIVE_ROWS["scale2"]
-ODD_ROW = INT8_POSITIVE_ROWS["scale1-small"] + INT8_POSITIVE_ROWS["scale1-large"][1:5]
 
 
 def layout_rows(layout: str, dtype, sign=1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(key, value) of ``layout`` (``HEAD_LAYOUTS``), one token and one head each, times ``sign``."""
+    """(key, value) of ``layout`` (``HEAD_LAYOUTS``), one token and one head each, times ``sign``: 16 lanes hold the
+    small and the large scale-1 rows, 8 the scale-2 row, 12 the small row and four of the large one."""
+    rows = int8_rows(dtype)
+    pick = {16: rows["scale1-small"] + rows["scale1-large"], 8: rows["scale2"],
+            12: rows["scale1-small"] + rows["scale1-large"][1:5]}
     dk, dv = HEAD_LAYOUTS[layout]
-    pick = {16: WIDE_ROW, 8: NARROW_ROW, 12: ODD_ROW}
     return row(pick[dk], dtype, sign), row(pick[dv], dtype, sign)
 
 
@@ -105,11 +129,13 @@ def int8_truncated(x: torch.Tensor) -> torch.Tensor:
     return torch.trunc(scaled(x, 127.0).double()).clamp(-128, 127).to(torch.int8)
 
 
-def random_positive_heads(tokens: int, heads: int, dim: int, gen: torch.Generator) -> torch.Tensor:
-    """Positive fp32 data with a different, non-unit scale per head, kept away from .5 ties after scaling.
+def random_positive_heads(tokens: int, heads: int, dim: int, gen: torch.Generator,
+                          dtype=torch.float32) -> torch.Tensor:
+    """Positive ``dtype`` data with a different, non-unit scale per head, kept away from .5 ties after scaling
+    (the margin is checked on the values as ``dtype`` holds them).
 
     Drawn from ``gen`` (the judge's secret generator): the subject sees the values only as probe arguments."""
-    x = torch.rand(tokens, heads, dim, generator=gen) * 50.0 + 0.01
+    x = (torch.rand(tokens, heads, dim, generator=gen) * 50.0 + 0.01).to(dtype)
     for _ in range(20):
         q = scaled(x, 127.0).double()
         frac = q - q.floor()
@@ -118,7 +144,10 @@ def random_positive_heads(tokens: int, heads: int, dim: int, gen: torch.Generato
             return x
         s = kernel_scale(x, 127.0)[..., None].expand_as(x)
         # nudge the offending elements by a quarter step in the quantised domain (never the absmax element)
-        x = torch.where(bad & (x < x.amax(dim=-1, keepdim=True)), x + 0.25 * s, x)
+        # (bf16 may hold no value a quarter step away: then its next value up)
+        nudged = (x.float() + 0.25 * s).to(dtype)
+        nudged = torch.where(nudged == x, torch.nextafter(x, torch.full_like(x, float("inf"))), nudged)
+        x = torch.where(bad & (x < x.amax(dim=-1, keepdim=True)), nudged, x)
     raise AssertionError("could not build tie-free random data")
 
 

@@ -14,7 +14,7 @@ from rubric_support import load_beside
 
 
 cases = load_beside(__file__, "kv_cases")
-DEVICES, INPUT_DTYPES, ROWS, ROW_IDS = cases.DEVICES, cases.INPUT_DTYPES, cases.INT8_POSITIVE_ROWS, cases.ROW_IDS
+DEVICES, INPUT_DTYPES, ROW_IDS = cases.DEVICES, cases.INPUT_DTYPES, cases.ROW_IDS
 # Every rounding check runs as each platform the kernel is compiled for: CUDA, and ROCm (the interpreter standing
 # for the HIP backend, whose libdevice is not CUDA's).
 PLATFORMS = cases.INT8_PLATFORMS
@@ -52,7 +52,7 @@ def _store_row(kv_store, key, value, device, platform):
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal",
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16", "bf16"], head_dims="equal",
                    distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -60,14 +60,14 @@ def _store_row(kv_store, key, value, device, platform):
 @pytest.mark.parametrize("row_id", ROW_IDS)
 def test_positive_keys_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Positive keys are rounded to nearest before the int8 store (2.625 -> 3, 0.6875 -> 1), not truncated."""
-    key = cases.row(ROWS[row_id], in_dtype)
+    key = cases.int8_row(row_id, in_dtype)
     value = cases.row(cases.BENIGN_ROW, in_dtype)
     k_got, _ = _store_row(kv_store, key, value, device, platform)
     _check_int8(k_got, key[0], f"key cache, {row_id}")
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal",
+@pytest.mark.cases(cache="key", sign="negative", input_dtype=["fp32", "fp16", "bf16"], head_dims="equal",
                    distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -75,7 +75,7 @@ def test_positive_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 @pytest.mark.parametrize("row_id", ROW_IDS)
 def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Negative keys round to nearest (-2.625 -> -3, -2.375 -> -2, -0.6875 -> -1), not toward zero."""
-    key = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
+    key = cases.int8_row(row_id, in_dtype, sign=-1.0)
     value = cases.row(cases.BENIGN_ROW, in_dtype)
     k_got, _ = _store_row(kv_store, key, value, device, platform)
     _check_int8(k_got, key[0], f"key cache, negated {row_id}")
@@ -85,7 +85,7 @@ def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 # with their sign and still move negative values toward zero (an added 0.5 before the truncating store is right
 # for positives only). The negated rows go to the value cache here, the key cache holding the benign row.
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16"], head_dims="equal",
+@pytest.mark.cases(cache="value", sign="negative", input_dtype=["fp32", "fp16", "bf16"], head_dims="equal",
                    distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -94,13 +94,13 @@ def test_negative_keys_round_to_nearest(kv_store, device, platform, in_dtype, ro
 def test_negative_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """Negative entries of the value cache round to nearest too (-2.625 -> -3, -0.6875 -> -1), not toward zero."""
     key = cases.row(cases.BENIGN_ROW, in_dtype)
-    value = cases.row(ROWS[row_id], in_dtype, sign=-1.0)
+    value = cases.int8_row(row_id, in_dtype, sign=-1.0)
     _, v_got = _store_row(kv_store, key, value, device, platform)
     _check_int8(v_got, value[0], f"value cache, negated {row_id}")
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"], head_dims="equal",
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16", "bf16"], head_dims="equal",
                    distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -109,20 +109,22 @@ def test_negative_values_round_to_nearest(kv_store, device, platform, in_dtype, 
 def test_values_round_to_nearest(kv_store, device, platform, in_dtype, row_id):
     """The value cache is rounded to nearest too (2.625 -> 3), not only the key cache."""
     key = cases.row(cases.BENIGN_ROW, in_dtype)
-    value = cases.row(ROWS[row_id], in_dtype)
+    value = cases.int8_row(row_id, in_dtype)
     _, v_got = _store_row(kv_store, key, value, device, platform)
     _check_int8(v_got, value[0], f"value cache, {row_id}")
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype="fp32",
-                   head_dims="key-wider", distance_to_tie="wide")
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", head_dims="key-wider",
+                   distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
-def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
-    """Several tokens and heads (key dim 16, value dim 8, one padding slot): both caches hold rounded values."""
+@pytest.mark.parametrize("in_dtype", INPUT_DTYPES)
+def test_both_caches_round_per_token_head(kv_store, device, in_dtype, secret_generator):
+    """Several tokens and heads (key dim 16, value dim 8, one padding slot), non-unit scales drawn per head, in each
+    input dtype: both caches hold rounded values and the scale caches the fp32 scales."""
     block_size = 4
-    key = cases.random_positive_heads(3, 2, 16, secret_generator)
-    value = cases.random_positive_heads(3, 2, 8, secret_generator)
+    key = cases.random_positive_heads(3, 2, 16, secret_generator, in_dtype)
+    value = cases.random_positive_heads(3, 2, 8, secret_generator, in_dtype)
     slots = [5, -1, 2]
     kc, vc, ks, vs, _ = kv_store.run(key, value, torch.int8, device, slots=slots, block_size=block_size)
     valid = [i for i, s in enumerate(slots) if s >= 0]
@@ -140,15 +142,15 @@ def test_both_caches_round_per_token_head(kv_store, device, secret_generator):
 # 6/7 = 0.86, met. This test asks for both caches at once, over every row and input dtype; weight 2 (per device):
 # keys truncated leaves c3 at 6/9 = 0.67, values truncated at 0/9, and a kernel that rounds both keeps 9/9.
 @pytest.mark.criterion("c3", weight=2)
-@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16"],
+@pytest.mark.cases(cache=["key", "value"], sign="positive", platform="cuda", input_dtype=["fp32", "fp16", "bf16"],
                    head_dims="equal", distance_to_tie=["wide", "near"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_key_and_value_caches_both_round_every_row(kv_store, device):
     """Both the key cache and the value cache hold round-to-nearest values, for every row and input dtype."""
     wrong = []
-    for in_dtype in (torch.float32, torch.float16):
+    for in_dtype in cases.INPUT_DTYPE_LIST:
         # One token per row (each token is its own (token, head) scale), the same data in the key and the value.
-        data = torch.cat([cases.row(ROWS[row_id], in_dtype) for row_id in ROW_IDS])
+        data = torch.cat([cases.int8_row(row_id, in_dtype) for row_id in ROW_IDS])
         kc, vc, ks, vs, slots = kv_store.run(data, data.clone(), torch.int8, device)
         _check_untouched(kv_store, (kc, vc, ks, vs), slots)
         want = cases.int8_expected(data)
@@ -156,7 +158,7 @@ def test_key_and_value_caches_both_round_every_row(kv_store, device):
             got = cases.gather(cache, slots, 4)
             for t, row_id in enumerate(ROW_IDS):
                 if not torch.equal(got[t], want[t]):
-                    wrong.append(f"{name} cache, {row_id}, {str(in_dtype).removeprefix('torch.')}: stored "
+                    wrong.append(f"{name} cache, {row_id}, {cases.INPUT_DTYPE_NAMES[in_dtype]}: stored "
                                  f"{got[t].flatten().tolist()}, rounded {want[t].flatten().tolist()}")
     assert not wrong, f"{len(wrong)} case(s) not rounded to nearest: " + "; ".join(wrong)
 
@@ -167,7 +169,7 @@ def test_key_and_value_caches_both_round_every_row(kv_store, device):
 def _check_layouts(kv_store, device, platform, sign: float, caches: tuple[str, ...]) -> None:
     wrong = []
     for layout in cases.HEAD_LAYOUTS:
-        for in_dtype in (torch.float32, torch.float16):
+        for in_dtype in cases.INPUT_DTYPE_LIST:
             key, value = cases.layout_rows(layout, in_dtype, sign)
             k_got, v_got = _store_row(kv_store, key, value, device, platform)
             for name, got, x in (("key", k_got, key), ("value", v_got, value)):
@@ -175,14 +177,14 @@ def _check_layouts(kv_store, device, platform, sign: float, caches: tuple[str, .
                     continue
                 try:
                     _check_int8(got, x[0], f"{name} cache, {layout} heads {cases.HEAD_LAYOUTS[layout]}, "
-                                           f"{str(in_dtype).removeprefix('torch.')}")
+                                           f"{cases.INPUT_DTYPE_NAMES[in_dtype]}")
                 except AssertionError as exc:
                     wrong.append(str(exc))
     assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16"],
+@pytest.mark.cases(cache="key", sign="positive", input_dtype=["fp32", "fp16", "bf16"],
                    head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -192,7 +194,7 @@ def test_positive_keys_round_with_unequal_head_sizes(kv_store, device, platform)
 
 
 @pytest.mark.criterion("c3")
-@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16"],
+@pytest.mark.cases(cache="value", sign="positive", input_dtype=["fp32", "fp16", "bf16"],
                    head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -203,7 +205,7 @@ def test_values_round_with_unequal_head_sizes(kv_store, device, platform):
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(cache=["key", "value"], sign="negative", input_dtype=["fp32", "fp16"],
+@pytest.mark.cases(cache=["key", "value"], sign="negative", input_dtype=["fp32", "fp16", "bf16"],
                    head_dims=["key-wider", "value-wider", "non-pow2"], distance_to_tie="wide")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("platform", PLATFORMS)

@@ -89,17 +89,46 @@ def _setup(h, spec: dict) -> None:
     h.fake_vllm_config()
 
 
+def _config_fields(config) -> dict:
+    """Every field of a ``FusedMoEConfig`` as its repr, to tell whether a selection changed the config it was given."""
+    import dataclasses
+
+    return {f.name: repr(getattr(config, f.name, None))[:300] for f in dataclasses.fields(config)}
+
+
+def _selected(oracle, config, scheme: str) -> dict:
+    before = _config_fields(config)
+    backend, experts_cls = oracle.select_mxfp4_moe_backend(config, activation_key=_act_key(scheme))
+    after = _config_fields(config)
+    return {"backend": _backend(backend), "experts": _experts(experts_cls),
+            "config_changed": sorted(name for name in before if before[name] != after.get(name))}
+
+
 def oracle_selection(device: dict, scheme: str, activation: str = "SWIGLUOAI", moe_backend: str = "auto",
                      num_experts: int = 8, parallel: str = "none") -> dict:
     """What ``select_mxfp4_moe_backend`` returns on ``device`` for the activation ``scheme`` (``parallel``: "none",
-    or an expert-parallel config of ``EP_ALL2ALL``)."""
+    or an expert-parallel config of ``EP_ALL2ALL``), and the fields of the config it changed."""
     with rocm_mx_harness.device(ORACLE, EMULATION) as h:
         _setup(h, device)
         oracle = sys.modules[ORACLE]
-        backend, experts_cls = oracle.select_mxfp4_moe_backend(
-            _moe_config(num_experts, activation, moe_backend, parallel), activation_key=_act_key(scheme)
-        )
-        return {"backend": _backend(backend), "experts": _experts(experts_cls)}
+        return _selected(oracle, _moe_config(num_experts, activation, moe_backend, parallel), scheme)
+
+
+def explicit_selections(device: dict, requests: list, activation: str = "SWIGLUOAI", num_experts: int = 8) -> dict:
+    """For each ``[moe_backend, scheme]`` of ``requests``, what the oracle answers on ``device`` (as
+    ``oracle_selection`` does, or ``{"raised": type, "message": text}``), keyed ``"moe_backend/scheme"``: one probe
+    for many explicit requests on one GPU."""
+    with rocm_mx_harness.device(ORACLE, EMULATION) as h:
+        _setup(h, device)
+        oracle = sys.modules[ORACLE]
+        seen = {}
+        for moe_backend, scheme in requests:
+            try:
+                seen[f"{moe_backend}/{scheme}"] = _selected(oracle, _moe_config(num_experts, activation, moe_backend),
+                                                            scheme)
+            except Exception as exc:  # noqa: BLE001 - an observation for the judge
+                seen[f"{moe_backend}/{scheme}"] = {"raised": type(exc).__name__, "message": str(exc)[:300]}
+        return seen
 
 
 def quark_method_selection(device: dict, scheme: str, activation: str = "SILU", num_experts: int = 8) -> dict:

@@ -37,7 +37,7 @@ ACT_SCHEMES = ["bf16", "mxfp4_dynamic", "fp8_static"]
 
 
 @pytest.mark.criterion("c1")
-@pytest.mark.cases(gcn_arch="bare", path="oracle")
+@pytest.mark.cases(gcn_arch="bare", path="oracle", selection="default")
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
 @pytest.mark.parametrize("arch,aiter", NON_GFX950)
 def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
@@ -47,6 +47,9 @@ def test_oracle_selects_emulation_on_non_gfx950(subject, arch, aiter, scheme):
     experts = got["experts"]
     assert not experts["is_none"] and experts["is_emulation_subclass"], (
         f"{arch}, {scheme}: experts class {experts['repr']} is not the emulation experts")
+    # The selection reads the layer's MoE config; the layer keeps using it afterwards (a backend choice written
+    # into it, such as moe_backend, changes what later kernel setup and every other reader sees).
+    assert not got["config_changed"], f"{arch}, {scheme}: the selection changed the config's {got['config_changed']}"
 
 
 @pytest.mark.criterion("c1")
@@ -114,7 +117,7 @@ GFX950_CASES = [
 
 
 @pytest.mark.criterion("c5", weight=2)
-@pytest.mark.cases(platform="gfx950", gcn_arch="bare", path="oracle")
+@pytest.mark.cases(platform="gfx950", gcn_arch="bare", path="oracle", selection="default")
 @pytest.mark.parametrize("aiter,scheme,activation,moe_backend,expected", GFX950_CASES)
 def test_gfx950_keeps_native_selection(subject, aiter, scheme, activation, moe_backend, expected):
     """On gfx950 the oracle still selects the native MXFP4 MoE backend."""
@@ -137,7 +140,7 @@ def test_gfx950_feature_suffixed_arch_keeps_native_selection(subject):
 
 
 @pytest.mark.criterion("c5")
-@pytest.mark.cases(platform="gfx950", path="oracle", scheme="mxfp4_dynamic")
+@pytest.mark.cases(platform="gfx950", path="oracle", scheme="mxfp4_dynamic", selection="explicit")
 def test_gfx950_explicit_emulation_backend(subject):
     """On gfx950, --moe-backend emulation still selects the emulation backend."""
     got = _select(subject, devices.rocm("gfx950", False), "mxfp4_dynamic", "SILU", "emulation")
@@ -352,3 +355,79 @@ def test_gfx950_cuda_and_triton_paths_all_unchanged(subject, base_subject):
         except (AssertionError, ProbeRaised) as exc:  # every broken case is reported with the rest
             wrong.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
     assert not wrong, "; ".join(wrong)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# c1 and c5 over how the backend is chosen: by default (moe_backend "auto", every check above) or explicitly
+# (--moe-backend NAME, the oracle's first branch). A fix that puts its gfx90a/gfx942 emulation in the default
+# branch alone and leaves the OAI Triton gate as it was still hands `--moe-backend triton` on MI300 the OAI Triton
+# kernels, which need native OCP MX; the reference's gate refuses them there. Every name vLLM maps to an MXFP4
+# backend is asked, with every activation scheme.
+# ----------------------------------------------------------------------------------------------------------
+EXPLICIT_BACKENDS = ["deep_gemm", "flashinfer_trtllm", "flashinfer_trtllm_afp8", "flashinfer_cutlass",
+                     "flashinfer_cutlass_afp8", "triton", "triton_unfused", "humming", "marlin", "aiter",
+                     "aiter_mxfp4_fp8", "aiter_mxfp4_mxfp4", "xpu", "cpu", "emulation"]
+OAI_TRITON_REQUESTS = ("triton", "triton_unfused")
+
+
+def _explicit_outcomes(who, device: dict) -> dict:
+    """What the oracle answers to each explicit request (every name, every scheme) on ``device``: per
+    ``"name/scheme"``, the backend it selects and whether experts exist, or the type of what it raised; and the
+    requests after which the config it was given had changed."""
+    requests = [[name, scheme] for name in EXPLICIT_BACKENDS for scheme in ACT_SCHEMES]
+    seen = who.call("rocm_mx_selection.explicit_selections", device=device, requests=requests, num_experts=E)
+    answers, changed = {}, []
+    for key, one in seen.items():
+        if "raised" in one:
+            answers[key] = ("raised", one["raised"])
+            continue
+        answers[key] = (tuple(one["backend"]["equals"]), one["experts"]["is_none"])
+        if one["config_changed"]:
+            changed.append(f"{key}: {one['config_changed']}")
+    return {"answers": answers, "config_changed": changed}
+
+
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(gcn_arch="bare", path="oracle", scheme=ACT_SCHEMES, selection="explicit")
+@pytest.mark.parametrize("arch,aiter", NON_GFX950)
+def test_explicit_backend_requests_on_non_gfx950(subject, base_subject, arch, aiter):
+    """On gfx942/gfx90a an explicit request of an OAI Triton backend (triton, triton_unfused) never gets one (it is
+    refused with ValueError, or served by emulation), --moe-backend emulation gets emulation, and every other
+    explicit request is answered as the base answers it."""
+    device = devices.rocm(arch, aiter)
+    got, base = _explicit_outcomes(subject, device), _explicit_outcomes(base_subject, device)
+    wrong = [f"the config was changed by {c}" for c in got["config_changed"]]
+    for name in EXPLICIT_BACKENDS:
+        for scheme in ACT_SCHEMES:
+            key = f"{name}/{scheme}"
+            answer, where = got["answers"][key], f"--moe-backend {name}, {scheme}"
+            if name in OAI_TRITON_REQUESTS:
+                if answer != ("raised", "ValueError") and "EMULATION" not in answer[0]:
+                    wrong.append(f"{where}: {answer}, not refused (ValueError) nor emulation: the OAI Triton "
+                                 f"MXFP4 kernels need native OCP MX")
+            elif name == "emulation":
+                if "EMULATION" not in answer[0] or answer[1]:
+                    wrong.append(f"{where}: {answer}, not the emulation backend and experts")
+            elif answer != base["answers"][key]:
+                wrong.append(f"{where}: {answer}, the base {base['answers'][key]}")
+    assert not wrong, f"{arch} aiter={aiter}: " + "; ".join(wrong)
+
+
+EXPLICIT_ELSEWHERE = {"gfx950": devices.rocm("gfx950", True), "gfx950-noaiter": devices.rocm("gfx950", False),
+                      "gfx1100": devices.rocm("gfx1100"), "gfx1200": devices.rocm("gfx1200"),
+                      "gfx908": devices.rocm("gfx908"), **{cap: devices.cuda(CUDA_CAPS[cap]) for cap in CUDA_CAPS}}
+
+
+@pytest.mark.criterion("c5")
+@pytest.mark.cases(path="oracle", gcn_arch="bare", scheme=ACT_SCHEMES, selection="explicit")
+@pytest.mark.parametrize("platform", [pytest.param(name, marks=pytest.mark.cases(platform=name.split("-")[0]))
+                                      for name in EXPLICIT_ELSEWHERE])
+def test_explicit_backend_requests_elsewhere_as_base(subject, base_subject, platform):
+    """On gfx950 (AITER on and off), RDNA, gfx908 and CUDA SM80/SM90/SM100/SM120 every explicit --moe-backend
+    request is answered as the base answers it, for every activation scheme."""
+    device = EXPLICIT_ELSEWHERE[platform]
+    got, base = _explicit_outcomes(subject, device), _explicit_outcomes(base_subject, device)
+    wrong = [f"the config was changed by {c}" for c in got["config_changed"]]
+    wrong += [f"--moe-backend {key}: {answer}, the base {base['answers'][key]}"
+              for key, answer in got["answers"].items() if answer != base["answers"][key]]
+    assert not wrong, f"{platform}: " + "; ".join(wrong)
