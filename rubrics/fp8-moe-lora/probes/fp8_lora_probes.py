@@ -395,12 +395,30 @@ def _wrapper(max_loras: int, max_tokens: int, device: str):
                                lora_config=cfg)
 
 
+def _map_tokens(wrapper, mapping: torch.Tensor) -> None:
+    """Give the wrapper a batch's token -> LoRA slot mapping (-1: no LoRA) as vLLM's model runner does, through
+    ``update_metadata`` with a ``LoRAMapping`` (slot i holds the adapter of id i + 1), so that a fix may act
+    wherever the batch's metadata is made, not only in ``prepare_tensors``."""
+    lora_utils = import_module("vllm.lora.layers.utils")
+    torch_utils = import_module("vllm.utils.torch_utils")
+    ids = tuple(int(slot) + 1 if int(slot) >= 0 else 0 for slot in mapping.tolist())
+    batch = lora_utils.LoRAMapping(index_mapping=ids, prompt_mapping=ids, is_prefill=False)
+    # the host copies of the mapping are pinned where the platform read at import said so; a CPU host has no
+    # pinned memory (pinning decides no value)
+    pinned = torch_utils.PIN_MEMORY
+    torch_utils.PIN_MEMORY = pinned and torch.device(wrapper.device).type != "cpu"
+    try:
+        wrapper.update_metadata(batch, list(range(1, wrapper.max_loras + 1)), wrapper.max_loras, vocab_size=32)
+    finally:
+        torch_utils.PIN_MEMORY = pinned
+
+
 def _lora_context(p: _Problem, lora: dict):
     ctx_mod = import_module("vllm.model_executor.layers.fused_moe.experts.lora_context")
     device = p.device
     max_loras = int(lora["max_loras"])
     wrapper = _wrapper(max_loras, int(lora["max_tokens"]), device)
-    wrapper.token_mapping_meta.prepare_tensors(lora["mapping"].to(device))
+    _map_tokens(wrapper, lora["mapping"])
     ctx = ctx_mod.MoELoRAContext(
         w13_lora_a_stacked=tuple(t.to(device) for t in lora["a13"]),
         w13_lora_b_stacked=tuple(t.to(device) for t in lora["b13"]),
@@ -569,18 +587,21 @@ def run_moe(problem: dict, lora: dict | None = None, device: str = "cpu", real_k
 
 def moe_no_lora_batch_after_lora_batch(problem: dict, lora: dict, overlap: bool = False) -> dict:
     """A LoRA batch (the judge's mapping), then on the same LoRA context a batch whose mapping is all -1, then the
-    same layer without any LoRA context: the three outputs. ``overlap``: the LoRA kernels on the auxiliary stream
-    (as in ``run_moe``); memory allocated without values reads NaN throughout."""
+    LoRA batch again, then the same layer without any LoRA context: the four outputs. ``overlap``: the LoRA kernels
+    on the auxiliary stream (as in ``run_moe``); memory allocated without values reads NaN throughout."""
     with _session() as (rec, patches), unwritten_memory_is_nan():
         p = _problem(problem, "cpu")
         ctx, wrapper = _lora_context(p, lora)
         if overlap:
             _overlapped(ctx, patches)
         lora_out = _apply(p, ctx).detach().clone()
-        wrapper.token_mapping_meta.prepare_tensors(torch.full((p.M,), -1, dtype=torch.int32))
+        _map_tokens(wrapper, torch.full((p.M,), -1, dtype=torch.int32))
         no_lora_out = _apply(p, ctx).detach().clone()
+        _map_tokens(wrapper, lora["mapping"])
+        lora_again_out = _apply(p, ctx).detach().clone()
         plain_out = _apply(p, None).detach().clone()
-        return {"lora_batch": lora_out, "no_lora_batch": no_lora_out, "lora_free": plain_out}
+        return {"lora_batch": lora_out, "no_lora_batch": no_lora_out, "lora_batch_again": lora_again_out,
+                "lora_free": plain_out}
 
 
 _TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "NUM_WARPS", "NUM_STAGES", "SPLIT_K")
@@ -605,18 +626,24 @@ def _host_flags(meta) -> list:
 def add_lora_fused_moe_lora_then_no_lora(operands: dict, lora_mapping, tile: dict) -> dict:
     """On CPU with the MoE-LoRA op computed by reference: ``add_lora_fused_moe`` on a batch with the judge's LoRA
     mapping, then on a batch whose mapping is all -1 (this call watched for host reads of tensor values other than
-    the meta's host-side flags). ``{"after_lora_batch": y, "after_no_lora_batch": y, "host_reads": [...]}``."""
+    the meta's host-side flags), then on the LoRA mapping again with the operands' ``y`` afresh.
+    ``{"after_lora_batch": y, "after_no_lora_batch": y, "lora_batch_again": y, "host_reads": [...]}``."""
     with _session():
         y = operands["y"].clone()
         num_tokens = int(operands["x"].shape[0])
         wrapper = _wrapper(int(operands["max_loras"]), num_tokens, "cpu")
-        wrapper.token_mapping_meta.prepare_tensors(lora_mapping.to(torch.int32))
+        _map_tokens(wrapper, lora_mapping)
         _add_lora_fused_moe(wrapper, operands, y, "cpu", tile)
         after_lora = y.clone()
-        wrapper.token_mapping_meta.prepare_tensors(torch.full((num_tokens,), -1, dtype=torch.int32))
+        _map_tokens(wrapper, torch.full((num_tokens,), -1, dtype=torch.int32))
         with _SyncGuard(_host_flags(wrapper.token_mapping_meta)) as guard:
             _add_lora_fused_moe(wrapper, operands, y, "cpu", tile)
-        return {"after_lora_batch": after_lora, "after_no_lora_batch": y.clone(), "host_reads": list(guard.reads)}
+        after_none = y.clone()
+        _map_tokens(wrapper, lora_mapping)
+        y_again = operands["y"].clone()
+        _add_lora_fused_moe(wrapper, operands, y_again, "cpu", tile)
+        return {"after_lora_batch": after_lora, "after_no_lora_batch": after_none, "lora_batch_again": y_again,
+                "host_reads": list(guard.reads)}
 
 
 def add_lora_fused_moe_no_lora_exit_on_gpu(operands: dict, lora_mapping, tile: dict) -> dict:
@@ -631,8 +658,8 @@ def add_lora_fused_moe_no_lora_exit_on_gpu(operands: dict, lora_mapping, tile: d
     y = operands["y"]
     num_tokens = int(operands["x"].shape[0])
     wrapper = _wrapper(int(operands["max_loras"]), num_tokens, dev)
-    wrapper.token_mapping_meta.prepare_tensors(lora_mapping.to(torch.int32).to(dev))
-    wrapper.token_mapping_meta.prepare_tensors(torch.full((num_tokens,), -1, dtype=torch.int32, device=dev))
+    _map_tokens(wrapper, lora_mapping)
+    _map_tokens(wrapper, torch.full((num_tokens,), -1, dtype=torch.int32))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -29,6 +29,9 @@ def _operands(g, num_tokens, top_k, n_experts, rank, K, N, max_loras, dtype=torc
 STALE = {"two-adapters": [1] * 4 + [2] * 4, "mixed": [0, -1, 3, 3, -1, 1, 0, 2]}
 LAYER_SCHEMES = ["fp8-tensor-dynamic", "unquantized"]
 PATHS = ["plain", "overlapped"]
+# The batches each check runs, in order: a LoRA batch, a no-LoRA one (judged: no delta), the LoRA batch again
+# (judged: the result of the first, so the no-LoRA batch changed no state).
+SEQUENCE = ["no-lora-after-lora", "lora-after-no-lora"]
 
 
 def _op_case(g, stale):
@@ -48,6 +51,12 @@ def _check_op(seen, before):
     reads = seen["host_reads"]
     assert isinstance(reads, list)
     assert not reads, f"host reads of device values (a sync per call on GPU): {reads}"
+    # then the LoRA batch again, on the operands afresh: the exit must have left nothing behind (adapters enabled,
+    # mapping, weights), so it gets the first LoRA batch's result bit for bit
+    again = seen["lora_batch_again"]
+    assert isinstance(again, torch.Tensor) and again.shape == before.shape
+    assert torch.equal(again, after_lora), (
+        "a LoRA batch after the no-LoRA batch got another result than the same batch before it (state changed)")
 
 
 def _check_layer(H, seen, p):
@@ -56,14 +65,20 @@ def _check_layer(H, seen, p):
     assert out.shape == plain.shape == p.hidden.shape
     assert torch.equal(out, plain), (
         f"no-LoRA batch differs from the LoRA-free output by {H.rel_err(out, plain):.3g}")
+    first, again = seen["lora_batch"], seen["lora_batch_again"]
+    assert isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor) and again.shape == first.shape
+    assert torch.equal(again, first), (
+        f"the LoRA batch after the no-LoRA batch differs from the same batch before it by "
+        f"{H.rel_err(again, first):.3g} (the no-LoRA batch changed state)")
 
 
 @pytest.mark.criterion("c2")
-@pytest.mark.cases(site="op")
+@pytest.mark.cases(site="op", sequence=SEQUENCE)
 @pytest.mark.parametrize("stale", [pytest.param(v, id=k, marks=pytest.mark.cases(stale_mapping=k))
                                    for k, v in STALE.items()])
 def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_generator, stale):
-    """add_lora_fused_moe leaves the output untouched for an all-minus-one batch, with no sync."""
+    """add_lora_fused_moe leaves the output untouched for an all-minus-one batch, with no sync, and a LoRA batch
+    after it gets the delta it got before."""
     ops, args = _op_case(secret_generator, stale)
     before = ops["y"].clone()
     seen = subject.call(f"{PROBES}.add_lora_fused_moe_lora_then_no_lora", **args)
@@ -71,12 +86,13 @@ def test_add_lora_fused_moe_no_lora_batch_leaves_output(H, subject, secret_gener
 
 
 @pytest.mark.criterion("c2")
-@pytest.mark.cases(site="layer")
+@pytest.mark.cases(site="layer", sequence=SEQUENCE)
 @pytest.mark.parametrize("scheme", LAYER_SCHEMES)
 @pytest.mark.parametrize("path", PATHS)
 def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject, secret_generator, scheme, path):
     """A MoE batch with no LoRA tokens, after a LoRA batch, equals the output without any LoRA (LoRA kernels on the
-    main stream, or overlapped on the auxiliary one, whose delta buffer a skipped launch leaves as allocated)."""
+    main stream, or overlapped on the auxiliary one, whose delta buffer a skipped launch leaves as allocated), and
+    the LoRA batch run again after it gives what it gave before."""
     p = H.make_problem(scheme, secret_generator)
     lo = H.make_lora(p, [0, 1, 2, 3], secret_generator)
     # the subject runs the LoRA batch (populating the token mapping), then an all -1 batch on the same context,
@@ -89,7 +105,7 @@ def test_moe_no_lora_batch_after_lora_batch_matches_lora_free_output(H, subject,
 # Every c2 case at once (the earlier LoRA batch's two patterns at the op, the layer's FP8 and unquantized paths),
 # each crash counted as wrong: one call of the judge over the whole declared space.
 @pytest.mark.criterion("c2", weight=1)
-@pytest.mark.cases(site=["op", "layer"], stale_mapping=list(STALE), scheme=LAYER_SCHEMES, path=PATHS)
+@pytest.mark.cases(site=["op", "layer"], stale_mapping=list(STALE), scheme=LAYER_SCHEMES, path=PATHS, sequence=SEQUENCE)
 def test_no_lora_batch_gets_no_delta_in_every_case(H, subject, secret_generator):
     """Every no-LoRA batch (after either stale pattern, FP8 and unquantized layers) gets no delta, with no sync."""
     failures = []

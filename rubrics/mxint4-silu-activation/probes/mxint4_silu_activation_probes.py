@@ -6,12 +6,16 @@ The fake platform is a real subclass of vLLM's ``Platform`` with ``_enum`` and a
 ``is_flashinfer_mxint4_moe_available`` (which needs FlashInfer) is answered by the probe as the real helper answers
 where FlashInfer is installed or not (``"flashinfer"`` of a case), in every loaded vLLM module that holds it (a tree
 may import it at module level); whether the tree asks it is the tree's business. ``VLLM_BATCH_INVARIANT`` is set
-per case (off unless the case turns it on).
+per case (off unless the case turns it on). The experts' and the oracle's modules are imported anew wherever a case
+plays another process state than the case before it (``_imported_on_the_platform_played``).
 """
 
 from __future__ import annotations
 
-from probe_support import Patches, import_module, install_platform, outcome_of
+import contextlib
+import sys
+
+from probe_support import Patches, import_module, install_platform, outcome_of, put_back
 
 MODULE = "vllm.model_executor.layers.fused_moe.experts.trtllm_mxint4_moe"
 ORACLE = "vllm.model_executor.layers.fused_moe.oracle.int_wna16"
@@ -253,6 +257,33 @@ def _holders_of(helper) -> list[tuple[object, str]]:
             for attribute, value in list(getattr(mod, "__dict__", {}).items()) if value is helper]
 
 
+@contextlib.contextmanager
+def _imported_on_the_platform_played():
+    """A function that imports the fix's modules anew (the experts', then the oracle's, which takes the experts
+    class from it), called once a case's platform is in place; the loaded ones are put back when it ends. vLLM
+    fixes its platform before it imports the model's modules, once per process, and caches what depends on it
+    (the availability helper is ``functools.cache``d): a fix that reads the device when its module is imported,
+    or once, is right wherever one that reads it at each call is, and is graded so."""
+    kept = {name: import_module(name) for name in (MODULE, ORACLE)}
+
+    def import_anew():
+        for name in kept:
+            sys.modules.pop(name, None)
+        for name in kept:
+            import_module(name)
+
+    try:
+        yield import_anew
+    finally:
+        put_back(kept)
+
+
+def _process_state(case: dict) -> tuple:
+    """What a vLLM process fixes once: its platform, FlashInfer's presence and the batch-invariance setting."""
+    return (case.get("platform", "cuda"), tuple(case.get("capability") or ()), bool(case.get("flashinfer", True)),
+            case.get("batch_invariant") == "on")
+
+
 def observe(cases: list[dict]) -> list[dict]:
     """For each case, what the tree did on its faked platform: ``{"returned": ...}`` or ``{"raised", "message"}``
     (``predicate``: the activation predicate's answer; ``config``: ``is_supported_config``'s verdict and reason;
@@ -265,8 +296,9 @@ def observe(cases: list[dict]) -> list[dict]:
     modules = [import_module(MODULE), import_module(ORACLE)]
     holders = _holders_of(availability.is_flashinfer_mxint4_moe_available)
     results = []
-    with Patches() as patches:
+    with Patches() as patches, _imported_on_the_platform_played() as import_anew:
         replaced = [vp.current_platform]
+        played = None
         for case in cases:
             capability = tuple(case["capability"]) if case.get("capability") else None
             fake = _make_platform(case.get("platform", "cuda"), capability)
@@ -277,6 +309,10 @@ def observe(cases: list[dict]) -> list[dict]:
             for holder, attribute in holders:
                 patches.set(holder, attribute, lambda installed=installed, fake=fake: _available(installed, fake))
             patches.set(envs, "VLLM_BATCH_INVARIANT", case.get("batch_invariant") == "on")
+            if _process_state(case) != played:
+                # another process's state: the fix's modules as that process would have imported them
+                import_anew()
+                played = _process_state(case)
             results.append(_observe(case) if case["site"] != "other-experts"
                            else outcome_of(_other_experts_answers, case))
     return results

@@ -30,10 +30,11 @@ REFUSED_PARALLEL = ["dp2-ep-deepep", "dp2-ep-deepep-ht", "dp2-ep-deepep-v2", "dp
                     "dp2-ep-naive", "dp2-ep-pplx", "dp2-ep-flashinfer", "dp2-ep-flashinfer-all2allv",
                     "dp2-ep-flashinfer-one-sided", "eplb"]
 # The smallest and largest layers, and one whose widths are multiples of the int4 group (32) and of 64 but of no
-# larger power of two (2880, gpt-oss's width): a support check that quietly wants wider alignment refuses it.
+# larger power of two (2880, gpt-oss's width) and whose top-k (6) is no power of two: a support check that quietly
+# wants wider alignment or a power-of-two top-k refuses it (the drawn shapes alone met top-k 6 only as drawn).
 SHAPES = {"smallest": {"num_experts": 8, "top_k": 1, "hidden_dim": 512, "intermediate_size": 256},
           "largest": {"num_experts": 384, "top_k": 8, "hidden_dim": 7168, "intermediate_size": 2048},
-          "unaligned": {"num_experts": 32, "top_k": 4, "hidden_dim": 2880, "intermediate_size": 2880}}
+          "unaligned": {"num_experts": 32, "top_k": 6, "hidden_dim": 2880, "intermediate_size": 2880}}
 LOGITS_DTYPES = ["bfloat16", "float16", "float32"]
 # Every MoEActivation of the base but the two the kernel runs.
 OTHER_ACTIVATIONS = ["GELU", "GELU_TANH", "RELU2", "SWIGLUOAI_UNINTERLEAVE", "SWIGLUSTEP", "SILU_NO_MUL",
