@@ -135,16 +135,18 @@ def _watched(caches: dict, inputs: dict):
 
 def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, max_seqlen_q, max_seqlen_k,
                  scale, causal, window_left, softcap, sinks, mm_prefix_range, segments, device, kv_quant_mode=0,
-                 k_scale_cache=None, v_scale_cache=None):
+                 k_scale_cache=None, v_scale_cache=None, k_descale=None, v_descale=None, chunk_lookback=-1):
     import torch
 
     q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks, mm_prefix_range = (
         _on(device, t) for t in (q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, causal, sinks,
                                  mm_prefix_range))
     k_scale_cache, v_scale_cache = _on(device, k_scale_cache), _on(device, v_scale_cache)
+    k_descale, v_descale = _on(device, k_descale), _on(device, v_descale)
     quant = {}
     if kv_quant_mode:
-        # A cache quantised per token and KV head: int8 slots and one fp32 scale per (slot, KV head) each.
+        # A quantised cache: int8 or fp8 slots, and either one fp32 scale per (slot, KV head) in scale caches of
+        # their own or (fp8 per tensor) one K and one V scale, the descales of the call.
         from vllm.v1.kv_cache_interface import KVQuantMode
 
         quant = {"kv_quant_mode": KVQuantMode(kv_quant_mode), "k_scale_cache": k_scale_cache,
@@ -166,13 +168,14 @@ def _run_unified(module, *, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_
                                                device=device),
         }
     caches = {"k": k_cache, "v": v_cache}
-    if quant:
+    if k_scale_cache is not None:
         caches.update(k_scale=k_scale_cache, v_scale=v_scale_cache)
     inputs = {"q": q, "block_table": block_table, "cu_seqlens_q": cu_seqlens_q, "seq_lens": seq_lens}
     with _watched(caches, inputs) as (loads, written):
         module.unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens, max_seqlen_k,
-                                 scale, causal, (window_left, -1), block_table, softcap, None, None, None,
-                                 sinks=sinks, mm_prefix_range=mm_prefix_range, **split, **quant)
+                                 scale, causal, (window_left, -1), block_table, softcap, None, k_descale, v_descale,
+                                 sinks=sinks, mm_prefix_range=mm_prefix_range, chunk_lookback=chunk_lookback,
+                                 **split, **quant)
         if device == "cuda":
             torch.cuda.synchronize()
     return _observed(out, loads, caches, inputs, written)
@@ -225,22 +228,23 @@ def _import_rocm_platform_helpers() -> None:
 
 
 def _run_paged(module, *, query, key_cache, value_cache, block_table, seq_lens, max_seq_len, scale, sliding_window,
-               alibi_slopes, sinks, device):
+               alibi_slopes, sinks, device, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0):
     import torch
 
     query, key_cache, value_cache, block_table, seq_lens, alibi_slopes, sinks = (
         _on(device, t) for t in (query, key_cache, value_cache, block_table, seq_lens, alibi_slopes, sinks))
     out = torch.full_like(query, float("nan"))
-    one = torch.tensor(1.0, dtype=torch.float32, device=device)
+    k_scale = torch.tensor(k_scale, dtype=torch.float32, device=device)
+    v_scale = torch.tensor(v_scale, dtype=torch.float32, device=device)
     caches = {"k": key_cache, "v": value_cache}
     query_start_loc = torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device)
     inputs = {"q": query, "block_table": block_table, "cu_seqlens_q": query_start_loc, "seq_lens": seq_lens}
     with _watched(caches, inputs) as (loads, written):
         module.chunked_prefill_paged_decode(
-            query=query, key=None, value=None, output=out, kv_cache_dtype="auto", key_cache=key_cache,
+            query=query, key=None, value=None, output=out, kv_cache_dtype=kv_cache_dtype, key_cache=key_cache,
             value_cache=value_cache, block_table=block_table,
             query_start_loc=query_start_loc, seq_lens=seq_lens,
-            max_seq_len=max_seq_len, max_query_len=1, k_scale=one, v_scale=one, alibi_slopes=alibi_slopes,
+            max_seq_len=max_seq_len, max_query_len=1, k_scale=k_scale, v_scale=v_scale, alibi_slopes=alibi_slopes,
             sliding_window=sliding_window, sm_scale=scale, sinks=sinks)
         if device == "cuda":
             torch.cuda.synchronize()

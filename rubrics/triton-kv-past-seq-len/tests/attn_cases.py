@@ -35,6 +35,15 @@ HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 32
 # vLLM's KVQuantMode.INT8_PER_TOKEN_HEAD: int8 cache slots, and one fp32 scale per (slot, KV head) in a scale cache
 # of its own for K and for V, read with the same tile mask as the slots.
 INT8_PER_TOKEN_HEAD = 2
+# vLLM's KVQuantMode.FP8_PER_TENSOR (fp8 slots, one K and one V scale for the whole cache) and FP8_PER_TOKEN_HEAD
+# (fp8 slots, a scale per (slot, KV head) in scale caches, as INT8_PER_TOKEN_HEAD).
+FP8_PER_TENSOR, FP8_PER_TOKEN_HEAD = 1, 3
+# The fp8 caches the checks run: the cache's element dtype, and whether its scales are per tensor or per token
+# and KV head. e4m3 has NaN but no infinity (an inf saturates to 448), e5m2 has both.
+FP8_CACHES = {"fp8-e4m3": (torch.float8_e4m3fn, False), "fp8-e5m2": (torch.float8_e5m2, False),
+              "fp8-per-token-head": (torch.float8_e4m3fn, True)}
+# The per-tensor scales of an fp8 cache: not 1, so a kernel that drops or misplaces one moves the output.
+FP8_TENSOR_SCALES = (0.375, 0.625)
 
 
 @dataclass
@@ -59,6 +68,10 @@ class Batch:
     # Query heads and KV heads: their ratio (query heads per KV head) sets the kernels' BLOCK_Q and GQA indexing.
     heads: int = HEADS
     kv_heads: int = KV_HEADS
+    # For an fp8 cache: its element dtype (``keys``/``values`` then hold fp8 codes times their scales), and the
+    # per-tensor (K, V) scales where the scales are per tensor (None where they sit in per-token-head scale caches).
+    fp8_dtype: torch.dtype | None = None
+    tensor_scales: tuple[float, float] | None = None
 
     @property
     def cu_seqlens_q(self) -> torch.Tensor:
@@ -76,14 +89,15 @@ class Batch:
 def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, block_size: int = 16,
                dtype: torch.dtype = torch.float32, spare_blocks: int = 2, extra_columns: int = 2,
                head_size: int = HEAD_SIZE, int8_kv: bool = False, heads: int = HEADS,
-               kv_heads: int = KV_HEADS) -> Batch:
+               kv_heads: int = KV_HEADS, fp8_kv: str | None = None) -> Batch:
     """Draw queries, keys and values with ``gen`` and place each sequence's blocks at shuffled physical blocks.
 
     The block table is wider than any sequence needs (``extra_columns``); its unused entries point at spare
     blocks, which hold nothing but ``fill`` (stale blocks of finished requests). ``int8_kv`` draws int8 codes
-    and a scale per (position, KV head) for the keys and for the values (an INT8_PER_TOKEN_HEAD cache); ``heads``
-    query heads share ``kv_heads`` KV heads."""
-    assert len(q_lens) == len(seq_lens) and all(0 < q <= s for q, s in zip(q_lens, seq_lens))
+    and a scale per (position, KV head) for the keys and for the values (an INT8_PER_TOKEN_HEAD cache); ``fp8_kv``
+    (a key of ``FP8_CACHES``) draws fp8 codes with per-tensor or per-token-head scales; ``heads`` query heads share
+    ``kv_heads`` KV heads. A sequence of 0 queries and 0 keys is a padded batch entry (a CUDA-graph pad)."""
+    assert len(q_lens) == len(seq_lens) and all(0 < q <= s or q == s == 0 for q, s in zip(q_lens, seq_lens))
     needed = [math.ceil(s / block_size) for s in seq_lens]
     num_blocks = sum(needed) + spare_blocks
     # Physical block 0 is always a spare: vLLM keeps it as its null block, which no sequence writes, so a kernel
@@ -106,8 +120,21 @@ def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, 
         scales = torch.rand(s, kv_heads, generator=gen) * 0.015 + 0.005
         return codes * scales[..., None], scales
 
-    kv_scales = None
-    if int8_kv:
+    def draw_fp8(s, fp8_dtype):
+        return (torch.randn(s, kv_heads, head_size, generator=gen) * 3.0).to(fp8_dtype).float()
+
+    kv_scales, fp8_dtype, tensor_scales = None, None, None
+    if fp8_kv is not None:
+        fp8_dtype, per_token_head = FP8_CACHES[fp8_kv]
+        if per_token_head:
+            per_slot = [[torch.rand(s, kv_heads, generator=gen) * 0.3 + 0.1 for s in seq_lens] for _ in "kv"]
+            keys, values = ([draw_fp8(s, fp8_dtype) * sc[..., None] for s, sc in zip(seq_lens, scales)]
+                            for scales in per_slot)
+            kv_scales = (per_slot[0], per_slot[1])
+        else:
+            tensor_scales = FP8_TENSOR_SCALES
+            keys, values = ([draw_fp8(s, fp8_dtype) * scale for s in seq_lens] for scale in tensor_scales)
+    elif int8_kv:
         keys, key_scales = zip(*(quantised(s) for s in seq_lens))
         values, value_scales = zip(*(quantised(s) for s in seq_lens))
         keys, values, kv_scales = list(keys), list(values), (list(key_scales), list(value_scales))
@@ -116,7 +143,7 @@ def make_batch(gen: torch.Generator, q_lens: list[int], seq_lens: list[int], *, 
         values = [draw(s, kv_heads, head_size) for s in seq_lens]
     q = draw(sum(q_lens), heads, head_size).to(dtype)
     return Batch(q, keys, values, list(q_lens), list(seq_lens), block_size, table, num_blocks, dtype, head_size,
-                 kv_scales, heads, kv_heads)
+                 kv_scales, heads, kv_heads, fp8_dtype, tensor_scales)
 
 
 def _fill_like(shape, fill, gen: torch.Generator | None) -> torch.Tensor:
@@ -141,6 +168,10 @@ def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tu
     """Key and value caches in the unified-attention layout [num_blocks, block_size, kv_heads, head_size]. For
     an int8 cache the unwritten slots hold random codes (int8 has no NaN): ``scale_caches`` carries the poison."""
     shape = (batch.num_blocks, batch.block_size, batch.kv_heads, batch.head_size)
+    if batch.fp8_dtype is not None:
+        # fp8 codes; the unwritten slots hold the poison as fp8 (NaN; an infinity in e5m2, 448 in e4m3).
+        return tuple(_written(batch, _fill_like(shape, fill, gen), fp8_codes(batch, per_seq, i)).to(batch.fp8_dtype)
+                     for i, per_seq in enumerate((batch.keys, batch.values)))
     if batch.kv_scales is not None:
         caches = []
         for per_seq, scales in zip((batch.keys, batch.values), batch.kv_scales):
@@ -151,6 +182,13 @@ def unified_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tu
     k = _written(batch, _fill_like(shape, fill, gen), batch.keys)
     v = _written(batch, _fill_like(shape, fill, gen), batch.values)
     return k.to(batch.dtype), v.to(batch.dtype)
+
+
+def fp8_codes(batch: Batch, per_seq: list[torch.Tensor], which: int) -> list[torch.Tensor]:
+    """The fp8 codes of an fp8 batch's keys (``which`` 0) or values (1): the fp32 values over their scales."""
+    if batch.tensor_scales is not None:
+        return [x / batch.tensor_scales[which] for x in per_seq]
+    return [x / s[..., None] for x, s in zip(per_seq, batch.kv_scales[which])]
 
 
 def scale_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,11 +207,17 @@ def paged_caches(batch: Batch, fill, gen: torch.Generator | None = None) -> tupl
     bs, dim = batch.block_size, batch.head_size
     k = _fill_like((batch.num_blocks, batch.kv_heads, dim // PAGED_X, bs, PAGED_X), fill, gen)
     v = _fill_like((batch.num_blocks, batch.kv_heads, dim, bs), fill, gen)
+    fp8 = batch.fp8_dtype is not None
+    keys = fp8_codes(batch, batch.keys, 0) if fp8 else batch.keys
+    values = fp8_codes(batch, batch.values, 1) if fp8 else batch.values
     for i, s in enumerate(batch.seq_lens):
         for pos in range(s):
             block, slot = int(batch.block_table[i, pos // bs]), pos % bs
-            k[block, :, :, slot, :] = batch.keys[i][pos].view(batch.kv_heads, dim // PAGED_X, PAGED_X)
-            v[block, :, :, slot] = batch.values[i][pos]
+            k[block, :, :, slot, :] = keys[i][pos].view(batch.kv_heads, dim // PAGED_X, PAGED_X)
+            v[block, :, :, slot] = values[i][pos]
+    if fp8:
+        # The paged-decode launcher takes an fp8 cache as uint8 storage and views it as its kv_cache_dtype says.
+        return k.to(batch.fp8_dtype).view(torch.uint8), v.to(batch.fp8_dtype).view(torch.uint8)
     return k.to(batch.dtype), v.to(batch.dtype)
 
 

@@ -84,8 +84,12 @@ class Attention:
             if batch.kv_scales is not None:
                 k_scales, v_scales = cases.scale_caches(batch, fill, gen)
                 caches[-1].update(k_scale=k_scales, v_scale=v_scales)
-                quant = {"kv_quant_mode": cases.INT8_PER_TOKEN_HEAD, "k_scale_cache": k_scales,
-                         "v_scale_cache": v_scales}
+                mode = cases.FP8_PER_TOKEN_HEAD if batch.fp8_dtype is not None else cases.INT8_PER_TOKEN_HEAD
+                quant = {"kv_quant_mode": mode, "k_scale_cache": k_scales, "v_scale_cache": v_scales}
+            elif batch.tensor_scales is not None:
+                quant = {"kv_quant_mode": cases.FP8_PER_TENSOR,
+                         "k_descale": torch.tensor([batch.tensor_scales[0]], dtype=torch.float32),
+                         "v_descale": torch.tensor([batch.tensor_scales[1]], dtype=torch.float32)}
             causal = opts.get("causal", True)
             mm = opts.get("mm_ranges")
             sent.append({**quant, 
@@ -95,6 +99,7 @@ class Attention:
                 "causal": torch.tensor(causal, dtype=torch.bool) if isinstance(causal, (list, tuple)) else causal,
                 "window_left": opts.get("window", 0) - 1, "softcap": opts.get("softcap", 0.0),
                 "sinks": opts.get("sinks"), "segments": opts.get("segments", 0),
+                "chunk_lookback": opts.get("chunk_lookback", -1),
                 "mm_prefix_range": None if mm is None else mm_prefix_tensor(mm), "device": device,
             })
         outcomes = self.subject.call(f"{PROBES}.unified_attention_runs", cases=sent)
@@ -104,6 +109,15 @@ class Attention:
     def paged(self, batch, device: str, fill, gen, *, window: int = 0, alibi=None, sinks=None):
         """``chunked_prefill_paged_decode`` (a decode batch) on ``batch`` with unwritten slots holding ``fill``."""
         return self.paged_many([(batch, fill, dict(window=window, alibi=alibi, sinks=sinks))], device, gen)[0]
+
+    @staticmethod
+    def _paged_fp8(batch, opts) -> dict:
+        """The ``kv_cache_dtype`` and per-tensor scales of a paged-decode launch: "auto" and 1 for a plain cache;
+        for an fp8 one the spelling ``opts["kv_cache_dtype"]`` names ("fp8", "fp8_e4m3" or "fp8_e5m2")."""
+        if batch.fp8_dtype is None:
+            return {}
+        return {"kv_cache_dtype": opts["kv_cache_dtype"], "k_scale": batch.tensor_scales[0],
+                "v_scale": batch.tensor_scales[1]}
 
     def paged_many(self, runs, device: str, gen) -> list:
         import torch
@@ -118,6 +132,7 @@ class Attention:
                 "block_table": batch.block_table, "seq_lens": batch.seq_lens_tensor,
                 "max_seq_len": max(batch.seq_lens), "scale": batch.scale, "sliding_window": opts.get("window", 0),
                 "alibi_slopes": opts.get("alibi"), "sinks": opts.get("sinks"), "device": device,
+                **self._paged_fp8(batch, opts),
             })
         outcomes = self.subject.call(f"{PROBES}.paged_decode_runs", cases=sent)
         return [_launch(o, "chunked_prefill_paged_decode", b, device, "paged",

@@ -215,13 +215,83 @@ def test_non_causal_bf16_ignores_unwritten_slots(attention, secret_generator, de
            ["bf16 2D prefill", "bf16 2D decode", "bf16 3D decode"], reads=True, outputs=device == "cuda")
 
 
+# fp8 caches, per tensor (one K and one V scale, dequantised in the kernel as each tile is loaded) in both fp8
+# formats, and per token and KV head (fp8 slots, scales in scale caches loaded with the tile mask). The unwritten
+# slots hold the poison as fp8 (NaN in both; e5m2 also holds the infinities) and, per token and KV head, so do
+# the unwritten scale slots. A bound that only the unquantised path (or only the slot loads, not the scale loads)
+# keeps reads past seq_len here.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "3d-decode"], dtype="fp32", seq_len=SEQ_LENS,
+                   poison="mixed", query_blocks="one", feature="plain", head_size="32",
+                   kv_cache=["fp8-e4m3", "fp8-e5m2", "fp8-per-token-head"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_fp8_cache_ignores_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention over fp8 caches (e4m3 and e5m2 with per-tensor scales, e4m3 with per-token-head
+    scales), 2D prefill and 3D decode, stays exact with NaN/inf past seq_len and loads no cache or scale slot past
+    it."""
+    gen = secret_generator
+    runs, labels = [], []
+    for kv_cache in ("fp8-e4m3", "fp8-e5m2", "fp8-per-token-head"):
+        prefill = cases.make_batch(gen, *NON_CAUSAL_PREFILL, fp8_kv=kv_cache)
+        decode = cases.make_batch(gen, *NON_CAUSAL_DECODE, fp8_kv=kv_cache)
+        runs += [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False, "segments": 4})]
+        labels += [f"{kv_cache} cache, 2D prefill", f"{kv_cache} cache, 3D decode"]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs], labels, reads=True)
+
+
+# Padded batch entries (0 queries over 0 keys, as CUDA-graph padding leaves them at the end of a batch) beside
+# real ones, and 1-token decodes over 1 key: the programs of a padded entry load nothing, the others stop at their
+# own seq_len.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence=READS, launch=["2d-prefill", "2d-decode", "3d-decode"], dtype="fp32",
+                   seq_len=["0-padded", "1", "ragged"], poison="mixed", query_blocks="one", feature="plain",
+                   head_size="32", kv_cache="plain")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_padded_entries_ignore_unwritten_slots(attention, secret_generator, device):
+    """Non-causal unified attention over batches that end in padded entries (0 queries, 0 keys), 2D prefill, 2D
+    decode and 3D decode, stays exact and loads no slot past any seq_len."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, [5, 1, 0, 0], [21, 1, 0, 0])
+    decode = cases.make_batch(gen, [1, 1, 1, 0, 0], [20, 1, 45, 0, 0])
+    runs = [(prefill, "mixed", {"causal": False}), (decode, "mixed", {"causal": False}),
+            (decode, "mixed", {"causal": False, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b, causal=False) for b, _, _ in runs],
+           ["padded 2D prefill", "padded 2D decode", "padded 3D decode"], reads=True)
+
+
+# Chunked local attention (Gemma3's block-local layers: the window split into chunks, a query seeing its own chunk
+# and chunk_lookback before it), non-causal: the tile range starts at a chunk edge, and must still end at seq_len.
+@pytest.mark.criterion("c1")
+@pytest.mark.cases(evidence="loads", launch=["2d-prefill", "3d-decode"], dtype="fp32", seq_len=SEQ_LENS,
+                   poison="mixed", query_blocks=["one", "several"], feature="chunked-local", head_size="32",
+                   kv_cache="plain")
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_causal_chunked_local_attention_loads_nothing_past_seq_len(attention, secret_generator, device):
+    """Non-causal chunked local attention (window 24 in chunks of 8, one chunk of lookback), 2D prefill (also of
+    several query blocks) and 3D decode, loads no slot past seq_len and gives finite outputs with NaN/inf there."""
+    gen = secret_generator
+    prefill = cases.make_batch(gen, [5, 20, 8, 1], [21, 45, 32, 1])
+    decode = cases.make_batch(gen, *NON_CAUSAL_DECODE)
+    chunked = {"causal": False, "window": 24, "chunk_lookback": 2}
+    runs = [(prefill, "mixed", chunked), (decode, "mixed", {**chunked, "segments": 4})]
+    got = attention.unified_many(runs, device, gen)
+    labels = ["chunked local 2D prefill", "chunked local 3D decode"]
+    failures = [f"{label}: {problem}" for launch, label in zip(got, labels) for problem in launch.read_problems()]
+    failures += [f"{label}: {int((~torch.isfinite(launch.output)).sum())} output values are not finite"
+                 for launch, label in zip(got, labels) if not bool(torch.isfinite(launch.output).all())]
+    assert not failures, "; ".join(failures)
+
+
 # --- c2: the paged-decode kernel stops at seq_len --------------------------------------------------------------
 
 PAGED_DECODE = ([1, 1, 1, 1, 1, 1], [20, 45, 7, 33, 1, 150])
 
 
 @pytest.mark.criterion("c2")
-@pytest.mark.cases(evidence=READS, feature="plain", dtype="fp32", block_size="16", seq_len=["1", "ragged", "150"])
+@pytest.mark.cases(evidence=READS, feature="plain", dtype="fp32", block_size="16", seq_len=["1", "ragged", "150"],
+                   kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("poison", POISON_IDS)
 def test_paged_decode_ignores_unwritten_slots(attention, secret_generator, device, poison):
@@ -234,7 +304,7 @@ def test_paged_decode_ignores_unwritten_slots(attention, secret_generator, devic
 @pytest.mark.criterion("c2")
 @pytest.mark.cases(evidence=READS, feature=["sliding-window", "alibi", "sinks", "plain"], dtype=["fp32", "fp16"],
                    block_size=["16", "48"], seq_len=["1", "ragged", "block-aligned", "150"], poison="mixed",
-                   head_size=["32", "40"])
+                   head_size=["32", "40"], kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generator, device):
     """Paged decode with a sliding window, ALiBi, sinks, fp16, 48-slot blocks or head size 40 (also block-aligned
@@ -263,7 +333,7 @@ def test_paged_decode_features_ignore_unwritten_slots(attention, secret_generato
 @pytest.mark.criterion("c2")
 @pytest.mark.cases(evidence=READS, feature="plain", dtype=["fp32", "bf16"], block_size="16",
                    seq_len=["1", "ragged", "150"], poison="mixed", heads_per_kv=["1", "2", "3", "16"],
-                   head_size=["80", "128"])
+                   head_size=["80", "128"], kv_cache="plain")
 @pytest.mark.parametrize("device", DEVICES)
 def test_paged_decode_gqa_ratios_head_sizes_and_bf16_ignore_unwritten_slots(attention, secret_generator, device):
     """Paged decode with 1, 3 (odd) and 16 query heads per KV head, head sizes 80 and 128, and in bf16 loads no
@@ -282,6 +352,25 @@ def test_paged_decode_gqa_ratios_head_sizes_and_bf16_ignore_unwritten_slots(atte
     got = attention.paged_many(runs + [(bf16, "mixed", {})], device, gen)
     _judge(got[:-1], [cases.attention_oracle(b) for b, _, _ in runs], labels, reads=True)
     _judge(got[-1:], [cases.attention_oracle(bf16)], ["bf16"], reads=True, outputs=device == "cuda")
+
+
+# fp8 caches in the three spellings the launcher accepts: "fp8" and "fp8_e4m3" (the platform's e4m3 format) and
+# "fp8_e5m2", uint8 storage the launcher views as fp8, per-tensor scales not 1. Unwritten slots hold the poison as
+# fp8. The kernel dequantises each loaded tile, so a bound that only the unquantised path keeps reads past seq_len.
+@pytest.mark.criterion("c2")
+@pytest.mark.cases(evidence=READS, feature="plain", dtype="fp32", block_size="16", seq_len=["1", "ragged", "150"],
+                   poison="mixed", head_size="32", heads_per_kv="2", kv_cache=["fp8", "fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_decode_fp8_cache_ignores_unwritten_slots(attention, secret_generator, device):
+    """Paged decode over fp8 caches named "fp8", "fp8_e4m3" and "fp8_e5m2" stays exact with NaN/inf past seq_len
+    and loads none of those slots."""
+    gen = secret_generator
+    runs = [(cases.make_batch(gen, *PAGED_DECODE, fp8_kv="fp8-e4m3"), "mixed", {"kv_cache_dtype": "fp8"}),
+            (cases.make_batch(gen, *PAGED_DECODE, fp8_kv="fp8-e4m3"), "mixed", {"kv_cache_dtype": "fp8_e4m3"}),
+            (cases.make_batch(gen, *PAGED_DECODE, fp8_kv="fp8-e5m2"), "mixed", {"kv_cache_dtype": "fp8_e5m2"})]
+    got = attention.paged_many(runs, device, gen)
+    _judge(got, [cases.attention_oracle(b) for b, _, _ in runs],
+           ["fp8 cache", "fp8_e4m3 cache", "fp8_e5m2 cache"], reads=True)
 
 
 # --- c3: prefix-LM and mixed causal batches stop at seq_len ---------------------------------------------------
