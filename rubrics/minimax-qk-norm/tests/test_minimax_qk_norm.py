@@ -519,6 +519,11 @@ def test_single_tensor_entries_unchanged(subject, device, secret_generator, worl
             wrong.append(f"{entry}: non-finite output")
         elif not torch.allclose(full, ref, atol=TOL[dtype], rtol=TOL[dtype]):
             wrong.append(f"{entry}: max abs err {(full - ref).abs().max().item():.4g}")
+    # The same flat all-reduce as forward_qkv's statistics (c3 reduce-form): a 2-D one takes FlashInfer's fused
+    # all-reduce where it is on, whose workspace is for 16-bit activations.
+    two_d = sorted({f"{tuple(shape)} {dt}" for shape, dt in obs.get("reduce_inputs") or [] if len(shape) == 2})
+    if two_d:
+        wrong.append(f"2-D all-reduce inputs {two_d}, not the base's flat view")
     assert not wrong, f"tp_world={world}: {wrong}"
 
 
@@ -734,13 +739,18 @@ FALLBACK_CASES = [
     {"name": "tp2_fp16_eps1e-2", "tokens": 4, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float16, "eps": 1e-2},
     {"name": "tp1_fp16_x200", "tokens": 3, "q": 96, "kv": 32, "tp": 1, "dtype": torch.float16, "scale": 200.0},
     {"name": "tp4_fp16_x200", "tokens": 3, "q": 256, "kv": 64, "tp": 4, "dtype": torch.float16, "scale": 200.0},
+    # A decode batch (one token) and an empty one at tp > 1: a path may branch on the batch size.
+    {"name": "tp2_fp16_t1", "tokens": 1, "q": 128, "kv": 32, "tp": 2, "dtype": torch.float16},
+    {"name": "tp8_fp32_t1", "tokens": 1, "q": 384, "kv": 64, "tp": 8, "dtype": torch.float32},
+    {"name": "tp4_fp32_t0", "tokens": 0, "q": 256, "kv": 64, "tp": 4, "dtype": torch.float32},
 ]
 
 
 def _fallback_marks(c: dict):
     precision = {torch.float32: "fp32", torch.float16: "fp16"}[c["dtype"]]
     return pytest.mark.cases(tp=str(c["tp"]), precision=precision, eps="own-eps" if "eps" in c else "default-eps",
-                             magnitude="large-values" if "scale" in c else "unit")
+                             magnitude="large-values" if "scale" in c else "unit",
+                             tokens={0: "0", 1: "1"}.get(c["tokens"], "several"))
 
 
 @pytest.fixture(scope="module")
@@ -792,7 +802,7 @@ def test_fallback_without_triton(fallback_results, case):
 # test asks for all four at once (the same no-Triton run), weight 1: one tp failing gives 3/5 = 0.6, on CPU and GPU.
 @pytest.mark.criterion("c5", weight=1.0)
 @pytest.mark.cases(tp=["1", "2", "4", "8"], precision=["fp32", "fp16"], eps=["default-eps", "own-eps"],
-                   magnitude=["unit", "large-values"])
+                   magnitude=["unit", "large-values"], tokens=["0", "1", "several"])
 def test_fallback_without_triton_at_every_tp(fallback_results):
     """Without Triton forward_qkv gives the RMSNorm results at tp_world 1, 2, 4 and 8 alike, not just some."""
     wrong = []
